@@ -1,0 +1,10 @@
+//! heaptui's analysis engine: the heap-graph model, the exact attribution of every byte to
+//! threads and frames (SPEC §3), and the snapshot files that carry a graph offline (SPEC §4).
+//!
+//! Pure safe Rust; the only I/O is reading and writing snapshot files.
+
+pub mod figures;
+pub mod graph;
+
+pub use figures::*;
+pub use graph::*;

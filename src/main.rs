@@ -1,0 +1,5 @@
+//! `heaptui`: the one binary users run (SPEC §2).
+
+fn main() {
+    println!("heaptui");
+}
