@@ -5,6 +5,7 @@
 
 pub mod figures;
 pub mod graph;
+pub mod snapshot;
 
 pub use figures::*;
 pub use graph::*;

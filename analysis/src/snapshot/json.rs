@@ -1,0 +1,462 @@
+//! JSON snapshots, `heaptui-snapshot` version 1 (SPEC §4): interchange, hand-written test
+//! graphs and other tools' dumps.
+//!
+//! The file names objects and sites by arbitrary `u64` ids; reading maps them to the graph's
+//! dense indices, and writing maps them back, so write → read gives the same graph. Required:
+//! `format`, `version`, `objects` with each object's `id`, `size` and `refs`, `threads` with
+//! each thread's `tid` and each frame's `refs`. Everything else has a default: `process`
+//! (pid 0, empty command), `sites` (none), an object's `addr` (0), `site`, `thread` and `seq`
+//! (unknown), a thread's `name` (empty), `state` and `frames` (none), a frame's `function`
+//! (`?`), `module` (empty) and `kind` (`user`), `globals` (no refs). Unknown fields are ignored.
+//!
+//! A thread's `state` is `"stopped"` (the default: the capture stopped it, its frames are
+//! exact) or `{"not-stoppable": "<reason>"}` (the agent could not stop it).
+//!
+//! Every error names the JSON path of the offending value, e.g.
+//! `objects[3].refs[1]: reference to unknown object id 99`.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io::{BufWriter, Write};
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::ser::{SerializeSeq, Serializer};
+use serde::{Deserialize, Serialize};
+
+use super::SnapshotError;
+use crate::graph::{
+    Edges, Frame, FrameKind, HeapGraph, NO_SEQ, NO_SITE, NO_THREAD, ObjectIndex, ObjectRecord,
+    Objects, Process, Site, SiteIndex, Thread, ThreadState,
+};
+
+/// The value of the `format` field.
+pub const JSON_FORMAT: &str = "heaptui-snapshot";
+
+/// The JSON format version this build reads and writes.
+pub const JSON_VERSION: u64 = 1;
+
+/// Reads a JSON snapshot.
+pub fn read_json(bytes: &[u8]) -> Result<HeapGraph, SnapshotError> {
+    // The header is checked on its own first, so that a file of another format or version
+    // is named as such instead of failing on whatever field changed shape.
+    let header: Header = parse(bytes)?;
+    if header.format != JSON_FORMAT {
+        return Err(SnapshotError::Format {
+            found: format!("{:?}", header.format),
+        });
+    }
+    if header.version != JSON_VERSION {
+        return Err(SnapshotError::JsonVersion {
+            found: header.version,
+        });
+    }
+    let doc: Doc = parse(bytes)?;
+    build(doc)
+}
+
+fn parse<'de, T: Deserialize<'de>>(bytes: &'de [u8]) -> Result<T, SnapshotError> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut de).map_err(json_error)?;
+    de.end().map_err(|e| SnapshotError::Json {
+        path: String::new(),
+        message: e.to_string(),
+    })?;
+    Ok(value)
+}
+
+fn json_error(e: serde_path_to_error::Error<serde_json::Error>) -> SnapshotError {
+    let path = e.path().to_string();
+    let inner = e.into_inner();
+    let message = if inner.is_eof() {
+        format!("truncated JSON: {inner}")
+    } else if inner.is_syntax() {
+        format!("invalid JSON: {inner}")
+    } else {
+        inner.to_string()
+    };
+    SnapshotError::Json { path, message }
+}
+
+/// The two fields checked before the rest is parsed (serde skips all others unbuilt).
+#[derive(Deserialize)]
+struct Header {
+    format: String,
+    version: u64,
+}
+
+#[derive(Deserialize)]
+struct Doc {
+    #[serde(default)]
+    process: JsonProcess,
+    #[serde(default)]
+    sites: Vec<JsonSite>,
+    objects: Vec<JsonObject>,
+    threads: Vec<JsonThread>,
+    #[serde(default)]
+    globals: JsonGlobals,
+}
+
+#[derive(Default, Deserialize)]
+struct JsonProcess {
+    #[serde(default)]
+    pid: u32,
+    #[serde(default)]
+    command: String,
+}
+
+#[derive(Deserialize)]
+struct JsonSite {
+    id: u64,
+    #[serde(default)]
+    frames: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct JsonObject {
+    id: u64,
+    #[serde(default)]
+    addr: u64,
+    size: Size,
+    #[serde(default)]
+    site: Option<u64>,
+    #[serde(default)]
+    thread: Option<u32>,
+    #[serde(default)]
+    seq: Option<u64>,
+    refs: Vec<u64>,
+}
+
+#[derive(Deserialize)]
+struct JsonThread {
+    tid: u32,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    state: JsonState,
+    #[serde(default)]
+    frames: Vec<JsonFrame>,
+}
+
+#[derive(Default, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+enum JsonState {
+    #[default]
+    Stopped,
+    NotStoppable(String),
+}
+
+#[derive(Deserialize)]
+struct JsonFrame {
+    #[serde(default = "unknown_function")]
+    function: String,
+    #[serde(default)]
+    module: String,
+    #[serde(default)]
+    kind: FrameKind,
+    refs: Vec<u64>,
+}
+
+fn unknown_function() -> String {
+    "?".to_string()
+}
+
+#[derive(Default, Deserialize)]
+struct JsonGlobals {
+    #[serde(default)]
+    refs: Vec<u64>,
+}
+
+/// A block size: a non-negative integer, with a clear message for negative ones.
+struct Size(u64);
+
+impl<'de> Deserialize<'de> for Size {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct SizeVisitor;
+        impl Visitor<'_> for SizeVisitor {
+            type Value = Size;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a size in bytes (a non-negative integer)")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Size, E> {
+                Ok(Size(v))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Size, E> {
+                u64::try_from(v)
+                    .map(Size)
+                    .map_err(|_| E::custom(format!("negative size {v}")))
+            }
+        }
+        d.deserialize_u64(SizeVisitor)
+    }
+}
+
+/// Turns the parsed document into a graph, mapping ids to indices and checking every
+/// reference.
+fn build(doc: Doc) -> Result<HeapGraph, SnapshotError> {
+    let n = doc.objects.len();
+    if n >= u32::MAX as usize {
+        return Err(SnapshotError::TooManyObjects);
+    }
+
+    let mut site_index: HashMap<u64, SiteIndex> = HashMap::with_capacity(doc.sites.len());
+    let mut sites = Vec::with_capacity(doc.sites.len());
+    for (i, s) in doc.sites.into_iter().enumerate() {
+        if site_index.insert(s.id, i as SiteIndex).is_some() {
+            return Err(SnapshotError::DuplicateSite {
+                path: format!("sites[{i}].id"),
+                id: s.id,
+            });
+        }
+        sites.push(Site {
+            id: s.id,
+            frames: s.frames,
+        });
+    }
+
+    let mut index: HashMap<u64, ObjectIndex> = HashMap::with_capacity(n);
+    for (i, o) in doc.objects.iter().enumerate() {
+        if index.insert(o.id, i as ObjectIndex).is_some() {
+            return Err(SnapshotError::DuplicateObject {
+                path: format!("objects[{i}].id"),
+                id: o.id,
+            });
+        }
+    }
+    let resolve = |ids: &[u64], path: &dyn Fn(usize) -> String| {
+        ids.iter()
+            .enumerate()
+            .map(|(k, id)| {
+                index
+                    .get(id)
+                    .copied()
+                    .ok_or_else(|| SnapshotError::UnknownObject {
+                        path: path(k),
+                        id: *id,
+                    })
+            })
+            .collect::<Result<Vec<ObjectIndex>, _>>()
+    };
+
+    let edge_count = doc.objects.iter().map(|o| o.refs.len()).sum();
+    let mut objects = Objects::with_capacity(n);
+    let mut edges = Edges::with_capacity(n, edge_count);
+    for (i, o) in doc.objects.iter().enumerate() {
+        let site = match o.site {
+            None => NO_SITE,
+            Some(id) => *site_index
+                .get(&id)
+                .ok_or_else(|| SnapshotError::UnknownSite {
+                    path: format!("objects[{i}].site"),
+                    id,
+                })?,
+        };
+        objects.push(ObjectRecord {
+            id: o.id,
+            addr: o.addr,
+            size: o.size.0,
+            site,
+            thread: o.thread.unwrap_or(NO_THREAD),
+            seq: o.seq.unwrap_or(NO_SEQ),
+        });
+        for (k, id) in o.refs.iter().enumerate() {
+            if !index.contains_key(id) {
+                return Err(SnapshotError::UnknownObject {
+                    path: format!("objects[{i}].refs[{k}]"),
+                    id: *id,
+                });
+            }
+        }
+        edges.push(o.refs.iter().map(|id| index[id]));
+    }
+
+    let mut threads = Vec::with_capacity(doc.threads.len());
+    let mut tids = HashMap::with_capacity(doc.threads.len());
+    for (i, t) in doc.threads.into_iter().enumerate() {
+        if tids.insert(t.tid, i).is_some() {
+            return Err(SnapshotError::DuplicateThread {
+                path: format!("threads[{i}].tid"),
+                tid: t.tid,
+            });
+        }
+        let mut frames = Vec::with_capacity(t.frames.len());
+        for (j, f) in t.frames.into_iter().enumerate() {
+            let refs = resolve(&f.refs, &|k| format!("threads[{i}].frames[{j}].refs[{k}]"))?;
+            frames.push(Frame {
+                function: f.function,
+                module: f.module,
+                kind: f.kind,
+                refs,
+            });
+        }
+        threads.push(Thread {
+            tid: t.tid,
+            name: t.name,
+            state: match t.state {
+                JsonState::Stopped => ThreadState::Stopped,
+                JsonState::NotStoppable(reason) => ThreadState::NotStoppable(reason),
+            },
+            frames,
+        });
+    }
+    let globals = resolve(&doc.globals.refs, &|k| format!("globals.refs[{k}]"))?;
+    let process = Process {
+        pid: doc.process.pid,
+        command: doc.process.command,
+    };
+    Ok(HeapGraph::new(
+        process, sites, objects, edges, threads, globals,
+    )?)
+}
+
+/// Writes `graph` as a JSON snapshot (pretty-printed, objects and sites by their ids).
+///
+/// Fails when two objects or two sites share an id: JSON refers to them by id, so such a
+/// graph (possible in memory, where objects are addressed by index) has no JSON form.
+pub fn write_json(graph: &HeapGraph, out: impl Write) -> Result<(), SnapshotError> {
+    graph.validate()?;
+    check_unique("object", graph.objects().id.iter().copied())?;
+    check_unique("site", graph.sites.iter().map(|s| s.id))?;
+    let mut out = BufWriter::with_capacity(1 << 20, out);
+    let doc = OutDoc {
+        format: JSON_FORMAT,
+        version: JSON_VERSION,
+        process: &graph.process,
+        sites: &graph.sites,
+        objects: OutObjects(graph),
+        threads: OutThreads(graph),
+        globals: OutGlobals {
+            refs: OutRefs(graph, &graph.globals),
+        },
+    };
+    serde_json::to_writer_pretty(&mut out, &doc).map_err(|e| {
+        if e.is_io() {
+            SnapshotError::Io(e.into())
+        } else {
+            SnapshotError::Encode(e.to_string())
+        }
+    })?;
+    out.write_all(b"\n")?;
+    out.flush()?;
+    Ok(())
+}
+
+fn check_unique(what: &str, ids: impl ExactSizeIterator<Item = u64>) -> Result<(), SnapshotError> {
+    let mut seen = HashMap::with_capacity(ids.len());
+    for (i, id) in ids.enumerate() {
+        if let Some(first) = seen.insert(id, i) {
+            return Err(SnapshotError::Encode(format!(
+                "{what} id {id} is used twice ({what}s {first} and {i}); JSON names {what}s by id"
+            )));
+        }
+    }
+    Ok(())
+}
+
+// Borrowing views of the graph in the JSON layout, serialized as they are walked so that
+// writing a large graph does not build a second copy of it.
+
+#[derive(Serialize)]
+struct OutDoc<'a> {
+    format: &'static str,
+    version: u64,
+    process: &'a Process,
+    sites: &'a [Site],
+    objects: OutObjects<'a>,
+    threads: OutThreads<'a>,
+    globals: OutGlobals<'a>,
+}
+
+#[derive(Serialize)]
+struct OutGlobals<'a> {
+    refs: OutRefs<'a>,
+}
+
+/// Object indices, written as the objects' ids.
+struct OutRefs<'a>(&'a HeapGraph, &'a [ObjectIndex]);
+
+impl Serialize for OutRefs<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let ids = &self.0.objects().id;
+        s.collect_seq(self.1.iter().map(|&o| ids[o as usize]))
+    }
+}
+
+struct OutObjects<'a>(&'a HeapGraph);
+
+#[derive(Serialize)]
+struct OutObject<'a> {
+    id: u64,
+    addr: u64,
+    size: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    site: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thread: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seq: Option<u64>,
+    refs: OutRefs<'a>,
+}
+
+impl Serialize for OutObjects<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let g = self.0;
+        let mut seq = s.serialize_seq(Some(g.object_count()))?;
+        for o in 0..g.object_count() as ObjectIndex {
+            let r = g.objects().record(o);
+            seq.serialize_element(&OutObject {
+                id: r.id,
+                addr: r.addr,
+                size: r.size,
+                site: (r.site != NO_SITE).then(|| g.sites[r.site as usize].id),
+                thread: (r.thread != NO_THREAD).then_some(r.thread),
+                seq: (r.seq != NO_SEQ).then_some(r.seq),
+                refs: OutRefs(g, g.edges().of(o)),
+            })?;
+        }
+        seq.end()
+    }
+}
+
+struct OutThreads<'a>(&'a HeapGraph);
+
+#[derive(Serialize)]
+struct OutThread<'a> {
+    tid: u32,
+    name: &'a str,
+    state: JsonState,
+    frames: Vec<OutFrame<'a>>,
+}
+
+#[derive(Serialize)]
+struct OutFrame<'a> {
+    function: &'a str,
+    module: &'a str,
+    kind: FrameKind,
+    refs: OutRefs<'a>,
+}
+
+impl Serialize for OutThreads<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let g = self.0;
+        s.collect_seq(g.threads.iter().map(|t| {
+            OutThread {
+                tid: t.tid,
+                name: &t.name,
+                state: match &t.state {
+                    ThreadState::Stopped => JsonState::Stopped,
+                    ThreadState::NotStoppable(reason) => JsonState::NotStoppable(reason.clone()),
+                },
+                frames: t
+                    .frames
+                    .iter()
+                    .map(|f| OutFrame {
+                        function: &f.function,
+                        module: &f.module,
+                        kind: f.kind,
+                        refs: OutRefs(g, &f.refs),
+                    })
+                    .collect(),
+            }
+        }))
+    }
+}
