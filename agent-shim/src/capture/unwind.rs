@@ -1,0 +1,536 @@
+//! Frame-by-frame unwinding of a stopped thread (x86-64), with DWARF CFI from the in-memory
+//! `.eh_frame_hdr`/`.eh_frame` of each module (gimli), frame pointers as a fallback, and the
+//! kernel's signal frames recognised by their `__restore_rt` trampoline.
+//!
+//! Owns: turning a thread's saved registers into its frames, each with the stack words it
+//! owns (SPEC §3): frame i owns `[SP_i, CFA_i)`, frame 0 also the registers and the 128-byte
+//! red zone, and a callee-saved register that a callee spilled on behalf of its callers is
+//! given to the frame whose value it is, not to the callee whose range contains the slot. The
+//! last frame is the `<thread>` pseudo-frame: the stack above the outermost frame, the static
+//! TLS block and the thread descriptor.
+//!
+//! Runs while the world is stopped: it never calls libc malloc, the loader or stdio, and it
+//! reads memory only after checking it against the pre-read memory map. It stops cleanly on
+//! anything that does not look like a frame.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::ops::Range;
+
+use gimli::{CfaRule, EhFrame, Register, RegisterRule, UnwindContext, UnwindSection};
+
+use super::modules::{AddressSpace, Bytes};
+
+/// DWARF register numbers (x86-64 psABI).
+pub const RAX: usize = 0;
+pub const RDX: usize = 1;
+pub const RCX: usize = 2;
+pub const RBX: usize = 3;
+pub const RSI: usize = 4;
+pub const RDI: usize = 5;
+pub const RBP: usize = 6;
+pub const RSP: usize = 7;
+pub const R12: usize = 12;
+pub const R15: usize = 15;
+/// The return-address column, which is also where the program counter is kept.
+pub const RIP: usize = 16;
+
+/// The callee-saved registers of the SysV x86-64 ABI.
+const CALLEE_SAVED: [usize; 6] = [RBX, RBP, R12, R12 + 1, R12 + 2, R15];
+
+/// Size of the red zone below the stack pointer that leaf code may use without moving it.
+pub const RED_ZONE: u64 = 128;
+
+/// Size of glibc's thread descriptor (`struct pthread`) that the thread pointer points at.
+const THREAD_DESCRIPTOR: u64 = 2304;
+
+/// A stopped thread's registers in DWARF order (0..=16, 16 being rip), and its thread
+/// pointer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Registers {
+    pub gpr: [u64; 17],
+    pub fs_base: u64,
+}
+
+/// Index of each DWARF register in `mcontext_t.gregs` (REG_R8 = 0 … REG_RIP = 16).
+const GREG_OF_DWARF: [usize; 17] = [13, 12, 14, 11, 9, 8, 10, 15, 0, 1, 2, 3, 4, 5, 6, 7, 16];
+
+impl Registers {
+    /// Reads the general registers out of a `mcontext_t.gregs` array.
+    pub fn from_gregs(gregs: &[i64; 23], fs_base: u64) -> Registers {
+        let mut gpr = [0u64; 17];
+        for (d, &g) in GREG_OF_DWARF.iter().enumerate() {
+            gpr[d] = gregs[g] as u64;
+        }
+        Registers { gpr, fs_base }
+    }
+}
+
+/// What kind of frame the unwinder found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrameSort {
+    /// An ordinary call frame.
+    Call,
+    /// A kernel signal frame: the target's own signal handler was running above it.
+    Signal,
+    /// The `<thread>` pseudo-frame.
+    Thread,
+}
+
+/// One frame and the memory it holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RawFrame {
+    pub sort: FrameSort,
+    /// Program counter: the interrupted instruction for frame 0, a return address above.
+    pub pc: u64,
+    pub sp: u64,
+    pub cfa: u64,
+    /// Stack (or TLS) ranges this frame owns, 8-aligned and readable.
+    pub ranges: Vec<Range<u64>>,
+    /// Words that are roots of this frame but are not read from `ranges`: registers, and
+    /// callee-saved values spilled by callees.
+    pub values: Vec<u64>,
+}
+
+/// The result of unwinding one thread.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Unwound {
+    /// Innermost first; the last one is the `<thread>` pseudo-frame.
+    pub frames: Vec<RawFrame>,
+    /// Stack slots holding a callee-saved register of another frame; a range scan skips
+    /// them (sorted). The frame the value belongs to has it in its `values`.
+    pub skip: Vec<u64>,
+}
+
+/// A CFI row reduced to what x86-64 unwinding needs, cached by address.
+#[derive(Clone, Copy, Debug)]
+struct Row {
+    cfa_reg: u16,
+    cfa_off: i64,
+    /// Rules for the callee-saved registers (`CALLEE_SAVED` order) and the return address.
+    saved: [Rule; 7],
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Rule {
+    Same,
+    Undefined,
+    Offset(i64),
+    ValOffset(i64),
+    Register(u16),
+}
+
+#[derive(Default)]
+struct FxHasher(u64);
+
+impl Hasher for FxHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+
+/// Where the current value of a callee-saved register lives while unwinding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Loc {
+    /// In the thread's register set.
+    Reg,
+    /// Spilled into this stack slot.
+    Slot(u64),
+    /// Unknown (an unsupported rule): nobody gets it.
+    Lost,
+}
+
+/// A DWARF unwinder over a fixed address space. Create it before the stop (it allocates its
+/// cache with the agent's own allocator, which is safe while stopped too).
+pub struct Unwinder<'a> {
+    space: &'a AddressSpace,
+    ctx: Box<UnwindContext<usize>>,
+    cache: FastMap<u64, Option<Row>>,
+}
+
+/// The most frames one thread may have; deeper stacks end in the `<thread>` pseudo-frame.
+const MAX_FRAMES: usize = 4096;
+
+impl<'a> Unwinder<'a> {
+    pub fn new(space: &'a AddressSpace) -> Unwinder<'a> {
+        let mut cache = FastMap::default();
+        cache.reserve(4096);
+        Unwinder {
+            space,
+            ctx: Box::new(UnwindContext::new()),
+            cache,
+        }
+    }
+
+    /// The CFI row for `pc` (already adjusted for return addresses), cached.
+    fn row(&mut self, pc: u64) -> Option<Row> {
+        if let Some(row) = self.cache.get(&pc) {
+            return *row;
+        }
+        let row = self.lookup(pc);
+        self.cache.insert(pc, row);
+        row
+    }
+
+    fn lookup(&mut self, pc: u64) -> Option<Row> {
+        let module = self.space.module_for_pc(pc)?;
+        let eh = module.eh.as_ref()?;
+        let table = eh.hdr.table()?;
+        let fde = table
+            .fde_for_address(
+                &eh.eh_frame,
+                &eh.bases,
+                pc,
+                EhFrame::<Bytes>::cie_from_offset,
+            )
+            .ok()?;
+        let row = fde
+            .unwind_info_for_address(&eh.eh_frame, &eh.bases, &mut self.ctx, pc)
+            .ok()?;
+        let (cfa_reg, cfa_off) = match row.cfa() {
+            CfaRule::RegisterAndOffset { register, offset } => (register.0, *offset),
+            // PLT stubs and hand-written code use CFA expressions; frame pointers (or the end
+            // of the walk) take over there.
+            CfaRule::Expression(_) => return None,
+        };
+        let convert = |r: Option<RegisterRule<usize>>| match r {
+            None | Some(RegisterRule::SameValue) => Rule::Same,
+            Some(RegisterRule::Offset(n)) => Rule::Offset(n),
+            Some(RegisterRule::ValOffset(n)) => Rule::ValOffset(n),
+            Some(RegisterRule::Register(Register(x))) => Rule::Register(x),
+            Some(_) => Rule::Undefined,
+        };
+        let mut saved = [Rule::Same; 7];
+        for (i, &r) in CALLEE_SAVED.iter().enumerate() {
+            saved[i] = convert(row.register(Register(r as u16)));
+        }
+        saved[6] = match row.register(Register(RIP as u16)) {
+            None | Some(RegisterRule::Undefined) => Rule::Undefined,
+            other => convert(other),
+        };
+        Some(Row {
+            cfa_reg,
+            cfa_off,
+            saved,
+        })
+    }
+
+    /// Whether `pc` is glibc's `__restore_rt` (`mov $15, %rax; syscall`), the return address
+    /// the kernel puts above a signal handler.
+    fn is_sigreturn(&self, pc: u64) -> bool {
+        const CODE: [u8; 9] = [0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05];
+        let Some(m) = self.space.mapping(pc) else {
+            return false;
+        };
+        if !m.readable || pc + CODE.len() as u64 > m.end || self.space.module_for_pc(pc).is_none() {
+            return false;
+        }
+        // SAFETY: the 9 bytes lie inside one readable mapping of a loaded module's text.
+        let bytes = unsafe { std::ptr::read_unaligned(pc as *const [u8; 9]) };
+        bytes == CODE
+    }
+
+    /// Unwinds one thread from its saved registers. `stack_hint` is any address on the
+    /// thread's stack (its stack pointer at the stop), used to find the stack mapping.
+    pub fn unwind(&mut self, regs: &Registers) -> Unwound {
+        let space = self.space;
+        let sp0 = regs.gpr[RSP];
+        let stack_end = space.mapping(sp0).map_or(sp0, |m| m.end);
+        let mut frames: Vec<RawFrame> = Vec::with_capacity(32);
+        let mut skip: Vec<u64> = Vec::new();
+        let mut cur = regs.gpr;
+        let mut loc = [Loc::Reg; 6];
+        // Caller-saved registers, rsp and rip are dead across calls: frame 0 owns them.
+        let frame0_values: Vec<u64> = (0..17)
+            .filter(|r| !CALLEE_SAVED.contains(r))
+            .map(|r| regs.gpr[r])
+            .collect();
+        let value_of = |l: Loc| -> Option<u64> {
+            match l {
+                Loc::Reg => None,
+                Loc::Slot(a) => space.read_word(a),
+                Loc::Lost => None,
+            }
+        };
+        let mut after_signal = true; // frame 0's pc is exact, like a frame above a signal
+        let mut outer = sp0; // the end of the last frame pushed
+        while frames.len() < MAX_FRAMES {
+            let index = frames.len();
+            let pc = cur[RIP];
+            let sp = cur[RSP];
+            let low = if after_signal {
+                sp.saturating_sub(RED_ZONE)
+            } else {
+                sp
+            };
+            let mut values = if index == 0 {
+                frame0_values.clone()
+            } else {
+                Vec::new()
+            };
+            let give = |l: Loc, values: &mut Vec<u64>, r: usize| match l {
+                Loc::Reg => values.push(regs.gpr[r]),
+                other => values.extend(value_of(other)),
+            };
+            if index > 0 && self.is_sigreturn(pc) {
+                // rt_sigframe: after the handler's `ret`, sp points at the ucontext; its
+                // mcontext gregs start 40 bytes in.
+                let gregs = sp + 40;
+                let mut next = cur;
+                let mut ok = true;
+                for (d, &g) in GREG_OF_DWARF.iter().enumerate() {
+                    match space.read_word(gregs + 8 * g as u64) {
+                        Some(v) => next[d] = v,
+                        None => ok = false,
+                    }
+                }
+                let int_sp = next[RSP];
+                if !ok || int_sp <= sp || int_sp > stack_end {
+                    break;
+                }
+                for (i, &r) in CALLEE_SAVED.iter().enumerate() {
+                    give(loc[i], &mut values, r);
+                    let slot = gregs + 8 * GREG_OF_DWARF[r] as u64;
+                    loc[i] = Loc::Slot(slot);
+                    skip.push(slot);
+                }
+                let end = int_sp.saturating_sub(RED_ZONE).max(sp);
+                frames.push(RawFrame {
+                    sort: FrameSort::Signal,
+                    pc,
+                    sp,
+                    cfa: end,
+                    ranges: space.clamp(low..end),
+                    values,
+                });
+                outer = end;
+                cur = next;
+                after_signal = true;
+                continue;
+            }
+            let lookup_pc = if after_signal { pc } else { pc.wrapping_sub(1) };
+            let row = self.row(lookup_pc).or_else(|| {
+                // No CFI: trust rbp as a frame pointer when it points up the same stack.
+                let rbp = cur[RBP];
+                (rbp >= sp && rbp < stack_end && rbp.is_multiple_of(8)).then_some(Row {
+                    cfa_reg: RBP as u16,
+                    cfa_off: 16,
+                    saved: [
+                        Rule::Same,
+                        Rule::Offset(-16),
+                        Rule::Same,
+                        Rule::Same,
+                        Rule::Same,
+                        Rule::Same,
+                        Rule::Offset(-8),
+                    ],
+                })
+            });
+            let Some(row) = row else { break };
+            let Some(&base) = cur.get(row.cfa_reg as usize) else {
+                break;
+            };
+            let cfa = base.wrapping_add(row.cfa_off as u64);
+            if cfa <= sp || cfa > stack_end || !cfa.is_multiple_of(8) {
+                break;
+            }
+            let mut next = cur;
+            next[RSP] = cfa;
+            let mut lost = false;
+            for (i, &r) in CALLEE_SAVED.iter().enumerate() {
+                match row.saved[i] {
+                    Rule::Same => {}
+                    Rule::Offset(n) => {
+                        // This frame uses r: the value it had is this frame's; its caller's
+                        // value now lives in the slot.
+                        let slot = cfa.wrapping_add(n as u64);
+                        give(loc[i], &mut values, r);
+                        match space.read_word(slot) {
+                            Some(v) => {
+                                next[r] = v;
+                                loc[i] = Loc::Slot(slot);
+                                skip.push(slot);
+                            }
+                            None => loc[i] = Loc::Lost,
+                        }
+                    }
+                    Rule::ValOffset(n) => {
+                        give(loc[i], &mut values, r);
+                        next[r] = cfa.wrapping_add(n as u64);
+                        loc[i] = Loc::Lost;
+                    }
+                    Rule::Register(x) => {
+                        give(loc[i], &mut values, r);
+                        next[r] = cur.get(x as usize).copied().unwrap_or(0);
+                        loc[i] = Loc::Lost;
+                    }
+                    Rule::Undefined => {
+                        give(loc[i], &mut values, r);
+                        loc[i] = Loc::Lost;
+                    }
+                }
+            }
+            let ra = match row.saved[6] {
+                Rule::Offset(n) => space.read_word(cfa.wrapping_add(n as u64)),
+                Rule::Register(x) => cur.get(x as usize).copied(),
+                Rule::Undefined => {
+                    lost = true;
+                    None
+                }
+                _ => None,
+            };
+            frames.push(RawFrame {
+                sort: FrameSort::Call,
+                pc,
+                sp,
+                cfa,
+                ranges: space.clamp(low..cfa),
+                values,
+            });
+            outer = cfa;
+            let Some(ra) = ra.filter(|&ra| !lost && space.module_for_pc(ra).is_some()) else {
+                break;
+            };
+            next[RIP] = ra;
+            cur = next;
+            after_signal = false;
+        }
+        // Values still pending belong to the outermost real frame.
+        if let Some(last) = frames.last_mut() {
+            for (i, &r) in CALLEE_SAVED.iter().enumerate() {
+                match loc[i] {
+                    Loc::Reg => last.values.push(regs.gpr[r]),
+                    l => last.values.extend(value_of(l)),
+                }
+            }
+        } else {
+            // Not even one frame: the registers and the red zone still are the thread's.
+            outer = sp0.saturating_sub(RED_ZONE);
+        }
+        let mut thread_ranges = space.clamp(outer..stack_end);
+        if regs.fs_base != 0 {
+            let tls =
+                regs.fs_base.saturating_sub(space.static_tls)..regs.fs_base + THREAD_DESCRIPTOR;
+            thread_ranges.extend(space.clamp(tls));
+        }
+        let thread_values = if frames.is_empty() {
+            regs.gpr.to_vec()
+        } else {
+            Vec::new()
+        };
+        frames.push(RawFrame {
+            sort: FrameSort::Thread,
+            pc: 0,
+            sp: outer,
+            cfa: stack_end,
+            ranges: merge(thread_ranges),
+            values: thread_values,
+        });
+        skip.sort_unstable();
+        skip.dedup();
+        Unwound { frames, skip }
+    }
+}
+
+/// Sorts and merges overlapping ranges.
+fn merge(mut ranges: Vec<Range<u64>>) -> Vec<Range<u64>> {
+    ranges.sort_by_key(|r| r.start);
+    let mut out: Vec<Range<u64>> = Vec::with_capacity(ranges.len());
+    for r in ranges {
+        match out.last_mut() {
+            Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+            _ => out.push(r),
+        }
+    }
+    out
+}
+
+/// The registers of the calling thread, from `getcontext` (for tests and self-capture).
+pub fn current_registers() -> Registers {
+    // SAFETY: ucontext_t is plain data; zeroed is a valid initial value for getcontext.
+    let mut uc: libc::ucontext_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `uc` is a valid, writable ucontext_t.
+    unsafe { libc::getcontext(&mut uc) };
+    let mut fs_base = 0u64;
+    // SAFETY: ARCH_GET_FS writes the thread pointer into the u64 we pass.
+    unsafe { libc::syscall(libc::SYS_arch_prctl, 0x1003, &mut fs_base as *mut u64) };
+    Registers::from_gregs(&uc.uc_mcontext.gregs, fs_base)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::hint::black_box;
+
+    fn owner(u: &Unwound, addr: u64) -> Option<usize> {
+        u.frames
+            .iter()
+            .position(|f| f.ranges.iter().any(|r| r.contains(&addr)))
+    }
+
+    #[inline(never)]
+    fn innermost(space: &AddressSpace, marks: &mut Vec<u64>) -> Unwound {
+        let local = black_box(0x1234u64);
+        marks.push(black_box(&local) as *const u64 as u64);
+        let regs = current_registers();
+        let u = Unwinder::new(space).unwind(&regs);
+        black_box(&local);
+        u
+    }
+
+    #[inline(never)]
+    fn middle(space: &AddressSpace, marks: &mut Vec<u64>) -> Unwound {
+        let local = black_box([7u64; 4]);
+        marks.push(black_box(&local) as *const u64 as u64);
+        let u = innermost(space, marks);
+        black_box(&local);
+        u
+    }
+
+    #[inline(never)]
+    fn outer(space: &AddressSpace, marks: &mut Vec<u64>) -> Unwound {
+        let local = black_box([9u64; 8]);
+        marks.push(black_box(&local) as *const u64 as u64);
+        let u = middle(space, marks);
+        black_box(&local);
+        u
+    }
+
+    #[test]
+    fn the_current_thread_unwinds_frame_by_frame() {
+        let space = AddressSpace::load();
+        let mut marks = Vec::new();
+        let u = outer(&space, &mut marks);
+        assert!(u.frames.len() >= 5, "{:#x?}", u.frames);
+        assert_eq!(u.frames.last().unwrap().sort, FrameSort::Thread);
+        // Frames are contiguous, CFA strictly increasing.
+        for w in u.frames.windows(2) {
+            assert!(w[0].cfa > w[0].sp);
+            assert!(w[1].sp >= w[0].cfa || w[1].sort == FrameSort::Thread);
+        }
+        // The locals of outer, middle and innermost sit in three distinct, ordered frames.
+        let owners: Vec<usize> = marks
+            .iter()
+            .map(|&a| owner(&u, a).expect("owned"))
+            .collect();
+        assert!(owners[0] > owners[1] && owners[1] > owners[2], "{owners:?}");
+        // The walk reaches past the test functions, into the test harness.
+        assert!(u.frames.len() > owners[0] + 2);
+    }
+
+    #[test]
+    fn ranges_merge() {
+        assert_eq!(merge(vec![5..9, 0..4, 3..6]), vec![0..9]);
+        assert_eq!(merge(vec![0..1, 2..3]), vec![0..1, 2..3]);
+    }
+}
