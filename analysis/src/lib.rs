@@ -3,9 +3,13 @@
 //!
 //! Pure safe Rust; the only I/O is reading and writing snapshot files.
 
+pub mod attribution;
+pub mod dominators;
 pub mod figures;
 pub mod graph;
+mod groups;
 pub mod snapshot;
 
+pub use attribution::{Analysis, UnknownThread};
 pub use figures::*;
 pub use graph::*;

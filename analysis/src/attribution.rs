@@ -1,0 +1,569 @@
+//! The exact attribution of every heap byte to threads and frames (SPEC §3).
+//!
+//! [`Analysis::new`] builds the dominator tree of the heap graph under a super-root —
+//! super-root → thread nodes and the globals node → frame nodes → objects — and reads every
+//! figure off it:
+//! - an object's class is decided by its nearest dominator that is not an object: a frame
+//!   `f` makes it frame-proprietary to `f` (every root reaching it is `f`), a thread node
+//!   frame-shared, the globals node global-only, the super-root thread-shared, and no
+//!   dominator at all (unreached) a leak;
+//! - groups are the objects whose immediate dominator is a thread, the super-root or the
+//!   globals, with their dominator subtrees; their sharers come from the small graph of
+//!   holders (see `groups`), never from per-object sets;
+//! - release of a thread set needs only per-thread proprietary bytes and the sharers of the
+//!   thread-shared groups.
+//!
+//! An unreached object is "definitely lost" when no other block points to it; a block's
+//! pointer to itself does not count (as in Valgrind's memcheck), so a lone self-referencing
+//! block is definitely lost while the blocks of an unreachable cycle are indirectly lost.
+//!
+//! What is kept per object is three `u32`s (immediate dominator, holder slot, and the
+//! member lists); every temporary of the computation is dropped before `new` returns.
+//! This module computes; it must never read or write files, nor know the wire protocol.
+
+use std::collections::HashSet;
+
+use thiserror::Error;
+
+use crate::dominators::{self, Csr, DomTree, NONE, Successors};
+use crate::figures::{
+    FrameFigures, Group, GroupId, GroupKind, Holder, Leaks, ObjectClass, Sharer, ThreadFigures,
+    Totals,
+};
+use crate::graph::{HeapGraph, ObjectIndex};
+use crate::groups::{self, FRAME_SHARED, GLOBAL_ONLY, Numbering, SlotMembers, THREAD_SHARED};
+
+/// A thread id that is not in the snapshot.
+#[derive(Debug, Error, PartialEq, Eq)]
+#[error("unknown thread id {0}")]
+pub struct UnknownThread(pub u32);
+
+/// Where the non-object nodes sit in the dominator computation's node ids: objects keep
+/// their index, then come the globals node, one node per thread, one per frame (threads'
+/// frames one after another, "flat" frame indices) and the super-root last.
+#[derive(Clone, Debug)]
+pub(crate) struct Layout {
+    pub objects: u32,
+    pub threads: u32,
+    /// First flat frame index of each thread, then the frame count.
+    frame_base: Vec<u32>,
+    /// Thread index of each flat frame.
+    frame_thread: Vec<u32>,
+}
+
+/// What a node id stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Node {
+    Object(ObjectIndex),
+    Globals,
+    Thread(u32),
+    /// A flat frame index.
+    Frame(u32),
+    SuperRoot,
+}
+
+impl Layout {
+    fn new(graph: &HeapGraph) -> Layout {
+        let mut frame_base = Vec::with_capacity(graph.threads.len() + 1);
+        let mut frame_thread = Vec::new();
+        for (t, thread) in graph.threads.iter().enumerate() {
+            frame_base.push(frame_thread.len() as u32);
+            frame_thread.extend(std::iter::repeat_n(t as u32, thread.frames.len()));
+        }
+        frame_base.push(frame_thread.len() as u32);
+        let total = graph.object_count() as u64
+            + graph.threads.len() as u64
+            + frame_thread.len() as u64
+            + 2;
+        assert!(
+            total < NONE as u64,
+            "too many objects, threads and frames for u32 ids"
+        );
+        Layout {
+            objects: graph.object_count() as u32,
+            threads: graph.threads.len() as u32,
+            frame_base,
+            frame_thread,
+        }
+    }
+
+    pub fn frames(&self) -> u32 {
+        self.frame_thread.len() as u32
+    }
+
+    fn globals(&self) -> u32 {
+        self.objects
+    }
+
+    fn thread(&self, t: u32) -> u32 {
+        self.objects + 1 + t
+    }
+
+    fn frame(&self, f: u32) -> u32 {
+        self.objects + 1 + self.threads + f
+    }
+
+    fn super_root(&self) -> u32 {
+        self.objects + 1 + self.threads + self.frames()
+    }
+
+    pub fn node(&self, v: u32) -> Node {
+        if v < self.objects {
+            Node::Object(v)
+        } else if v == self.globals() {
+            Node::Globals
+        } else if v < self.frame(0) {
+            Node::Thread(v - self.thread(0))
+        } else if v < self.super_root() {
+            Node::Frame(v - self.frame(0))
+        } else {
+            Node::SuperRoot
+        }
+    }
+
+    /// Thread index and frame index within the thread of a flat frame index.
+    pub fn frame_position(&self, f: u32) -> (usize, usize) {
+        let t = self.frame_thread[f as usize];
+        (t as usize, (f - self.frame_base[t as usize]) as usize)
+    }
+
+    /// Flat index of a thread's frame, if both exist.
+    fn flat_frame(&self, thread: usize, frame: usize) -> Option<u32> {
+        let start = *self.frame_base.get(thread)?;
+        let end = *self.frame_base.get(thread + 1)?;
+        let f = start.checked_add(u32::try_from(frame).ok()?)?;
+        (f < end).then_some(f)
+    }
+}
+
+/// The heap graph with its roots, as the dominator computation walks it. Objects' edges
+/// are read in place; only the roots' few edges are copied.
+struct RootedHeap<'g> {
+    graph: &'g HeapGraph,
+    objects: u32,
+    /// Successors of the nodes from the globals node on.
+    roots: Csr,
+}
+
+impl<'g> RootedHeap<'g> {
+    fn new(graph: &'g HeapGraph, layout: &Layout) -> Self {
+        let mut roots = Csr::default();
+        roots.push(graph.globals.iter().copied());
+        for t in 0..layout.threads {
+            let (start, end) = (
+                layout.frame_base[t as usize],
+                layout.frame_base[t as usize + 1],
+            );
+            roots.push((start..end).map(|f| layout.frame(f)));
+        }
+        for thread in &graph.threads {
+            for frame in &thread.frames {
+                roots.push(frame.refs.iter().copied());
+            }
+        }
+        roots.push(
+            (0..layout.threads)
+                .map(|t| layout.thread(t))
+                .chain([layout.globals()]),
+        );
+        RootedHeap {
+            graph,
+            objects: layout.objects,
+            roots,
+        }
+    }
+}
+
+impl Successors for RootedHeap<'_> {
+    fn node_count(&self) -> usize {
+        self.objects as usize + self.roots.node_count()
+    }
+
+    fn successors(&self, v: u32) -> &[u32] {
+        if v < self.objects {
+            self.graph.edges().of(v)
+        } else {
+            self.roots.successors(v - self.objects)
+        }
+    }
+}
+
+/// Every figure of SPEC §3 for one heap graph.
+#[derive(Clone, Debug)]
+pub struct Analysis {
+    layout: Layout,
+    /// Immediate dominator of each object as a node id ([`Layout::node`]), or [`NONE`].
+    idom: Vec<u32>,
+    /// Holder slot of each object: its flat frame when frame-proprietary, `frames + g` when
+    /// a member of group `g`, or one of the two leak slots after the groups.
+    slot: Vec<u32>,
+    members: SlotMembers,
+    numbering: Numbering,
+    threads: Vec<ThreadFigures>,
+    groups: Vec<Group>,
+    leaks: Leaks,
+    totals: Totals,
+}
+
+impl Analysis {
+    /// Runs the whole attribution: dominator tree, classes, per-thread and per-frame
+    /// figures, groups, leaks. Linear in objects + edges except the dominator tree's
+    /// near-linear passes; no recursion anywhere.
+    pub fn new(graph: &HeapGraph) -> Analysis {
+        let layout = Layout::new(graph);
+        let n = layout.objects as usize;
+        let frames = layout.frames();
+
+        let DomTree { mut idom, preorder } = {
+            let heap = RootedHeap::new(graph, &layout);
+            dominators::dominator_tree(&heap, layout.super_root())
+        };
+        idom.truncate(n);
+        idom.shrink_to_fit();
+
+        let numbering = Numbering::new(&layout, &idom);
+        let group_count = numbering.len() as u32;
+        let definitely_lost = frames + group_count;
+        let indirectly_lost = definitely_lost + 1;
+
+        let mut slot = vec![definitely_lost; n];
+        for (g, &e) in numbering.entries.iter().enumerate() {
+            slot[e as usize] = frames + g as u32;
+        }
+        // Preorder visits each dominator before what it dominates, so one pass hands every
+        // object the holder of its immediate dominator.
+        for &v in &preorder {
+            match idom.get(v as usize) {
+                Some(&d) if d < layout.objects => slot[v as usize] = slot[d as usize],
+                Some(&d) => {
+                    if let Node::Frame(f) = layout.node(d) {
+                        slot[v as usize] = f;
+                    }
+                }
+                None => {}
+            }
+        }
+        drop(preorder);
+        let edges = graph.edges();
+        for o in 0..n {
+            if slot[o] >= definitely_lost {
+                for &y in edges.of(o as ObjectIndex) {
+                    if y as usize != o {
+                        slot[y as usize] = indirectly_lost;
+                    }
+                }
+            }
+        }
+
+        let slots = indirectly_lost as usize + 1;
+        let members = SlotMembers::new(&slot, slots);
+        let sizes = &graph.objects().size;
+        let slot_bytes: Vec<u64> = (0..slots as u32)
+            .map(|s| members.of(s).iter().map(|&o| sizes[o as usize]).sum())
+            .collect();
+
+        let referents = groups::referents(graph, &layout, &slot, &members, group_count);
+
+        // Sharer bits follow tid order, so reading a set's bits upwards lists tids ascending.
+        let mut by_tid: Vec<u32> = (0..layout.threads).collect();
+        by_tid.sort_unstable_by_key(|&t| graph.threads[t as usize].tid);
+        let mut rank = vec![0u32; by_tid.len()];
+        for (r, &t) in by_tid.iter().enumerate() {
+            rank[t as usize] = r as u32;
+        }
+        let sharer_sets =
+            groups::thread_shared_sharers(graph, &layout, &numbering, &slot, &referents, &rank);
+
+        let id_of = |g: u32| group_id(&numbering, g);
+        let mut threads: Vec<ThreadFigures> = graph
+            .threads
+            .iter()
+            .map(|t| ThreadFigures {
+                tid: t.tid,
+                ..Default::default()
+            })
+            .collect();
+        for f in 0..frames {
+            let (t, _) = layout.frame_position(f);
+            let (frame_shared, thread_shared) = referents
+                .successors(f)
+                .iter()
+                .map(|&g| id_of(g))
+                .partition(|id| id.kind == GroupKind::FrameShared);
+            threads[t].proprietary += slot_bytes[f as usize];
+            threads[t].frames.push(FrameFigures {
+                proprietary: slot_bytes[f as usize],
+                frame_shared,
+                thread_shared,
+            });
+        }
+
+        let t0 = numbering.kind_start[THREAD_SHARED];
+        let mut group_list = Vec::with_capacity(numbering.len());
+        for g in 0..group_count {
+            let s = (frames + g) as usize;
+            let size = slot_bytes[s];
+            let sharers = match numbering.kind(g) {
+                FRAME_SHARED => {
+                    let t = numbering.thread[g as usize] as usize;
+                    threads[t].proprietary += size;
+                    vec![Sharer::Thread(graph.threads[t].tid)]
+                }
+                GLOBAL_ONLY => vec![Sharer::Globals],
+                _ => {
+                    let bits = sharer_sets.of((g - t0) as usize);
+                    let mut sharers = Vec::new();
+                    for (w, &word) in bits.iter().enumerate() {
+                        let mut word = word;
+                        while word != 0 {
+                            let bit = w * 64 + word.trailing_zeros() as usize;
+                            word &= word - 1;
+                            if bit == by_tid.len() {
+                                sharers.push(Sharer::Globals);
+                            } else {
+                                let t = by_tid[bit] as usize;
+                                threads[t].shared += size;
+                                sharers.push(Sharer::Thread(graph.threads[t].tid));
+                            }
+                        }
+                    }
+                    sharers
+                }
+            };
+            group_list.push(Group {
+                id: id_of(g),
+                entry: numbering.entries[g as usize],
+                size,
+                objects: members.of(s as u32).len() as u64,
+                sharers,
+                refs: referents
+                    .successors(frames + g)
+                    .iter()
+                    .map(|&r| id_of(r))
+                    .collect(),
+            });
+        }
+        for t in &mut threads {
+            t.total = t.proprietary + t.shared;
+        }
+
+        let leaks = Leaks {
+            bytes: slot_bytes[definitely_lost as usize] + slot_bytes[indirectly_lost as usize],
+            objects: (members.of(definitely_lost).len() + members.of(indirectly_lost).len()) as u64,
+            definitely_lost: slot_bytes[definitely_lost as usize],
+            indirectly_lost: slot_bytes[indirectly_lost as usize],
+            definitely_lost_objects: members.of(definitely_lost).len() as u64,
+            indirectly_lost_objects: members.of(indirectly_lost).len() as u64,
+        };
+        let g0 = (frames + numbering.kind_start[GLOBAL_ONLY]) as usize;
+        let g1 = (frames + numbering.kind_start[3]) as usize;
+        let totals = Totals {
+            objects: n as u64,
+            bytes: graph.total_bytes(),
+            unreachable_bytes: leaks.bytes,
+            global_only_bytes: slot_bytes[g0..g1].iter().sum(),
+        };
+
+        Analysis {
+            layout,
+            idom,
+            slot,
+            members,
+            numbering,
+            threads,
+            groups: group_list,
+            leaks,
+            totals,
+        }
+    }
+
+    pub fn totals(&self) -> Totals {
+        self.totals
+    }
+
+    /// One entry per `graph.threads[i]`, same order.
+    pub fn threads(&self) -> &[ThreadFigures] {
+        &self.threads
+    }
+
+    /// Thread indices ranked by total descending, ties by tid ascending.
+    pub fn ranking(&self) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..self.threads.len()).collect();
+        order.sort_by_key(|&t| {
+            (
+                std::cmp::Reverse(self.threads[t].total),
+                self.threads[t].tid,
+            )
+        });
+        order
+    }
+
+    /// All groups, ordered F1..Fn, T1..Tn, G1..Gn.
+    pub fn groups(&self) -> &[Group] {
+        &self.groups
+    }
+
+    pub fn group(&self, id: GroupId) -> Option<&Group> {
+        self.group_index(id).map(|g| &self.groups[g as usize])
+    }
+
+    /// The class of one object.
+    pub fn class_of(&self, o: ObjectIndex) -> ObjectClass {
+        let s = self.slot[o as usize];
+        let frames = self.layout.frames();
+        let groups = self.numbering.len() as u32;
+        if s < frames {
+            let (thread, frame) = self.layout.frame_position(s);
+            return ObjectClass::FrameProprietary { thread, frame };
+        }
+        if s == frames + groups {
+            return ObjectClass::DefinitelyLost;
+        }
+        if s > frames + groups {
+            return ObjectClass::IndirectlyLost;
+        }
+        let g = s - frames;
+        match self.numbering.kind(g) {
+            FRAME_SHARED => ObjectClass::FrameShared {
+                thread: self.numbering.thread[g as usize] as usize,
+            },
+            THREAD_SHARED => ObjectClass::ThreadShared,
+            _ => ObjectClass::GlobalOnly,
+        }
+    }
+
+    /// The group an object belongs to (None for frame-proprietary and unreachable objects).
+    pub fn group_of(&self, o: ObjectIndex) -> Option<GroupId> {
+        let s = self.slot[o as usize];
+        let frames = self.layout.frames();
+        let g = s.checked_sub(frames)?;
+        (g < self.numbering.len() as u32).then(|| group_id(&self.numbering, g))
+    }
+
+    /// Members of a group, ascending object index (entry included).
+    pub fn members(&self, id: GroupId) -> Vec<ObjectIndex> {
+        match self.group_index(id) {
+            Some(g) => self.members.of(self.layout.frames() + g).to_vec(),
+            None => Vec::new(),
+        }
+    }
+
+    /// Objects frame-proprietary to a frame, ascending object index (empty when the frame
+    /// does not exist).
+    pub fn frame_members(&self, thread: usize, frame: usize) -> Vec<ObjectIndex> {
+        match self.layout.flat_frame(thread, frame) {
+            Some(f) => self.members.of(f).to_vec(),
+            None => Vec::new(),
+        }
+    }
+
+    /// Unreachable objects, ascending object index: definitely lost ones, then indirectly
+    /// lost ones.
+    pub fn leaked(&self) -> (&[ObjectIndex], &[ObjectIndex]) {
+        let definitely = self.layout.frames() + self.numbering.len() as u32;
+        (self.members.of(definitely), self.members.of(definitely + 1))
+    }
+
+    /// Immediate dominator of an object, when that is another object (None when it is a
+    /// frame, thread, globals or super-root node, or the object is unreachable).
+    pub fn dominator(&self, o: ObjectIndex) -> Option<ObjectIndex> {
+        let d = self.idom[o as usize];
+        (d < self.layout.objects).then_some(d)
+    }
+
+    pub fn leaks(&self) -> Leaks {
+        self.leaks
+    }
+
+    /// Bytes freed if every thread in `tids` ended: `Σ size(o) : ∅ ≠ T(o) ⊆ S`.
+    pub fn release(&self, tids: &[u32]) -> Result<u64, UnknownThread> {
+        let mut set: Vec<u32> = tids.to_vec();
+        set.sort_unstable();
+        set.dedup();
+        let mut bytes = 0;
+        for &tid in &set {
+            let t = self
+                .threads
+                .iter()
+                .position(|f| f.tid == tid)
+                .ok_or(UnknownThread(tid))?;
+            bytes += self.threads[t].proprietary;
+        }
+        let t0 = self.numbering.kind_start[THREAD_SHARED] as usize;
+        let t1 = self.numbering.kind_start[GLOBAL_ONLY] as usize;
+        for group in &self.groups[t0..t1] {
+            let within = group.sharers.iter().all(|s| match s {
+                Sharer::Thread(tid) => set.binary_search(tid).is_ok(),
+                Sharer::Globals => false,
+            });
+            if within {
+                bytes += group.size;
+            }
+        }
+        Ok(bytes)
+    }
+
+    /// Groups the holder refers to directly (ascending).
+    pub fn direct_referents(&self, holder: Holder) -> Vec<GroupId> {
+        match holder {
+            Holder::Frame { thread, frame } => self
+                .threads
+                .get(thread)
+                .and_then(|t| t.frames.get(frame))
+                .map(|f| {
+                    f.frame_shared
+                        .iter()
+                        .chain(&f.thread_shared)
+                        .copied()
+                        .collect()
+                })
+                .unwrap_or_default(),
+            Holder::Group(id) => self.group(id).map(|g| g.refs.clone()).unwrap_or_default(),
+        }
+    }
+
+    /// Transitive closure of `direct_referents` (ascending), e.g. F3 → T1 → F2 gives
+    /// [F2, F3, T1]. A group holder is not listed among its own developed referents even
+    /// when a cycle of references leads back to it.
+    pub fn developed_referents(&self, holder: Holder) -> Vec<GroupId> {
+        let mut seen: HashSet<GroupId> = HashSet::new();
+        let mut todo = self.direct_referents(holder);
+        while let Some(id) = todo.pop() {
+            if seen.insert(id)
+                && let Some(g) = self.group(id)
+            {
+                todo.extend(g.refs.iter().filter(|r| !seen.contains(r)));
+            }
+        }
+        if let Holder::Group(id) = holder {
+            seen.remove(&id);
+        }
+        let mut out: Vec<GroupId> = seen.into_iter().collect();
+        out.sort_unstable();
+        out
+    }
+
+    fn group_index(&self, id: GroupId) -> Option<u32> {
+        let k = match id.kind {
+            GroupKind::FrameShared => FRAME_SHARED,
+            GroupKind::ThreadShared => THREAD_SHARED,
+            GroupKind::GlobalOnly => GLOBAL_ONLY,
+        };
+        let start = self.numbering.kind_start[k];
+        let count = self.numbering.kind_start[k + 1] - start;
+        (id.number >= 1 && id.number <= count).then(|| start + id.number - 1)
+    }
+}
+
+fn group_id(numbering: &Numbering, g: u32) -> GroupId {
+    let k = numbering.kind(g);
+    let kind = match k {
+        FRAME_SHARED => GroupKind::FrameShared,
+        THREAD_SHARED => GroupKind::ThreadShared,
+        _ => GroupKind::GlobalOnly,
+    };
+    GroupId {
+        kind,
+        number: g - numbering.kind_start[k] + 1,
+    }
+}
