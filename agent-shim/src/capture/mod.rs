@@ -5,4 +5,5 @@
 //! never runs on a hook's path: only the agent thread captures.
 
 pub mod modules;
+pub mod stop;
 pub mod unwind;

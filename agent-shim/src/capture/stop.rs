@@ -1,0 +1,500 @@
+//! Stop-the-world, Boehm-GC style, with a real-time signal.
+//!
+//! Owns: the stop signal (`SIGRTMIN + 4`, chosen above the three that glibc keeps for itself:
+//! cancellation, setxid, and timers), its handler, and the protocol between the agent thread
+//! and the threads it stops. The agent thread sends the signal with `tgkill` to every listed
+//! thread; each handler saves its registers (from the `ucontext`) and its thread pointer into a
+//! slot prepared beforehand, acknowledges, and sleeps on a futex until the agent resumes the
+//! world. Unanswered threads get the signal again after a while; a thread that has not answered
+//! by the deadline (signal blocked by a raw syscall, parent of a vfork, stuck in the kernel) is
+//! reported as not stoppable, with the reason read from `/proc`, and never waited on again.
+//!
+//! Must never: allocate with libc, take a lock, or use stdio in the handler or while the world
+//! is stopped; wait on any thread without a deadline; free the slot table while a handler may
+//! still touch it.
+
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use super::unwind::Registers;
+
+/// The stop signal.
+pub fn stop_signal() -> libc::c_int {
+    libc::SIGRTMIN() + 4
+}
+
+const IDLE: u32 = 0;
+const REQUESTED: u32 = 1;
+const SAVED: u32 = 2;
+const LEFT: u32 = 3;
+
+/// One thread's slot, written by its handler.
+struct Slot {
+    tid: u32,
+    state: AtomicU32,
+    regs: UnsafeCell<Registers>,
+}
+
+// SAFETY: `regs` is written only by the handler of thread `tid` while `state` is REQUESTED,
+// and read by the agent only after it observed SAVED (release/acquire on `state`).
+unsafe impl Sync for Slot {}
+
+struct Table {
+    /// Sorted by tid.
+    slots: Vec<Slot>,
+    /// Bumped to release the stopped threads.
+    resume: AtomicU32,
+    /// Number of handlers that saved their registers; futex word the agent sleeps on.
+    acks: AtomicU32,
+}
+
+static TABLE: AtomicPtr<Table> = AtomicPtr::new(std::ptr::null_mut());
+/// How many handlers are inside the part that touches the table.
+static INSIDE: AtomicUsize = AtomicUsize::new(0);
+
+fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
+    let ts = timeout.map(|d| libc::timespec {
+        tv_sec: d.as_secs() as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
+    });
+    let tsp = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: FUTEX_WAIT_PRIVATE reads the word (a valid AtomicU32) and sleeps; `tsp` is null
+    // or points at a live timespec.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            expected,
+            tsp,
+        );
+    }
+}
+
+fn futex_wake(word: &AtomicU32) {
+    // SAFETY: FUTEX_WAKE_PRIVATE on a valid futex word; wakes every waiter.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            i32::MAX,
+        );
+    }
+}
+
+fn gettid() -> u32 {
+    // SAFETY: gettid has no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+}
+
+extern "C" fn handler(_sig: libc::c_int, _info: *mut libc::siginfo_t, uctx: *mut libc::c_void) {
+    // SAFETY: errno is thread-local and always addressable; restored before returning so the
+    // interrupted code never sees our syscalls' errors.
+    let saved_errno = unsafe { *libc::__errno_location() };
+    INSIDE.fetch_add(1, Ordering::SeqCst);
+    let table = TABLE.load(Ordering::SeqCst);
+    if !table.is_null() {
+        // SAFETY: the agent keeps the table alive while INSIDE is non-zero or any slot has not
+        // reached LEFT (see `World::drop`).
+        let table = unsafe { &*table };
+        let tid = gettid();
+        if let Ok(i) = table.slots.binary_search_by_key(&tid, |s| s.tid) {
+            let slot = &table.slots[i];
+            if slot.state.load(Ordering::Acquire) == REQUESTED {
+                let generation = table.resume.load(Ordering::Acquire);
+                let mut fs_base = 0u64;
+                // SAFETY: ARCH_GET_FS writes the thread pointer into `fs_base`; a raw syscall
+                // is async-signal-safe.
+                unsafe { libc::syscall(libc::SYS_arch_prctl, 0x1003, &mut fs_base as *mut u64) };
+                // SAFETY: the kernel passes a valid ucontext_t to an SA_SIGINFO handler.
+                let uc = unsafe { &*(uctx as *const libc::ucontext_t) };
+                let regs = Registers::from_gregs(&uc.uc_mcontext.gregs, fs_base);
+                // SAFETY: only this thread writes this slot, and only while REQUESTED.
+                unsafe { *slot.regs.get() = regs };
+                slot.state.store(SAVED, Ordering::Release);
+                table.acks.fetch_add(1, Ordering::SeqCst);
+                futex_wake(&table.acks);
+                while table.resume.load(Ordering::Acquire) == generation {
+                    futex_wait(&table.resume, generation, None);
+                }
+                slot.state.store(LEFT, Ordering::Release);
+            }
+        }
+    }
+    INSIDE.fetch_sub(1, Ordering::SeqCst);
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = saved_errno };
+}
+
+/// Installs the stop signal's handler. Called once at agent start, on the agent thread.
+pub fn install() -> std::io::Result<()> {
+    // SAFETY: a zeroed sigaction is valid; we fill in the handler, flags and an empty mask.
+    let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
+    sa.sa_sigaction = handler as *const () as usize;
+    // SA_RESTART: a thread stopped in read(2) or similar resumes its call transparently.
+    sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+    // SAFETY: `sa.sa_mask` is a valid sigset_t.
+    unsafe { libc::sigemptyset(&mut sa.sa_mask) };
+    // SAFETY: installs a handler for our own real-time signal; `sa` is valid.
+    if unsafe { libc::sigaction(stop_signal(), &sa, std::ptr::null_mut()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// A thread as the capture saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Stopped; its registers at the stop.
+    Stopped(Registers),
+    /// Not stopped by the deadline, with the reason.
+    NotStoppable(String),
+    /// The thread had exited before the signal reached it.
+    Gone,
+}
+
+/// How long to wait before resending the signal, and in all.
+#[derive(Clone, Copy, Debug)]
+pub struct Timeouts {
+    pub resend: Duration,
+    pub deadline: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            resend: Duration::from_millis(20),
+            deadline: Duration::from_millis(500),
+        }
+    }
+}
+
+/// The stopped world. Dropping it resumes every stopped thread.
+pub struct World {
+    table: *mut Table,
+    /// `(tid, outcome)`, in the order of the tids passed to [`stop`].
+    pub threads: Vec<(u32, Outcome)>,
+    /// When the first signal was sent.
+    pub started: Instant,
+}
+
+/// Why a thread did not answer, from its `/proc/self/task/<tid>/status` (read with raw
+/// syscalls into a stack buffer: no allocation while the world is stopped).
+fn why_not_stopped(tid: u32, sig: libc::c_int) -> String {
+    let mut path = [0u8; 64];
+    let prefix = b"/proc/self/task/";
+    path[..prefix.len()].copy_from_slice(prefix);
+    let mut n = prefix.len();
+    let mut digits = [0u8; 10];
+    let mut d = 0;
+    let mut t = tid;
+    loop {
+        digits[d] = b'0' + (t % 10) as u8;
+        d += 1;
+        t /= 10;
+        if t == 0 {
+            break;
+        }
+    }
+    for i in (0..d).rev() {
+        path[n] = digits[i];
+        n += 1;
+    }
+    path[n..n + 7].copy_from_slice(b"/status");
+    let mut buf = [0u8; 2048];
+    // SAFETY: `path` is NUL-terminated (zero-filled beyond the copied bytes).
+    let fd = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return "exited".into();
+    }
+    // SAFETY: reads into our stack buffer of the given length.
+    let len = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    // SAFETY: closes the descriptor we opened.
+    unsafe { libc::close(fd) };
+    let text = &buf[..len.max(0) as usize];
+    let field = |name: &[u8]| -> Option<&[u8]> {
+        text.split(|&b| b == b'\n')
+            .find(|l| l.starts_with(name))
+            .map(|l| l[name.len()..].trim_ascii())
+    };
+    let bit_set = |mask: &[u8]| -> bool {
+        let bit = (sig - 1) as usize;
+        let digit = mask
+            .len()
+            .checked_sub(1 + bit / 4)
+            .and_then(|i| mask.get(i));
+        digit
+            .and_then(|c| (*c as char).to_digit(16))
+            .is_some_and(|v| v & (1 << (bit % 4)) != 0)
+    };
+    if field(b"SigBlk:").is_some_and(bit_set) {
+        return "stop signal blocked".into();
+    }
+    match field(b"State:").and_then(|s| s.first().copied()) {
+        Some(b'D') => "in uninterruptible sleep (vfork or I/O)".into(),
+        Some(b'T') | Some(b't') => "stopped or traced".into(),
+        Some(b'Z') | Some(b'X') => "exited".into(),
+        _ => "did not answer the stop signal".into(),
+    }
+}
+
+/// Stops the threads `tids` (never the caller). The caller must hold the block table frozen
+/// and must not call libc malloc until the returned [`World`] is dropped.
+pub fn stop(tids: &[u32], timeouts: Timeouts) -> World {
+    let me = gettid();
+    let mut sorted: Vec<u32> = tids.iter().copied().filter(|&t| t != me).collect();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let table = Box::into_raw(Box::new(Table {
+        slots: sorted
+            .iter()
+            .map(|&tid| Slot {
+                tid,
+                state: AtomicU32::new(REQUESTED),
+                regs: UnsafeCell::new(Registers::default()),
+            })
+            .collect(),
+        resume: AtomicU32::new(0),
+        acks: AtomicU32::new(0),
+    }));
+    TABLE.store(table, Ordering::SeqCst);
+    // SAFETY: just created; freed only in `World::drop`.
+    let t = unsafe { &*table };
+    let pid = std::process::id() as libc::pid_t;
+    let sig = stop_signal();
+    let started = Instant::now();
+    let mut gone = vec![false; t.slots.len()];
+    let send = |i: usize, gone: &mut Vec<bool>| {
+        // SAFETY: tgkill to a thread of our own process with our own signal.
+        let r = unsafe { libc::syscall(libc::SYS_tgkill, pid, t.slots[i].tid, sig) };
+        if r != 0 {
+            gone[i] = true;
+        }
+    };
+    for i in 0..t.slots.len() {
+        send(i, &mut gone);
+    }
+    let mut last_send = Instant::now();
+    loop {
+        let acks = t.acks.load(Ordering::SeqCst);
+        let pending: Vec<usize> = (0..t.slots.len())
+            .filter(|&i| !gone[i] && t.slots[i].state.load(Ordering::Acquire) == REQUESTED)
+            .collect();
+        if pending.is_empty() || started.elapsed() >= timeouts.deadline {
+            break;
+        }
+        if last_send.elapsed() >= timeouts.resend {
+            // Real-time signals queue, so this is only for signals that were somehow lost
+            // (a handler replaced and restored by the program, for instance).
+            for &i in &pending {
+                send(i, &mut gone);
+            }
+            last_send = Instant::now();
+        }
+        futex_wait(&t.acks, acks, Some(Duration::from_millis(1)));
+    }
+    let threads = (0..t.slots.len())
+        .map(|i| {
+            let slot = &t.slots[i];
+            let outcome = if gone[i] {
+                Outcome::Gone
+            } else if slot.state.load(Ordering::Acquire) == SAVED {
+                // SAFETY: SAVED was observed with acquire: the handler's write is visible and
+                // it will not write again.
+                Outcome::Stopped(unsafe { *slot.regs.get() })
+            } else {
+                // Never answered: make sure a late signal does not stop it after the fact.
+                slot.state.store(IDLE, Ordering::Release);
+                if slot.state.load(Ordering::Acquire) == SAVED {
+                    // SAFETY: as above.
+                    Outcome::Stopped(unsafe { *slot.regs.get() })
+                } else {
+                    Outcome::NotStoppable(why_not_stopped(slot.tid, sig))
+                }
+            };
+            (slot.tid, outcome)
+        })
+        .collect();
+    World {
+        table,
+        threads,
+        started,
+    }
+}
+
+impl World {
+    /// Resumes every stopped thread (also done on drop).
+    pub fn resume(mut self) {
+        self.release();
+    }
+
+    fn release(&mut self) {
+        if self.table.is_null() {
+            return;
+        }
+        // SAFETY: the table is alive until freed below.
+        let t = unsafe { &*self.table };
+        // A slot still REQUESTED (its thread never answered) must not stop on a late signal.
+        for s in &t.slots {
+            let _ = s
+                .state
+                .compare_exchange(REQUESTED, IDLE, Ordering::AcqRel, Ordering::Acquire);
+        }
+        t.resume.fetch_add(1, Ordering::SeqCst);
+        futex_wake(&t.resume);
+        // Wait (bounded) until every handler has left the table before freeing it.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            let busy = t
+                .slots
+                .iter()
+                .any(|s| s.state.load(Ordering::Acquire) == SAVED);
+            if !busy && INSIDE.load(Ordering::SeqCst) == 0 {
+                break;
+            }
+            if Instant::now() >= deadline {
+                // A handler is still inside (descheduled for seconds): leak the table rather
+                // than free memory it may read.
+                TABLE.store(std::ptr::null_mut(), Ordering::SeqCst);
+                self.table = std::ptr::null_mut();
+                return;
+            }
+            std::thread::yield_now();
+        }
+        TABLE.store(std::ptr::null_mut(), Ordering::SeqCst);
+        // SAFETY: no handler is inside or will enter with this table (TABLE cleared, INSIDE
+        // drained after it), so we are the last user; created by Box::into_raw in `stop`.
+        drop(unsafe { Box::from_raw(self.table) });
+        self.table = std::ptr::null_mut();
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+/// Removes the stop signal from a mask the program is about to block, so it stays
+/// deliverable. Used by the `pthread_sigmask`/`sigprocmask` wrappers.
+///
+/// # Safety
+/// `set` must be null or point at a valid `sigset_t`; `copy` receives the filtered copy.
+pub unsafe fn filter_mask(
+    how: libc::c_int,
+    set: *const libc::sigset_t,
+    copy: &mut libc::sigset_t,
+) -> *const libc::sigset_t {
+    if set.is_null() || how == libc::SIG_UNBLOCK {
+        return set;
+    }
+    // SAFETY: `set` is non-null and valid per the contract.
+    *copy = unsafe { *set };
+    // SAFETY: `copy` is a valid sigset_t.
+    unsafe { libc::sigdelset(copy, stop_signal()) };
+    copy
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicBool;
+
+    #[test]
+    fn running_and_blocked_threads_stop_and_resume() {
+        install().unwrap();
+        let quit = Arc::new(AtomicBool::new(false));
+        let counter = Arc::new(AtomicUsize::new(0));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut handles = Vec::new();
+        for _ in 0..3 {
+            let (q, c, tx) = (quit.clone(), counter.clone(), tx.clone());
+            handles.push(std::thread::spawn(move || {
+                tx.send((gettid(), false)).unwrap();
+                while !q.load(Ordering::Relaxed) {
+                    c.fetch_add(1, Ordering::Relaxed);
+                }
+            }));
+        }
+        // One thread blocks every signal with the raw syscall, which no wrapper can see.
+        let q = quit.clone();
+        let tx2 = tx.clone();
+        handles.push(std::thread::spawn(move || {
+            // SAFETY: a full mask, blocked with the raw syscall on this thread only.
+            unsafe {
+                let mut all: libc::sigset_t = std::mem::zeroed();
+                libc::sigfillset(&mut all);
+                let r = libc::syscall(
+                    libc::SYS_rt_sigprocmask,
+                    libc::SIG_BLOCK,
+                    &all as *const libc::sigset_t,
+                    0usize,
+                    8usize,
+                );
+                assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+            }
+            tx2.send((gettid(), true)).unwrap();
+            while !q.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }));
+        let got: Vec<(u32, bool)> = (0..4).map(|_| rx.recv().unwrap()).collect();
+        let tids: Vec<u32> = got.iter().map(|g| g.0).collect();
+        let blocked = got.iter().find(|g| g.1).unwrap().0;
+        let world = stop(
+            &tids,
+            Timeouts {
+                resend: Duration::from_millis(10),
+                deadline: Duration::from_millis(200),
+            },
+        );
+        let before = counter.load(Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(
+            counter.load(Ordering::SeqCst),
+            before,
+            "busy threads are stopped"
+        );
+        for (tid, outcome) in &world.threads {
+            if *tid == blocked {
+                assert_eq!(
+                    outcome,
+                    &Outcome::NotStoppable("stop signal blocked".into())
+                );
+            } else {
+                let Outcome::Stopped(regs) = outcome else {
+                    panic!("{tid}: {outcome:?}")
+                };
+                assert_ne!(regs.gpr[super::super::unwind::RSP], 0);
+                assert_ne!(regs.fs_base, 0);
+            }
+        }
+        world.resume();
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(counter.load(Ordering::SeqCst) > before, "threads run again");
+        quit.store(true, Ordering::SeqCst);
+        for h in handles {
+            h.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn the_stop_signal_is_removed_from_blocked_sets() {
+        // SAFETY: plain sigset manipulation on local values.
+        unsafe {
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            let mut copy: libc::sigset_t = std::mem::zeroed();
+            let p = filter_mask(libc::SIG_BLOCK, &all, &mut copy);
+            assert_eq!(libc::sigismember(p, stop_signal()), 0);
+            assert_eq!(libc::sigismember(p, libc::SIGUSR1), 1);
+            let p = filter_mask(libc::SIG_UNBLOCK, &all, &mut copy);
+            assert_eq!(libc::sigismember(p, stop_signal()), 1);
+        }
+    }
+}
