@@ -1,4 +1,30 @@
 //! Wire messages, framing and handshake between `heaptui` and its agent (SPEC §6).
 //!
-//! No I/O policy and no analysis live here: only what goes on the wire and how it is
-//! framed, so that both ends agree by construction.
+//! - [`frame`]: u32 big-endian length-prefixed frames; a sans-IO [`FrameDecoder`] and blocking
+//!   helpers, the maximum length checked before any allocation;
+//! - [`codec`]: bincode 2 payloads with a decoding limit and trailing bytes rejected;
+//! - [`handshake`]: the hello/welcome exchange that must open every connection;
+//! - [`message`] and [`ids`]: the requests, answers and pushes;
+//! - [`answer`]: pure functions building every snapshot answer from a heap graph and its
+//!   analysis, so that the live agent and the offline `heaptui open` answer identically.
+//!
+//! No I/O policy lives here (no sockets, threads, timeouts or async runtime): the agent uses
+//! the blocking helpers from its own threads, the tokio client feeds the [`FrameDecoder`].
+
+pub mod codec;
+pub mod frame;
+pub mod handshake;
+pub mod ids;
+pub mod message;
+
+pub use codec::{
+    CONFIG, DecodeError, EncodeError, HANDSHAKE_MAX_FRAME_LEN, MAX_FRAME_LEN, ProtocolError,
+    decode_payload, encode_frame, encoded_len, recv, send, to_frame,
+};
+pub use frame::{FrameDecoder, FrameError, read_frame, write_frame};
+pub use handshake::{
+    Admission, AgentInfo, HandshakeError, Hello, MAGIC, PROTOCOL_VERSION, Peer, Refusal,
+    RefusalReason, Welcome, accept, check_hello, check_welcome, decode_hello, decode_welcome,
+};
+pub use ids::{FrameKind, GroupId, GroupKind, ObjectClass, Sharer, ThreadState};
+pub use message::*;
