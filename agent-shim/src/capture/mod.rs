@@ -5,5 +5,6 @@
 //! never runs on a hook's path: only the agent thread captures.
 
 pub mod modules;
+pub mod scan;
 pub mod stop;
 pub mod unwind;

@@ -1,0 +1,295 @@
+//! The conservative pointer scan.
+//!
+//! Owns: the lookup from an arbitrary word to the live block containing it (a page index
+//! over the blocks sorted by address: one hash probe per 2 MiB chunk, then a short search
+//! among the few blocks of one 4 KiB page), and the scan of ranges and blocks into
+//! deduplicated references.
+//!
+//! Runs while the world is stopped: no libc allocation (only the agent's own allocator),
+//! and every range it reads has been clamped to readable mappings beforehand, or is a live
+//! block that no thread can free while the block table is frozen.
+
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
+use std::ops::Range;
+
+use heaptui_analysis::{Edges, ObjectIndex};
+
+use super::modules::AddressSpace;
+use super::unwind::FxHasher;
+
+const PAGE_SHIFT: u32 = 12;
+const CHUNK_SHIFT: u32 = 21;
+const PAGES_PER_CHUNK: usize = 1 << (CHUNK_SHIFT - PAGE_SHIFT);
+const NONE: u32 = u32::MAX;
+/// At most this many blocks can start in one page (16-byte minimum granularity), plus the
+/// one that reaches into it from below.
+const WINDOW: usize = (1 << PAGE_SHIFT) / 16 + 2;
+
+/// Live blocks sorted by address, with a page index for interior pointers.
+pub struct BlockIndex {
+    starts: Vec<u64>,
+    ends: Vec<u64>,
+    min: u64,
+    max: u64,
+    chunks: HashMap<u64, u32, BuildHasherDefault<FxHasher>>,
+    /// Per page of each chunk: the first block (by address) overlapping that page.
+    pages: Vec<[u32; PAGES_PER_CHUNK]>,
+}
+
+impl BlockIndex {
+    /// Builds the index over blocks given as `(addr, size)`, which must be sorted by address
+    /// and disjoint (heap blocks are). A zero-size block still owns its first byte.
+    pub fn new(blocks: impl ExactSizeIterator<Item = (u64, u64)>) -> BlockIndex {
+        let n = blocks.len();
+        let mut index = BlockIndex {
+            starts: Vec::with_capacity(n),
+            ends: Vec::with_capacity(n),
+            min: u64::MAX,
+            max: 0,
+            chunks: HashMap::default(),
+            pages: Vec::new(),
+        };
+        for (i, (addr, size)) in blocks.enumerate() {
+            let end = addr.saturating_add(size.max(1));
+            index.starts.push(addr);
+            index.ends.push(end);
+            index.min = index.min.min(addr);
+            index.max = index.max.max(end);
+            let first_page = addr >> PAGE_SHIFT;
+            let last_page = (end - 1) >> PAGE_SHIFT;
+            for page in first_page..=last_page {
+                let chunk = page >> (CHUNK_SHIFT - PAGE_SHIFT);
+                let slot = (page as usize) & (PAGES_PER_CHUNK - 1);
+                let pages = &mut index.pages;
+                let c = *index.chunks.entry(chunk).or_insert_with(|| {
+                    pages.push([NONE; PAGES_PER_CHUNK]);
+                    (pages.len() - 1) as u32
+                });
+                let entry = &mut index.pages[c as usize][slot];
+                if *entry == NONE {
+                    *entry = i as u32;
+                }
+            }
+        }
+        index
+    }
+
+    pub fn len(&self) -> usize {
+        self.starts.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.starts.is_empty()
+    }
+
+    /// Start and end (exclusive) of block `i`.
+    pub fn range(&self, i: ObjectIndex) -> Range<u64> {
+        self.starts[i as usize]..self.ends[i as usize]
+    }
+
+    /// The block containing `v` (at its start or inside), if any.
+    #[inline]
+    pub fn lookup(&self, v: u64) -> Option<ObjectIndex> {
+        if v < self.min || v >= self.max {
+            return None;
+        }
+        let page = v >> PAGE_SHIFT;
+        let &c = self.chunks.get(&(page >> (CHUNK_SHIFT - PAGE_SHIFT)))?;
+        let first = self.pages[c as usize][(page as usize) & (PAGES_PER_CHUNK - 1)];
+        if first == NONE {
+            return None;
+        }
+        let lo = first as usize;
+        let hi = (lo + WINDOW).min(self.starts.len());
+        let k = lo + self.starts[lo..hi].partition_point(|&s| s <= v);
+        let j = k.checked_sub(1)?;
+        (j >= lo && v < self.ends[j]).then_some(j as ObjectIndex)
+    }
+}
+
+/// Collects deduplicated references for one holder at a time.
+pub struct Collector {
+    /// `mark[o]` is the id of the last holder that referred to `o`.
+    mark: Vec<u32>,
+    holder: u32,
+    pub refs: Vec<ObjectIndex>,
+}
+
+impl Collector {
+    pub fn new(objects: usize) -> Collector {
+        Collector {
+            mark: vec![0; objects],
+            holder: 0,
+            refs: Vec::with_capacity(1024),
+        }
+    }
+
+    /// Starts a new holder; `refs` is cleared.
+    pub fn begin(&mut self) {
+        self.holder = self.holder.wrapping_add(1);
+        if self.holder == 0 {
+            self.mark.iter_mut().for_each(|m| *m = 0);
+            self.holder = 1;
+        }
+        self.refs.clear();
+    }
+
+    #[inline]
+    pub fn word(&mut self, index: &BlockIndex, v: u64) {
+        if let Some(o) = index.lookup(v)
+            && self.mark[o as usize] != self.holder
+        {
+            self.mark[o as usize] = self.holder;
+            self.refs.push(o);
+        }
+    }
+
+    /// Scans every aligned word of `range`, except the addresses in `skip` (sorted).
+    ///
+    /// # Safety
+    /// Every 8-aligned word of `range` must be readable.
+    pub unsafe fn range(&mut self, index: &BlockIndex, range: Range<u64>, skip: &[u64]) {
+        let start = range.start.next_multiple_of(8);
+        let end = range.end & !7;
+        if start >= end {
+            return;
+        }
+        let words = ((end - start) / 8) as usize;
+        // SAFETY: readable per the contract, aligned, and nobody writes it while we read (the
+        // world is stopped, or the memory is our own).
+        let slice = unsafe { std::slice::from_raw_parts(start as *const u64, words) };
+        let first_skip = skip.partition_point(|&a| a < start);
+        let skip = &skip[first_skip..skip.partition_point(|&a| a < end)];
+        if skip.is_empty() {
+            for &v in slice {
+                self.word(index, v);
+            }
+        } else {
+            for (k, &v) in slice.iter().enumerate() {
+                let a = start + 8 * k as u64;
+                if skip.binary_search(&a).is_err() {
+                    self.word(index, v);
+                }
+            }
+        }
+    }
+
+    /// The sorted references gathered since `begin`.
+    pub fn take_sorted(&mut self) -> Vec<ObjectIndex> {
+        let mut out = self.refs.clone();
+        out.sort_unstable();
+        out
+    }
+}
+
+/// Scans every live block for references to live blocks (self-references dropped), giving
+/// the outgoing edges in block order. Blocks outside readable mappings are skipped.
+pub fn scan_blocks(index: &BlockIndex, space: &AddressSpace, c: &mut Collector) -> Edges {
+    let n = index.len();
+    let mut edges = Edges::with_capacity(n, n * 2);
+    let mut mapping: Range<u64> = 0..0;
+    for o in 0..n as ObjectIndex {
+        c.begin();
+        let r = index.range(o);
+        // A block's words up to its size rounded up to 8: malloc's usable size always covers it.
+        let r = r.start..r.start + (r.end - r.start).next_multiple_of(8);
+        if !(mapping.start <= r.start && r.end <= mapping.end) {
+            mapping = match space.mapping(r.start) {
+                Some(m) if m.readable && r.end <= m.end => m.start..m.end,
+                _ => {
+                    // Straddles mappings or unmapped: scan the readable parts only.
+                    for part in space.clamp(r.clone()) {
+                        // SAFETY: clamped to readable mappings.
+                        unsafe { c.range(index, part, &[]) };
+                    }
+                    c.refs.retain(|&t| t != o);
+                    edges.push(c.take_sorted());
+                    continue;
+                }
+            };
+        }
+        // SAFETY: the whole block lies in one readable mapping.
+        unsafe { c.range(index, r, &[]) };
+        c.refs.retain(|&t| t != o);
+        edges.push(c.take_sorted());
+    }
+    edges
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interior_and_start_pointers_resolve_and_gaps_do_not() {
+        let blocks = [
+            (0x1000u64, 16u64),
+            (0x1010, 32),
+            (0x1040, 0),
+            (0x2ff0, 0x3000), // straddles pages 2..5
+            (0x40_0000, 8),   // another 2 MiB chunk
+        ];
+        let index = BlockIndex::new(blocks.iter().copied());
+        assert_eq!(index.lookup(0x1000), Some(0));
+        assert_eq!(index.lookup(0x100f), Some(0));
+        assert_eq!(index.lookup(0x1010), Some(1));
+        assert_eq!(index.lookup(0x102f), Some(1));
+        assert_eq!(index.lookup(0x1030), None);
+        assert_eq!(index.lookup(0x1040), Some(2));
+        assert_eq!(index.lookup(0x1041), None);
+        assert_eq!(index.lookup(0x2fef), None);
+        assert_eq!(index.lookup(0x2ff0), Some(3));
+        assert_eq!(index.lookup(0x4800), Some(3));
+        assert_eq!(index.lookup(0x5fef), Some(3));
+        assert_eq!(index.lookup(0x5ff0), None);
+        assert_eq!(index.lookup(0x40_0007), Some(4));
+        assert_eq!(index.lookup(0x40_0008), None);
+        assert_eq!(index.lookup(0), None);
+        assert_eq!(index.lookup(u64::MAX), None);
+    }
+
+    #[test]
+    fn lookup_agrees_with_a_linear_search_on_dense_small_blocks() {
+        // 16-byte blocks every 32 bytes over several pages: the densest heap shape.
+        let blocks: Vec<(u64, u64)> = (0..2000u64).map(|i| (0x10_0000 + 32 * i, 16)).collect();
+        let index = BlockIndex::new(blocks.iter().copied());
+        for v in (0x10_0000 - 64..0x10_0000 + 32 * 2000 + 64).step_by(8) {
+            let expect = blocks
+                .iter()
+                .position(|&(a, s)| a <= v && v < a + s)
+                .map(|p| p as u32);
+            assert_eq!(index.lookup(v), expect, "{v:#x}");
+        }
+    }
+
+    #[test]
+    fn scanning_memory_dedups_skips_and_drops_self_references() {
+        // Real memory: three "blocks" inside one buffer we own.
+        let mut buf = vec![0u64; 12];
+        let base = buf.as_ptr() as u64;
+        let blocks = [(base, 32u64), (base + 32, 32), (base + 64, 32)];
+        buf[0] = base + 40; // block 0 -> block 1 (interior)
+        buf[1] = base + 32; // block 0 -> block 1 again (dedup)
+        buf[2] = base + 8; // block 0 -> itself (dropped)
+        buf[4] = base + 64; // block 1 -> block 2
+        buf[5] = 12345;
+        let index = BlockIndex::new(blocks.iter().copied());
+        let space = AddressSpace::load();
+        let mut c = Collector::new(3);
+        let edges = scan_blocks(&index, &space, &mut c);
+        assert_eq!(edges.of(0), &[1]);
+        assert_eq!(edges.of(1), &[2]);
+        assert_eq!(edges.of(2), &[] as &[u32]);
+        // A range scan with a skipped slot.
+        c.begin();
+        // SAFETY: `buf` is our own readable memory.
+        unsafe { c.range(&index, base..base + 40, &[base + 32]) };
+        assert_eq!(c.take_sorted(), vec![0, 1]);
+        c.begin();
+        // SAFETY: as above.
+        unsafe { c.range(&index, base..base + 40, &[base, base + 8, base + 16]) };
+        assert_eq!(c.take_sorted(), vec![2]);
+        std::hint::black_box(&mut buf);
+    }
+}
