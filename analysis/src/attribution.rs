@@ -248,7 +248,8 @@ impl Analysis {
         for o in 0..n {
             if slot[o] >= definitely_lost {
                 for &y in edges.of(o as ObjectIndex) {
-                    if y as usize != o {
+                    // Only unreached blocks can be lost; a reached target stays as it is.
+                    if y as usize != o && slot[y as usize] == definitely_lost {
                         slot[y as usize] = indirectly_lost;
                     }
                 }
