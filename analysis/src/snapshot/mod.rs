@@ -31,12 +31,14 @@ pub use json::{JSON_FORMAT, JSON_VERSION, write_json};
 #[derive(Debug, Error)]
 pub enum SnapshotError {
     /// Wraps any other error with the file it came from (what [`read_file`] returns).
-    #[error("{}: {source}", path.display())]
+    // Not a `source`: the message already includes the inner one, and error reporters that
+    // walk the source chain would print it twice.
+    #[error("{}: {error}", path.display())]
     File {
         path: PathBuf,
-        source: Box<SnapshotError>,
+        error: Box<SnapshotError>,
     },
-    #[error("{0}")]
+    #[error(transparent)]
     Io(#[from] io::Error),
     #[error("empty file: not a heaptui snapshot")]
     Empty,
@@ -79,13 +81,19 @@ pub enum SnapshotError {
     #[error("binary snapshot: {0}")]
     Decode(String),
     #[error("the snapshot's graph is inconsistent: {0}")]
-    Invalid(#[from] GraphError),
+    Invalid(GraphError),
     #[error("cannot write the snapshot: {0}")]
     Encode(String),
 }
 
 /// `objects[3].refs: ` for a JSON path; nothing for the document itself. serde_path_to_error
 /// writes `?` for a map key it could not read, which says nothing a reader can use.
+impl From<GraphError> for SnapshotError {
+    fn from(e: GraphError) -> Self {
+        SnapshotError::Invalid(e)
+    }
+}
+
 fn path_prefix(path: &str) -> String {
     let path = path.trim_end_matches('?').trim_end_matches('.');
     if path.is_empty() {
@@ -99,7 +107,7 @@ impl SnapshotError {
     /// The error without its [`SnapshotError::File`] wrapper, for callers that match on kinds.
     pub fn kind(&self) -> &SnapshotError {
         match self {
-            SnapshotError::File { source, .. } => source.kind(),
+            SnapshotError::File { error, .. } => error.kind(),
             other => other,
         }
     }
@@ -123,9 +131,9 @@ pub fn read_bytes(bytes: &[u8]) -> Result<HeapGraph, SnapshotError> {
 
 /// Reads a snapshot file in either encoding; errors name the path.
 pub fn read_file(path: &Path) -> Result<HeapGraph, SnapshotError> {
-    let in_file = |source: SnapshotError| SnapshotError::File {
+    let in_file = |error: SnapshotError| SnapshotError::File {
         path: path.to_path_buf(),
-        source: Box::new(source),
+        error: Box::new(error),
     };
     let bytes = std::fs::read(path).map_err(|e| in_file(SnapshotError::Io(e)))?;
     read_bytes(&bytes).map_err(in_file)

@@ -1,0 +1,57 @@
+//! The command line (SPEC §2), declared with clap's derive. Parsing only: what a command does
+//! lives with the command (`offline/` for the file-based ones).
+
+use clap::{Parser, Subcommand};
+
+/// heaptui: a live heap inspector for native Linux processes. It tells, for every thread and
+/// every stack frame, which heap memory it holds alone, which it shares, and what ending a
+/// set of threads would free.
+#[derive(Debug, Parser)]
+#[command(name = "heaptui", version, about, max_term_width = 100)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print the analysis of a snapshot: threads ranked by the memory they hold, their frames,
+    /// the shared groups, leaks.
+    Report(ReportArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ReportArgs {
+    /// A snapshot file (JSON `heaptui-snapshot` or the binary form, told apart by content).
+    #[arg(value_name = "SOURCE")]
+    pub source: String,
+    /// Print the report as JSON (`heaptui-report` version 1) instead of text tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Also print the bytes freed if all of these threads ended (comma-separated thread ids).
+    #[arg(long, value_name = "TID,TID…", value_delimiter = ',', num_args = 1)]
+    pub release: Option<Vec<u32>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn release_takes_a_comma_separated_list() {
+        let cli =
+            Cli::try_parse_from(["heaptui", "report", "f.json", "--release", "1,2,3"]).unwrap();
+        let Command::Report(args) = cli.command;
+        assert_eq!(args.release, Some(vec![1, 2, 3]));
+        assert!(!args.json);
+        let e =
+            Cli::try_parse_from(["heaptui", "report", "f.json", "--release", "1,x"]).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+    }
+}

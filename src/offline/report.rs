@@ -1,0 +1,208 @@
+//! `heaptui report SOURCE [--json] [--release TID,…]`: the whole analysis of one snapshot,
+//! as text tables or as the report JSON of SPEC §5.
+//!
+//! [`Report`] is the one model of a report: the JSON is its serialization and the text
+//! tables (`text`) are drawn from it, so the two cannot disagree. Building it reads the
+//! engine's figures and the graph's names; it computes no figure itself.
+
+use std::io::Write;
+
+use anyhow::bail;
+use heaptui_analysis::{
+    Analysis, FrameKind, GroupId, GroupKind, HeapGraph, Leaks, Sharer, ThreadState, Totals,
+};
+use serde::Serialize;
+
+use crate::cli::ReportArgs;
+
+/// The report format name and version (SPEC §5).
+pub const REPORT_FORMAT: &str = "heaptui-report";
+pub const REPORT_VERSION: u32 = 1;
+
+/// Runs the command: load, analyse, print.
+pub fn run(args: &ReportArgs, out: &mut impl Write) -> anyhow::Result<()> {
+    let graph = super::load(&args.source)?;
+    let analysis = Analysis::new(&graph);
+    let release = match &args.release {
+        Some(tids) => Some(release(&graph, &analysis, tids)?),
+        None => None,
+    };
+    let report = Report::build(&graph, &analysis, release);
+    if args.json {
+        serde_json::to_writer_pretty(&mut *out, &report)?;
+        writeln!(out)?;
+    } else {
+        super::text::render(&report, &args.source, out)?;
+    }
+    Ok(())
+}
+
+/// A report, serialized as `heaptui-report` version 1.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub format: &'static str,
+    pub version: u32,
+    pub process: ProcessInfo,
+    pub totals: Totals,
+    /// Ranked by total, descending (ties by tid).
+    pub threads: Vec<ThreadReport>,
+    /// Ordered F1…, T1…, G1….
+    pub groups: Vec<GroupReport>,
+    pub leaks: Leaks,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub release: Option<Release>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ProcessInfo {
+    pub pid: u32,
+    pub command: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ThreadReport {
+    pub tid: u32,
+    pub name: String,
+    /// Why the agent could not stop this thread (its frames may then be incomplete);
+    /// absent for threads that were stopped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_stoppable: Option<String>,
+    pub proprietary: u64,
+    pub shared: u64,
+    pub total: u64,
+    /// Innermost first.
+    pub frames: Vec<FrameReport>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct FrameReport {
+    pub index: usize,
+    pub function: String,
+    pub module: String,
+    pub kind: FrameKind,
+    pub proprietary: u64,
+    pub frame_shared: Vec<GroupId>,
+    pub thread_shared: Vec<GroupId>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct GroupReport {
+    pub id: GroupId,
+    pub kind: GroupKind,
+    /// The entry object's id in the snapshot.
+    pub entry: u64,
+    /// The entry object's address.
+    pub addr: u64,
+    /// The entry object's allocation site.
+    pub label: String,
+    pub size: u64,
+    pub objects: u64,
+    pub sharers: Vec<Sharer>,
+    pub refs: Vec<GroupId>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Release {
+    /// Ascending, without repeats.
+    pub threads: Vec<u32>,
+    pub bytes: u64,
+}
+
+/// The release of `tids` (deduplicated), or an error naming the first unknown thread id.
+fn release(graph: &HeapGraph, analysis: &Analysis, tids: &[u32]) -> anyhow::Result<Release> {
+    let mut threads = tids.to_vec();
+    threads.sort_unstable();
+    threads.dedup();
+    if let Some(&unknown) = threads.iter().find(|&&t| graph.thread_index(t).is_none()) {
+        bail!(
+            "unknown thread id {unknown} in --release (threads in this snapshot: {})",
+            tid_list(graph)
+        );
+    }
+    let bytes = analysis.release(&threads)?;
+    Ok(Release { threads, bytes })
+}
+
+/// The snapshot's thread ids, ascending; long lists are cut.
+fn tid_list(graph: &HeapGraph) -> String {
+    const SHOWN: usize = 16;
+    let mut tids: Vec<u32> = graph.threads.iter().map(|t| t.tid).collect();
+    tids.sort_unstable();
+    if tids.is_empty() {
+        return "none".to_string();
+    }
+    let mut list: Vec<String> = tids.iter().take(SHOWN).map(u32::to_string).collect();
+    if tids.len() > SHOWN {
+        list.push(format!("… {} in all", tids.len()));
+    }
+    list.join(", ")
+}
+
+impl Report {
+    pub fn build(graph: &HeapGraph, analysis: &Analysis, release: Option<Release>) -> Report {
+        let figures = analysis.threads();
+        let threads = analysis
+            .ranking()
+            .into_iter()
+            .map(|t| {
+                let thread = &graph.threads[t];
+                let fig = &figures[t];
+                ThreadReport {
+                    tid: thread.tid,
+                    name: thread.name.clone(),
+                    not_stoppable: match &thread.state {
+                        ThreadState::Stopped => None,
+                        ThreadState::NotStoppable(reason) => Some(reason.clone()),
+                    },
+                    proprietary: fig.proprietary,
+                    shared: fig.shared,
+                    total: fig.total,
+                    frames: thread
+                        .frames
+                        .iter()
+                        .zip(&fig.frames)
+                        .enumerate()
+                        .map(|(index, (frame, ff))| FrameReport {
+                            index,
+                            function: frame.function.clone(),
+                            module: frame.module.clone(),
+                            kind: frame.kind,
+                            proprietary: ff.proprietary,
+                            frame_shared: ff.frame_shared.clone(),
+                            thread_shared: ff.thread_shared.clone(),
+                        })
+                        .collect(),
+                }
+            })
+            .collect();
+        let objects = graph.objects();
+        let groups = analysis
+            .groups()
+            .iter()
+            .map(|g| GroupReport {
+                id: g.id,
+                kind: g.id.kind,
+                entry: objects.id[g.entry as usize],
+                addr: objects.addr[g.entry as usize],
+                label: graph.site_label(g.entry).to_string(),
+                size: g.size,
+                objects: g.objects,
+                sharers: g.sharers.clone(),
+                refs: g.refs.clone(),
+            })
+            .collect();
+        Report {
+            format: REPORT_FORMAT,
+            version: REPORT_VERSION,
+            process: ProcessInfo {
+                pid: graph.process.pid,
+                command: graph.process.command.clone(),
+            },
+            totals: analysis.totals(),
+            threads,
+            groups,
+            leaks: analysis.leaks(),
+            release,
+        }
+    }
+}

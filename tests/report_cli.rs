@@ -1,0 +1,496 @@
+//! `heaptui report`, run as users run it: the real binary on the shared fixture, on files
+//! this test writes (good and bad), and with bad command lines. Checks output, stderr and
+//! exit codes (0 ok, 1 runtime failure, 2 usage error).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use heaptui_analysis::snapshot;
+use serde_json::{Value, json};
+
+fn fixture() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/patent-example.json")
+}
+
+fn heaptui(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_heaptui"))
+        .args(args)
+        .output()
+        .expect("the heaptui binary runs")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8(out.stderr.clone()).unwrap()
+}
+
+/// A fresh directory for one test's files, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let dir =
+            std::env::temp_dir().join(format!("heaptui-report-cli-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    fn file(&self, name: &str, bytes: impl AsRef<[u8]>) -> PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn report_json(path: &Path, extra: &[&str]) -> Value {
+    let mut args = vec!["report", path.to_str().unwrap(), "--json"];
+    args.extend_from_slice(extra);
+    let out = heaptui(&args);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    assert!(out.stderr.is_empty(), "stderr: {}", stderr(&out));
+    serde_json::from_slice(&out.stdout).expect("report --json prints JSON")
+}
+
+/// The rows of the text report's thread table: (tid, name, total bytes).
+fn thread_rows(text: &str) -> Vec<(u32, String, u64)> {
+    let mut lines = text
+        .lines()
+        .skip_while(|l| *l != "Threads, ranked by total")
+        .skip(1);
+    let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "TID",
+            "NAME",
+            "PROPRIETARY",
+            "SHARED",
+            "TOTAL",
+            "TOTAL",
+            "BYTES",
+            "FRAMES"
+        ]
+    );
+    lines
+        .take_while(|l| !l.is_empty())
+        .map(|l| {
+            let cells: Vec<&str> = l.split_whitespace().collect();
+            (
+                cells[0].parse().unwrap(),
+                cells[1].to_string(),
+                cells[cells.len() - 2].parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn text_report_ranks_the_fixtures_threads() {
+    let out = heaptui(&["report", fixture().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let text = stdout(&out);
+    assert_eq!(
+        thread_rows(&text),
+        [
+            (1, "thread-1".to_string(), 264),
+            (3, "thread-3".to_string(), 254),
+            (2, "thread-2".to_string(), 204),
+            (4, "thread-n".to_string(), 170),
+        ]
+    );
+    assert!(
+        text.contains("process  patent-example (pid 4242)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("heap     760 B in 16 objects; unreachable 56 B, global-only 100 B"),
+        "{text}"
+    );
+    // A frame row, a group row and the leaks line, as the tables print them.
+    let has_row = |cells: &[&str]| {
+        text.lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>() == cells)
+    };
+    assert!(
+        has_row(&["0", "Class1.methodB", "app", "user", "36", "B", "F1", "T1"]),
+        "{text}"
+    );
+    assert!(
+        has_row(&[
+            "1",
+            "Class2.methodE",
+            "libsystem",
+            "system",
+            "50",
+            "B",
+            "-",
+            "T1,",
+            "T2,",
+            "T3"
+        ]),
+        "{text}"
+    );
+    assert!(
+        has_row(&[
+            "T4",
+            "thread-shared",
+            "16",
+            "0x11000",
+            "Registry",
+            "20",
+            "B",
+            "1",
+            "4,",
+            "globals",
+            "-"
+        ]),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "56 B in 2 objects: definitely lost 40 B (1 object), indirectly lost 16 B (1 object)"
+        ),
+        "{text}"
+    );
+    assert!(
+        !text.contains("Release"),
+        "no release section without --release"
+    );
+}
+
+#[test]
+fn text_report_prints_the_release() {
+    let out = heaptui(&["report", fixture().to_str().unwrap(), "--release", "2,1"]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    assert!(
+        stdout(&out).ends_with("Release\n  ending threads 1, 2 would free 300 B\n"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+/// Every figure of `patent-example.expected.md` that the report JSON carries.
+#[test]
+fn json_report_has_every_figure_of_the_fixture() {
+    let r = report_json(&fixture(), &["--release", "1,2"]);
+    assert_eq!(r["format"], "heaptui-report");
+    assert_eq!(r["version"], 1);
+    assert_eq!(
+        r["totals"],
+        json!({"objects": 16, "bytes": 760, "unreachable_bytes": 56, "global_only_bytes": 100})
+    );
+
+    let threads: Vec<Value> = r["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            json!([
+                t["tid"],
+                t["name"],
+                t["proprietary"],
+                t["shared"],
+                t["total"]
+            ])
+        })
+        .collect();
+    assert_eq!(
+        threads,
+        [
+            json!([1, "thread-1", 180, 84, 264]),
+            json!([3, "thread-3", 50, 204, 254]),
+            json!([2, "thread-2", 120, 84, 204]),
+            json!([4, "thread-n", 30, 140, 170]),
+        ]
+    );
+
+    let mut frames = Vec::new();
+    for t in r["threads"].as_array().unwrap() {
+        for f in t["frames"].as_array().unwrap() {
+            frames.push(json!([
+                t["tid"],
+                f["index"],
+                f["function"],
+                f["proprietary"]
+            ]));
+        }
+    }
+    frames.sort_by_key(|f| (f[0].as_u64(), f[1].as_u64()));
+    assert_eq!(
+        frames,
+        [
+            json!([1, 0, "Class1.methodB", 36]),
+            json!([1, 1, "Class1.methodA", 84]),
+            json!([2, 0, "Class1.methodC", 0]),
+            json!([2, 1, "Class2.methodD", 36]),
+            json!([3, 0, "Class3.methodG", 0]),
+            json!([3, 1, "Class2.methodE", 50]),
+            json!([4, 0, "Class1.methodF", 30]),
+        ]
+    );
+
+    // Groups, named by their entry object's id as the expected figures are.
+    let groups = r["groups"].as_array().unwrap();
+    let id_of = |entry: u64| -> Value {
+        groups
+            .iter()
+            .find(|g| g["entry"] == entry)
+            .unwrap_or_else(|| panic!("no group with entry {entry}"))["id"]
+            .clone()
+    };
+    let summary: Vec<Value> = groups
+        .iter()
+        .map(|g| {
+            json!([
+                g["entry"],
+                g["kind"],
+                g["label"],
+                g["size"],
+                g["objects"],
+                g["sharers"]
+            ])
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            json!([2, "frame-shared", "Class1.Session", 60, 1, [1]]),
+            json!([7, "frame-shared", "Class2.Context", 84, 2, [2]]),
+            json!([5, "thread-shared", "Class2.Cache", 72, 1, [1, 2, 3]]),
+            json!([6, "thread-shared", "Class2.Entry", 12, 1, [1, 2, 3]]),
+            json!([10, "thread-shared", "Class3.Pool", 120, 1, [3, 4]]),
+            json!([16, "thread-shared", "Registry", 20, 1, [4, "globals"]]),
+            json!([15, "global-only", "Config", 100, 1, ["globals"]]),
+        ]
+    );
+    // The ids of SPEC §5: entry 5 is T1, entry 6 is T2.
+    assert_eq!(id_of(5), "T1");
+    assert_eq!(id_of(6), "T2");
+    let group = |entry: u64| groups.iter().find(|g| g["entry"] == entry).unwrap();
+    assert_eq!(group(5)["addr"], 66816);
+    assert_eq!(group(7)["refs"], json!([id_of(5)]));
+    assert_eq!(group(5)["refs"], json!([id_of(6)]));
+    for entry in [2, 6, 10, 15, 16] {
+        assert_eq!(group(entry)["refs"], json!([]), "entry {entry}");
+    }
+
+    // Direct referents of the frames the expected figures develop.
+    let frame = |tid: u64, index: u64| {
+        let t = r["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["tid"] == tid)
+            .unwrap();
+        t["frames"][index as usize].clone()
+    };
+    assert_eq!(frame(1, 0)["frame_shared"], json!([id_of(2)]));
+    assert_eq!(frame(1, 0)["thread_shared"], json!([id_of(5)]));
+    assert_eq!(frame(2, 0)["frame_shared"], json!([id_of(7)]));
+    assert_eq!(frame(2, 0)["thread_shared"], json!([]));
+
+    assert_eq!(r["leaks"]["bytes"], 56);
+    assert_eq!(r["leaks"]["objects"], 2);
+    assert_eq!(r["leaks"]["definitely_lost"], 40);
+    assert_eq!(r["leaks"]["indirectly_lost"], 16);
+    assert_eq!(r["release"], json!({"threads": [1, 2], "bytes": 300}));
+}
+
+#[test]
+fn json_report_carries_release_only_when_asked() {
+    assert!(report_json(&fixture(), &[]).get("release").is_none());
+    assert_eq!(
+        report_json(&fixture(), &["--release", "4,3"])["release"],
+        json!({"threads": [3, 4], "bytes": 200})
+    );
+    assert_eq!(
+        report_json(&fixture(), &["--release", "1,2,3,2"])["release"],
+        json!({"threads": [1, 2, 3], "bytes": 434})
+    );
+}
+
+#[test]
+fn a_binary_snapshot_reports_exactly_like_its_json() {
+    let scratch = Scratch::new("binary");
+    let graph = snapshot::read_file(&fixture()).unwrap();
+    let mut bytes = Vec::new();
+    snapshot::write_binary(&graph, &mut bytes).unwrap();
+    let binary = scratch.file("patent.hsnap", &bytes);
+    let mut json_bytes = Vec::new();
+    snapshot::write_json(&graph, &mut json_bytes).unwrap();
+    let rewritten = scratch.file("patent.json", &json_bytes);
+
+    let from_fixture = heaptui(&[
+        "report",
+        fixture().to_str().unwrap(),
+        "--json",
+        "--release",
+        "1,2",
+    ]);
+    for path in [&binary, &rewritten] {
+        let out = heaptui(&[
+            "report",
+            path.to_str().unwrap(),
+            "--json",
+            "--release",
+            "1,2",
+        ]);
+        assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+        assert_eq!(stdout(&out), stdout(&from_fixture), "{}", path.display());
+    }
+    let text = heaptui(&["report", binary.to_str().unwrap()]);
+    assert_eq!(thread_rows(&stdout(&text)).len(), 4);
+}
+
+/// Runs `report` on a bad file; it must exit 1 with exactly one line naming the file.
+fn refused(scratch: &Scratch, name: &str, bytes: impl AsRef<[u8]>) -> String {
+    let path = scratch.file(name, bytes);
+    let out = heaptui(&["report", path.to_str().unwrap()]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{name}: stderr {}",
+        stderr(&out)
+    );
+    assert!(out.stdout.is_empty(), "{name}: printed {}", stdout(&out));
+    let err = stderr(&out);
+    let prefix = format!("heaptui: {}: ", path.display());
+    assert!(err.starts_with(&prefix), "{name}: {err}");
+    assert!(
+        err.ends_with('\n') && err.lines().count() == 1,
+        "{name}: {err:?}"
+    );
+    err[prefix.len()..].trim_end().to_string()
+}
+
+#[test]
+fn bad_snapshot_files_exit_1_with_one_clear_line() {
+    let s = Scratch::new("bad");
+    let fixture_text = std::fs::read_to_string(fixture()).unwrap();
+    let graph = snapshot::read_file(&fixture()).unwrap();
+    let mut binary = Vec::new();
+    snapshot::write_binary(&graph, &mut binary).unwrap();
+
+    // Cut inside the objects: the error names the top-level field, the line and the column.
+    let cut = fixture_text.find("\"id\": 3,\n   \"addr\"").unwrap();
+    let e = refused(&s, "truncated.json", &fixture_text[..cut]);
+    assert!(
+        e.starts_with("objects: truncated JSON: EOF while parsing an object at line "),
+        "{e}"
+    );
+
+    let e = refused(
+        &s,
+        "v2.json",
+        fixture_text.replace("\"version\": 1", "\"version\": 2"),
+    );
+    assert_eq!(
+        e,
+        "version: unsupported version 2 (this heaptui reads version 1)"
+    );
+
+    let e = refused(
+        &s,
+        "dup.json",
+        fixture_text.replace("\"id\": 9,\n   \"addr\"", "\"id\": 8,\n   \"addr\""),
+    );
+    assert_eq!(e, "objects[8].id: duplicate object id 8");
+
+    let e = refused(
+        &s,
+        "dangling.json",
+        fixture_text.replace("[\n    14\n   ]", "[\n    99\n   ]"),
+    );
+    assert_eq!(e, "objects[12].refs[0]: reference to unknown object id 99");
+
+    let e = refused(
+        &s,
+        "negative.json",
+        fixture_text.replace("\"size\": 84", "\"size\": -84"),
+    );
+    assert!(
+        e.starts_with("objects[0].size: negative size -84 at line "),
+        "{e}"
+    );
+
+    let mut bad_magic = binary.clone();
+    bad_magic[8..12].copy_from_slice(b"JUNK");
+    let e = refused(&s, "magic.hsnap", bad_magic);
+    assert!(e.starts_with("binary snapshot: wrong magic"), "{e}");
+
+    let e = refused(&s, "short.hsnap", &binary[..binary.len() - 7]);
+    assert!(e.starts_with("binary snapshot: truncated graph"), "{e}");
+
+    let e = refused(&s, "elf", b"\x7fELF\x02\x01\x01\0");
+    assert!(e.starts_with("not a heaptui snapshot"), "{e}");
+
+    let out = heaptui(&["report", "/nonexistent/snap.json"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr(&out),
+        "heaptui: /nonexistent/snap.json: No such file or directory (os error 2)\n"
+    );
+}
+
+#[test]
+fn an_unknown_thread_in_release_exits_1_naming_the_threads() {
+    let out = heaptui(&["report", fixture().to_str().unwrap(), "--release", "1,9"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    assert_eq!(
+        stderr(&out),
+        "heaptui: unknown thread id 9 in --release (threads in this snapshot: 1, 2, 3, 4)\n"
+    );
+}
+
+#[test]
+fn a_live_address_is_refused_honestly() {
+    let out = heaptui(&["report", ":8000"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.starts_with("heaptui: cannot connect to :8000: "),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1);
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let file = fixture();
+    let file = file.to_str().unwrap();
+    for args in [
+        &[][..],
+        &["report"][..],
+        &["report", file, "--release", "1,x"][..],
+        &["report", file, "--release"][..],
+        &["report", file, "--bogus"][..],
+        &["frobnicate"][..],
+    ] {
+        let out = heaptui(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(out.stdout.is_empty(), "{args:?}");
+        assert!(
+            stderr(&out).starts_with("error: ") || stderr(&out).contains("\nUsage: heaptui"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    let out = heaptui(&["report", "--help"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        stdout(&out).contains("--release <TID,TID…>"),
+        "{}",
+        stdout(&out)
+    );
+}
