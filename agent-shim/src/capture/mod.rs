@@ -7,4 +7,5 @@
 pub mod modules;
 pub mod scan;
 pub mod stop;
+pub mod symbolize;
 pub mod unwind;
