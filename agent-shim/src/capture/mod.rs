@@ -4,6 +4,7 @@
 //! Owns everything between "a snapshot is wanted" and a [`heaptui_analysis::HeapGraph`]. It
 //! never runs on a hook's path: only the agent thread captures.
 
+pub mod build;
 pub mod modules;
 pub mod scan;
 pub mod stop;

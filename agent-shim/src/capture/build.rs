@@ -1,0 +1,364 @@
+//! One capture, end to end: read the address space, freeze the block table, stop the world,
+//! unwind and scan, resume, then symbolize and assemble the [`HeapGraph`].
+//!
+//! Owns the order of those steps and what happens inside the stop window. Inside it: no libc
+//! malloc (the agent's allocator only), no loader calls, no stdio, and every read of target
+//! memory goes through the pre-read memory map or a live, frozen block. Symbolization and
+//! graph assembly happen after the resume.
+//!
+//! It does not know the block table's layout: the table is reached through [`Heap`], so the
+//! capture can be tested on any set of real memory blocks.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use heaptui_analysis::{
+    Edges, Frame, FrameKind, GraphError, HeapGraph, NO_SITE, ObjectIndex, ObjectRecord, Objects,
+    Process, Site, SiteIndex, Thread, ThreadState,
+};
+
+use super::modules::AddressSpace;
+use super::scan::{BlockIndex, Collector, scan_blocks};
+use super::stop::{self, Outcome, Timeouts};
+use super::symbolize::Symbolizer;
+use super::unwind::{FrameSort, Unwinder};
+
+/// A live block as the block table records it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BlockInfo {
+    pub addr: u64,
+    pub size: u64,
+    pub seq: u64,
+    pub tid: u32,
+    /// Interned allocation stack, 0 for none.
+    pub stack: u32,
+}
+
+/// A thread to stop and capture.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThreadInfo {
+    pub tid: u32,
+    pub name: String,
+}
+
+/// The block table, as the capture needs it.
+pub trait Heap {
+    /// Keeps the table frozen (no hook mid-update, none able to complete) while alive.
+    type Frozen;
+    /// Freezes the table. Must not be called while the world is stopped.
+    fn freeze(&self) -> Self::Frozen;
+    /// Appends every live block to `out`; called while frozen and stopped, so it must not
+    /// allocate with libc.
+    fn blocks(&self, frozen: &Self::Frozen, out: &mut Vec<BlockInfo>);
+    /// How many live blocks there are (to reserve memory before the stop).
+    fn len_hint(&self, frozen: &Self::Frozen) -> usize;
+    /// Return addresses of an interned allocation stack, innermost first (after the resume).
+    fn stack(&self, id: u32) -> Vec<u64>;
+}
+
+/// A finished capture and how long it took.
+pub struct Capture {
+    pub graph: HeapGraph,
+    /// How long the threads were stopped (freeze to resume).
+    pub pause: Duration,
+    /// The whole capture, symbolization and graph assembly included.
+    pub total: Duration,
+}
+
+/// One thread's frames as found inside the stop window, not yet symbolized.
+struct RawThread {
+    tid: u32,
+    name: String,
+    state: ThreadState,
+    frames: Vec<(FrameSort, u64, Vec<ObjectIndex>)>,
+}
+
+fn command_line() -> String {
+    std::fs::read("/proc/self/cmdline")
+        .map(|b| {
+            b.split(|&c| c == 0)
+                .filter(|s| !s.is_empty())
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default()
+}
+
+/// Captures the heap graph of this process: the threads `threads` (the caller excluded) and
+/// every block of `heap`.
+pub fn capture<H: Heap>(
+    heap: &H,
+    threads: &[ThreadInfo],
+    timeouts: Timeouts,
+) -> Result<Capture, GraphError> {
+    let begin = Instant::now();
+    let space = AddressSpace::load();
+    let mut unwinder = Unwinder::new(&space);
+    let process = Process {
+        pid: std::process::id(),
+        command: command_line(),
+    };
+    let globals_ranges = space.globals();
+    let tids: Vec<u32> = threads.iter().map(|t| t.tid).collect();
+
+    // ---- stop window ----
+    let frozen = heap.freeze();
+    let paused = Instant::now();
+    let mut blocks: Vec<BlockInfo> = Vec::with_capacity(heap.len_hint(&frozen) + 1024);
+    let world = stop::stop(&tids, timeouts);
+    heap.blocks(&frozen, &mut blocks);
+    blocks.sort_unstable_by_key(|b| b.addr);
+    let index = BlockIndex::new(blocks.iter().map(|b| (b.addr, b.size)));
+    let mut collector = Collector::new(blocks.len());
+    let mut raw: Vec<RawThread> = Vec::with_capacity(threads.len());
+    for (tid, outcome) in &world.threads {
+        let name = threads
+            .iter()
+            .find(|t| t.tid == *tid)
+            .map_or_else(String::new, |t| t.name.clone());
+        let (state, frames) = match outcome {
+            Outcome::Gone => continue,
+            Outcome::NotStoppable(why) => (ThreadState::NotStoppable(why.clone()), Vec::new()),
+            Outcome::Stopped(regs) => {
+                let unwound = unwinder.unwind(regs);
+                let frames = unwound
+                    .frames
+                    .iter()
+                    .map(|f| {
+                        collector.begin();
+                        for r in &f.ranges {
+                            // SAFETY: the unwinder clamped every range to readable mappings,
+                            // and the thread owning them is stopped.
+                            unsafe { collector.range(&index, r.clone(), &unwound.skip) };
+                        }
+                        for &v in &f.values {
+                            collector.word(&index, v);
+                        }
+                        (f.sort, f.pc, collector.take_sorted())
+                    })
+                    .collect();
+                (ThreadState::Stopped, frames)
+            }
+        };
+        raw.push(RawThread {
+            tid: *tid,
+            name,
+            state,
+            frames,
+        });
+    }
+    collector.begin();
+    for r in &globals_ranges {
+        // SAFETY: clamped to readable mappings by `AddressSpace::globals`.
+        unsafe { collector.range(&index, r.clone(), &[]) };
+    }
+    let globals = collector.take_sorted();
+    let edges = scan_blocks(&index, &space, &mut collector);
+    world.resume();
+    drop(frozen);
+    let pause = paused.elapsed();
+    // ---- end of stop window ----
+
+    let graph = assemble(heap, &space, process, &blocks, edges, raw, globals)?;
+    Ok(Capture {
+        graph,
+        pause,
+        total: begin.elapsed(),
+    })
+}
+
+fn assemble<H: Heap>(
+    heap: &H,
+    space: &AddressSpace,
+    process: Process,
+    blocks: &[BlockInfo],
+    edges: Edges,
+    raw: Vec<RawThread>,
+    globals: Vec<ObjectIndex>,
+) -> Result<HeapGraph, GraphError> {
+    let mut symbols = Symbolizer::new(space);
+    let mut sites: Vec<Site> = Vec::new();
+    let mut site_of: HashMap<u32, SiteIndex> = HashMap::new();
+    let mut objects = Objects::with_capacity(blocks.len());
+    for b in blocks {
+        let site = if b.stack == 0 {
+            NO_SITE
+        } else {
+            *site_of.entry(b.stack).or_insert_with(|| {
+                let frames: Vec<String> = heap
+                    .stack(b.stack)
+                    .iter()
+                    .map(|&pc| symbols.symbolize(pc, false))
+                    .filter(|s| !s.agent)
+                    .map(|s| s.function)
+                    .collect();
+                sites.push(Site {
+                    id: u64::from(b.stack),
+                    frames,
+                });
+                (sites.len() - 1) as SiteIndex
+            })
+        };
+        objects.push(ObjectRecord {
+            id: b.seq,
+            addr: b.addr,
+            size: b.size,
+            site,
+            thread: b.tid,
+            seq: b.seq,
+        });
+    }
+    let threads = raw
+        .into_iter()
+        .map(|t| Thread {
+            tid: t.tid,
+            name: t.name,
+            state: t.state,
+            frames: t
+                .frames
+                .into_iter()
+                .enumerate()
+                .map(|(i, (sort, pc, refs))| match sort {
+                    FrameSort::Call => {
+                        let s = symbols.symbolize(pc, i == 0);
+                        Frame {
+                            function: s.function,
+                            module: s.module,
+                            kind: s.kind,
+                            refs,
+                        }
+                    }
+                    FrameSort::Signal => Frame {
+                        function: "<signal handler called>".into(),
+                        module: "[kernel]".into(),
+                        kind: FrameKind::System,
+                        refs,
+                    },
+                    FrameSort::Thread => Frame {
+                        function: "<thread>".into(),
+                        module: String::new(),
+                        kind: FrameKind::System,
+                        refs,
+                    },
+                })
+                .collect(),
+        })
+        .collect();
+    HeapGraph::new(process, sites, objects, edges, threads, globals)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use heaptui_analysis::attribution::Analysis;
+    use std::sync::mpsc;
+
+    /// Blocks given by hand: real memory owned by the test.
+    struct Fixed(Vec<BlockInfo>);
+
+    impl Heap for Fixed {
+        type Frozen = ();
+        fn freeze(&self) {}
+        fn blocks(&self, _: &(), out: &mut Vec<BlockInfo>) {
+            out.extend_from_slice(&self.0);
+        }
+        fn len_hint(&self, _: &()) -> usize {
+            self.0.len()
+        }
+        fn stack(&self, _: u32) -> Vec<u64> {
+            Vec::new()
+        }
+    }
+
+    #[inline(never)]
+    fn hold(
+        own: Box<[u64; 64]>,
+        shared: u64,
+        ready: mpsc::Sender<(u32, u64)>,
+        go: mpsc::Receiver<()>,
+    ) {
+        let own = std::hint::black_box(own);
+        // SAFETY: gettid has no arguments.
+        let tid = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
+        ready.send((tid, own.as_ptr() as u64)).unwrap();
+        go.recv().unwrap();
+        std::hint::black_box(&own);
+        std::hint::black_box(shared);
+    }
+
+    #[test]
+    fn two_threads_with_private_and_shared_blocks() {
+        stop::install().unwrap();
+        let shared = Box::new([0u64; 32]);
+        let shared_addr = shared.as_ptr() as u64;
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let mut gos = Vec::new();
+        let mut handles = Vec::new();
+        for _ in 0..2 {
+            let (go_tx, go_rx) = mpsc::channel();
+            gos.push(go_tx);
+            let ready = ready_tx.clone();
+            handles.push(std::thread::spawn(move || {
+                hold(Box::new([0u64; 64]), shared_addr, ready, go_rx)
+            }));
+        }
+        let got: Vec<(u32, u64)> = (0..2).map(|_| ready_rx.recv().unwrap()).collect();
+        let heap = Fixed(vec![
+            BlockInfo {
+                addr: got[0].1,
+                size: 512,
+                seq: 1,
+                tid: got[0].0,
+                stack: 0,
+            },
+            BlockInfo {
+                addr: got[1].1,
+                size: 512,
+                seq: 2,
+                tid: got[1].0,
+                stack: 0,
+            },
+            BlockInfo {
+                addr: shared_addr,
+                size: 256,
+                seq: 3,
+                tid: 0,
+                stack: 0,
+            },
+        ]);
+        let threads: Vec<ThreadInfo> = got
+            .iter()
+            .map(|&(tid, _)| ThreadInfo {
+                tid,
+                name: format!("t{tid}"),
+            })
+            .collect();
+        let cap = capture(&heap, &threads, Timeouts::default()).unwrap();
+        for g in &gos {
+            g.send(()).unwrap();
+        }
+        for h in handles {
+            h.join().unwrap();
+        }
+        let g = &cap.graph;
+        assert_eq!(g.threads.len(), 2);
+        assert!(g.threads.iter().all(|t| t.state == ThreadState::Stopped));
+        for t in &g.threads {
+            assert_eq!(t.frames.last().unwrap().function, "<thread>");
+            assert!(
+                t.frames.iter().any(|f| f.function.ends_with("hold")),
+                "{:?}",
+                t.frames.iter().map(|f| &f.function).collect::<Vec<_>>()
+            );
+        }
+        let a = Analysis::new(g);
+        for (i, t) in g.threads.iter().enumerate() {
+            let f = &a.threads()[i];
+            assert_eq!(f.proprietary, 512, "thread {}", t.tid);
+            assert_eq!(f.shared, 256, "thread {}", t.tid);
+            assert_eq!(f.total, 768);
+        }
+        drop(shared);
+    }
+}
