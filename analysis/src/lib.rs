@@ -9,6 +9,7 @@ pub mod figures;
 pub mod graph;
 mod groups;
 pub mod snapshot;
+pub mod synthetic;
 
 pub use attribution::{Analysis, UnknownThread};
 pub use figures::*;

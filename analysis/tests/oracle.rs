@@ -743,3 +743,34 @@ fn the_generator_covers_every_shape() {
     }
     eprintln!("{seen:?}");
 }
+
+/// The benchmark's generator, at a size the oracle can afford: its structures (long
+/// lists, contexts, caches, leaks, cross references) must come out exactly right too.
+#[test]
+fn synthetic_graphs_agree_with_brute_force() {
+    use heaptui_analysis::synthetic::{SyntheticConfig, generate};
+    for seed in 1..=3 {
+        let g = generate(&SyntheticConfig::new(1200, 4, 3).seed(seed));
+        let a = Analysis::new(&g);
+        for kind in [
+            GroupKind::FrameShared,
+            GroupKind::ThreadShared,
+            GroupKind::GlobalOnly,
+        ] {
+            assert!(
+                a.groups().iter().any(|g| g.id.kind == kind),
+                "seed {seed}: no {kind:?}"
+            );
+        }
+        let leaks = a.leaks();
+        assert!(leaks.definitely_lost_objects > 0 && leaks.indirectly_lost_objects > 0);
+        check(
+            &g,
+            &[
+                vec![true, false, true, false],
+                vec![true, true, true, false],
+            ],
+        )
+        .unwrap();
+    }
+}
