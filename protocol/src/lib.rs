@@ -11,6 +11,7 @@
 //! No I/O policy lives here (no sockets, threads, timeouts or async runtime): the agent uses
 //! the blocking helpers from its own threads, the tokio client feeds the [`FrameDecoder`].
 
+pub mod answer;
 pub mod codec;
 pub mod frame;
 pub mod handshake;

@@ -603,6 +603,27 @@ impl RequestBody {
         "cancel",
     ];
 
+    /// Whether the request is about the kept snapshot (answered by `answer::Answerer`, or
+    /// with [`ErrorKind::NoSnapshot`] before the first snapshot).
+    pub fn needs_snapshot(&self) -> bool {
+        match self {
+            RequestBody::Threads { .. }
+            | RequestBody::Frames { .. }
+            | RequestBody::Group { .. }
+            | RequestBody::GroupObjects { .. }
+            | RequestBody::SiteObjects { .. }
+            | RequestBody::Object { .. }
+            | RequestBody::Sites { .. }
+            | RequestBody::Release { .. } => true,
+            RequestBody::ProcessInfo
+            | RequestBody::Subscribe
+            | RequestBody::Unsubscribe
+            | RequestBody::TakeSnapshot
+            | RequestBody::Policy
+            | RequestBody::Cancel { .. } => false,
+        }
+    }
+
     /// A short name for logs and for the golden fixtures.
     pub fn kind(&self) -> &'static str {
         match self {

@@ -1,0 +1,647 @@
+//! Builds every answer about a snapshot from its heap graph and its analysis, so that the live
+//! agent and the offline `heaptui open` answer identically: both hold a `HeapGraph` and an
+//! `Analysis` and call [`Answerer::answer`].
+//!
+//! Pure: no I/O, no clock, no state between calls; the same request over the same snapshot
+//! gives the same answer. Requests about the process or the agent (process info, counters,
+//! taking a snapshot, the policy, cancel) are not answered here — [`Answerer::answer`] returns
+//! `None` for them and the server answers from its own state.
+//!
+//! Built for big heaps: a page of a million-object group selects its window with two
+//! `select_nth_unstable` passes and sorts only the window (`O(n + limit·log limit)` per
+//! request, never per row); every answer stays under the frame maximum by a byte budget
+//! (rows stop when the next one would not fit; the client continues from
+//! `offset + rows.len()`), and every string and list inside a row is capped.
+
+use std::cmp::Ordering;
+
+use heaptui_analysis::{self as engine, Analysis, HeapGraph, Holder, NO_SITE, ObjectIndex};
+use serde::Serialize;
+
+use crate::codec::{MAX_FRAME_LEN, encoded_len};
+use crate::ids::{GroupId, ObjectClass, Sharer, ThreadState};
+use crate::message::{
+    Direction, ErrorAnswer, ErrorKind, FramePage, FrameRow, GroupInfo, IdList, MAX_IDS_PER_GROUP,
+    MAX_IDS_PER_ROW, MAX_STACK_FRAMES, ObjectDetail, ObjectKey, ObjectPage, ObjectRow, Page,
+    PageInfo, Referrer, ReleaseAnswer, RequestBody, Response, SiteKey, SitePage, SiteRow,
+    SnapshotId, SnapshotInfo, Sort, ThreadKey, ThreadPage, ThreadRow,
+};
+
+/// Bytes an answer's rows may take: the frame maximum less room for the envelope.
+pub const ANSWER_BUDGET: usize = MAX_FRAME_LEN - (64 << 10);
+
+/// Longest string (function, module, label, thread name) sent in a row, in bytes; longer ones
+/// (C++ template names can run to kilobytes) are cut at a character boundary and end in `…`.
+pub const MAX_TEXT_LEN: usize = 4096;
+
+/// Answers the snapshot requests of one snapshot.
+#[derive(Clone, Copy)]
+pub struct Answerer<'a> {
+    snapshot: SnapshotId,
+    graph: &'a HeapGraph,
+    analysis: &'a Analysis,
+}
+
+type Answer<T> = Result<T, ErrorAnswer>;
+
+fn error(kind: ErrorKind, message: String) -> ErrorAnswer {
+    ErrorAnswer { kind, message }
+}
+
+impl<'a> Answerer<'a> {
+    /// `analysis` must be `Analysis::new(graph)`; `snapshot` is the id the answers carry.
+    pub fn new(snapshot: SnapshotId, graph: &'a HeapGraph, analysis: &'a Analysis) -> Self {
+        Answerer {
+            snapshot,
+            graph,
+            analysis,
+        }
+    }
+
+    pub fn snapshot(&self) -> SnapshotId {
+        self.snapshot
+    }
+
+    /// The answer to a snapshot request, `None` for requests this module does not answer
+    /// (see the module doc). Failures are [`Response::Error`].
+    pub fn answer(&self, request: &RequestBody) -> Option<Response> {
+        let answer = match request {
+            RequestBody::Threads { sort, page } => {
+                Ok(Response::Threads(self.threads(*sort, *page)))
+            }
+            RequestBody::Frames { tid, page } => self.frames(*tid, *page).map(Response::Frames),
+            RequestBody::Group { snapshot, group } => self
+                .current(*snapshot)
+                .and_then(|()| self.group(*group))
+                .map(Response::Group),
+            RequestBody::GroupObjects {
+                snapshot,
+                group,
+                sort,
+                page,
+            } => self
+                .current(*snapshot)
+                .and_then(|()| self.group_objects(*group, *sort, *page))
+                .map(Response::Objects),
+            RequestBody::SiteObjects {
+                snapshot,
+                site,
+                sort,
+                page,
+            } => self
+                .current(*snapshot)
+                .and_then(|()| self.site_objects(*site, *sort, *page))
+                .map(Response::Objects),
+            RequestBody::Object {
+                snapshot,
+                object,
+                refs,
+            } => self
+                .current(*snapshot)
+                .and_then(|()| self.object(*object, *refs))
+                .map(Response::Object),
+            RequestBody::Sites { sort, page } => Ok(Response::Sites(self.sites(*sort, *page))),
+            RequestBody::Release { tids } => self.release(tids).map(Response::Release),
+            _ => return None,
+        };
+        Some(answer.unwrap_or_else(Response::Error))
+    }
+
+    /// The snapshot's figures; the caller fills in what only it knows (when it was taken,
+    /// the pause, capture and analysis times, the memory held).
+    pub fn snapshot_info(&self) -> SnapshotInfo {
+        SnapshotInfo {
+            snapshot: self.snapshot,
+            threads: self.graph.threads.len() as u32,
+            totals: self.analysis.totals().into(),
+            leaks: self.analysis.leaks().into(),
+            ..SnapshotInfo::default()
+        }
+    }
+
+    /// A page of the thread ranking.
+    pub fn threads(&self, sort: Sort<ThreadKey>, page: Page) -> ThreadPage {
+        let figures = self.analysis.threads();
+        let threads = &self.graph.threads;
+        let mut order: Vec<u32> = (0..threads.len() as u32).collect();
+        let window = select_page(&mut order, page, |&a, &b| {
+            let (ta, tb) = (&threads[a as usize], &threads[b as usize]);
+            let (fa, fb) = (&figures[a as usize], &figures[b as usize]);
+            let by_key = match sort.key {
+                ThreadKey::Total => fa.total.cmp(&fb.total),
+                ThreadKey::Proprietary => fa.proprietary.cmp(&fb.proprietary),
+                ThreadKey::Shared => fa.shared.cmp(&fb.shared),
+                ThreadKey::Tid => ta.tid.cmp(&tb.tid),
+                ThreadKey::Name => ta.name.cmp(&tb.name),
+                ThreadKey::Frames => ta.frames.len().cmp(&tb.frames.len()),
+            };
+            directed(by_key, sort.direction).then(ta.tid.cmp(&tb.tid).then(a.cmp(&b)))
+        });
+        let rows = fill(window, |&t| {
+            let (thread, fig) = (&threads[t as usize], &figures[t as usize]);
+            ThreadRow {
+                tid: thread.tid,
+                name: clip(&thread.name),
+                state: ThreadState::from(&thread.state),
+                proprietary: fig.proprietary,
+                shared: fig.shared,
+                total: fig.total,
+                frames: thread.frames.len() as u32,
+            }
+        });
+        ThreadPage {
+            snapshot: self.snapshot,
+            page: info(page, threads.len()),
+            rows,
+        }
+    }
+
+    /// A page of one thread's frames, innermost first, with their referents.
+    pub fn frames(&self, tid: u32, page: Page) -> Answer<FramePage> {
+        let t = self.thread_index(tid)?;
+        let thread = &self.graph.threads[t];
+        let figures = &self.analysis.threads()[t].frames;
+        let n = thread.frames.len();
+        let (start, end) = bounds(page, n);
+        let window: Vec<usize> = (start..end).collect();
+        let rows = fill(&window, |&i| {
+            let frame = &thread.frames[i];
+            let fig = &figures[i];
+            FrameRow {
+                index: i as u32,
+                function: clip(&frame.function),
+                module: clip(&frame.module),
+                kind: frame.kind.into(),
+                proprietary: fig.proprietary,
+                frame_shared: IdList::capped(fig.frame_shared.iter().copied(), MAX_IDS_PER_ROW),
+                thread_shared: IdList::capped(fig.thread_shared.iter().copied(), MAX_IDS_PER_ROW),
+                developed: IdList::capped(
+                    self.analysis.developed_referents(Holder::Frame {
+                        thread: t,
+                        frame: i,
+                    }),
+                    MAX_IDS_PER_ROW,
+                ),
+            }
+        });
+        Ok(FramePage {
+            snapshot: self.snapshot,
+            tid,
+            page: info(page, n),
+            rows,
+        })
+    }
+
+    /// One group with its entry, sharers and referents.
+    pub fn group(&self, id: GroupId) -> Answer<GroupInfo> {
+        let engine_id = engine::GroupId::from(id);
+        let group = self.analysis.group(engine_id).ok_or_else(|| {
+            error(
+                ErrorKind::UnknownGroup,
+                format!("unknown group {id} in snapshot {}", self.snapshot.0),
+            )
+        })?;
+        Ok(GroupInfo {
+            snapshot: self.snapshot,
+            id,
+            entry: self.object_row(group.entry),
+            label: clip(self.graph.site_label(group.entry)),
+            size: group.size,
+            members: group.objects,
+            sharers: group.sharers.iter().copied().map(Sharer::from).collect(),
+            direct: IdList::capped(group.refs.iter().copied(), MAX_IDS_PER_GROUP),
+            developed: IdList::capped(
+                self.analysis.developed_referents(Holder::Group(engine_id)),
+                MAX_IDS_PER_GROUP,
+            ),
+        })
+    }
+
+    /// A sorted page of a group's members.
+    pub fn group_objects(
+        &self,
+        id: GroupId,
+        sort: Sort<ObjectKey>,
+        page: Page,
+    ) -> Answer<ObjectPage> {
+        let engine_id = engine::GroupId::from(id);
+        if self.analysis.group(engine_id).is_none() {
+            return Err(error(
+                ErrorKind::UnknownGroup,
+                format!("unknown group {id} in snapshot {}", self.snapshot.0),
+            ));
+        }
+        Ok(self.object_page(self.analysis.members(engine_id), sort, page))
+    }
+
+    /// A sorted page of the objects allocated at one site; `u32::MAX` names the objects
+    /// whose site is unknown.
+    pub fn site_objects(&self, site: u32, sort: Sort<ObjectKey>, page: Page) -> Answer<ObjectPage> {
+        if site != NO_SITE && site as usize >= self.graph.sites.len() {
+            return Err(error(
+                ErrorKind::UnknownSite,
+                format!(
+                    "unknown site {site} in snapshot {} ({} sites)",
+                    self.snapshot.0,
+                    self.graph.sites.len()
+                ),
+            ));
+        }
+        let objects: Vec<ObjectIndex> = self
+            .graph
+            .objects()
+            .site
+            .iter()
+            .enumerate()
+            .filter(|&(_, &s)| s == site)
+            .map(|(o, _)| o as ObjectIndex)
+            .collect();
+        Ok(self.object_page(objects, sort, page))
+    }
+
+    /// One object: its class, group, dominator, allocation stack, and a page of its outgoing
+    /// and of its incoming references.
+    pub fn object(&self, object: u32, refs: Page) -> Answer<ObjectDetail> {
+        let n = self.graph.object_count();
+        if object as usize >= n {
+            return Err(error(
+                ErrorKind::UnknownObject,
+                format!(
+                    "unknown object index {object} in snapshot {} ({n} objects)",
+                    self.snapshot.0
+                ),
+            ));
+        }
+        let class = ObjectClass::from_engine(self.analysis.class_of(object), self.graph)
+            .ok_or_else(|| {
+                error(
+                    ErrorKind::Internal,
+                    format!("object {object}: its class names a thread or frame the snapshot does not have"),
+                )
+            })?;
+        let site = self.graph.objects().site[object as usize];
+        let stack = match site {
+            NO_SITE => Vec::new(),
+            s => self.graph.sites[s as usize]
+                .frames
+                .iter()
+                .take(MAX_STACK_FRAMES)
+                .map(|f| clip(f))
+                .collect(),
+        };
+
+        // Both lists share the budget; half each keeps one from starving the other.
+        let half = ANSWER_BUDGET / 2;
+        let targets = self.graph.edges().of(object);
+        let (start, end) = bounds(refs, targets.len());
+        let outgoing = fill_within(&targets[start..end], half, |&o| self.object_row(o));
+
+        let referrers = self.referrers(object);
+        let (start, end) = bounds(refs, referrers.len());
+        let incoming = fill_within(&referrers[start..end], half, |r| match *r {
+            Source::Frame(t, f) => {
+                let thread = &self.graph.threads[t];
+                Referrer::Frame {
+                    tid: thread.tid,
+                    frame: f as u32,
+                    function: clip(&thread.frames[f].function),
+                }
+            }
+            Source::Globals => Referrer::Globals,
+            Source::Object(o) => Referrer::Object(self.object_row(o)),
+        });
+
+        Ok(ObjectDetail {
+            snapshot: self.snapshot,
+            object: self.object_row(object),
+            class,
+            group: self.analysis.group_of(object).map(GroupId::from),
+            dominator: self.analysis.dominator(object),
+            stack,
+            outgoing_page: info(refs, targets.len()),
+            outgoing,
+            incoming_page: info(refs, referrers.len()),
+            incoming,
+        })
+    }
+
+    /// A sorted page of the allocation sites that have live blocks (plus one row for blocks of
+    /// unknown site, `site = u32::MAX`, when there are any).
+    pub fn sites(&self, sort: Sort<SiteKey>, page: Page) -> SitePage {
+        let objects = self.graph.objects();
+        let sites = &self.graph.sites;
+        let unknown = sites.len();
+        // Slot `unknown` gathers the blocks without a site.
+        let mut bytes = vec![0u64; sites.len() + 1];
+        let mut blocks = vec![0u64; sites.len() + 1];
+        for (&s, &size) in objects.site.iter().zip(&objects.size) {
+            let slot = if s == NO_SITE { unknown } else { s as usize };
+            bytes[slot] += size;
+            blocks[slot] += 1;
+        }
+        let label = |slot: usize| sites.get(slot).map_or("?", |s| s.label());
+        let mut order: Vec<u32> = (0..=unknown as u32)
+            .filter(|&s| blocks[s as usize] > 0)
+            .collect();
+        let total = order.len();
+        let window = select_page(&mut order, page, |&a, &b| {
+            let (a, b) = (a as usize, b as usize);
+            let by_key = match sort.key {
+                SiteKey::LiveBytes => bytes[a].cmp(&bytes[b]),
+                SiteKey::Blocks => blocks[a].cmp(&blocks[b]),
+                SiteKey::Label => label(a).cmp(label(b)),
+            };
+            directed(by_key, sort.direction).then(a.cmp(&b))
+        });
+        let rows = fill(window, |&slot| {
+            let slot = slot as usize;
+            let site = sites.get(slot);
+            SiteRow {
+                site: if slot == unknown {
+                    NO_SITE
+                } else {
+                    slot as u32
+                },
+                id: site.map_or(0, |s| s.id),
+                label: clip(label(slot)),
+                frames: site.map_or_else(Vec::new, |s| {
+                    s.frames
+                        .iter()
+                        .take(MAX_STACK_FRAMES)
+                        .map(|f| clip(f))
+                        .collect()
+                }),
+                live_bytes: bytes[slot],
+                blocks: blocks[slot],
+            }
+        });
+        SitePage {
+            snapshot: self.snapshot,
+            page: info(page, total),
+            rows,
+        }
+    }
+
+    /// Release of a set of threads (SPEC §3); the answer lists the set sorted, once each.
+    pub fn release(&self, tids: &[u32]) -> Answer<ReleaseAnswer> {
+        let bytes = self.analysis.release(tids).map_err(|e| {
+            error(
+                ErrorKind::UnknownThread,
+                format!("{e} in snapshot {}", self.snapshot.0),
+            )
+        })?;
+        let mut tids = tids.to_vec();
+        tids.sort_unstable();
+        tids.dedup();
+        Ok(ReleaseAnswer {
+            snapshot: self.snapshot,
+            tids,
+            bytes,
+        })
+    }
+
+    /// One object as a row.
+    pub fn object_row(&self, o: ObjectIndex) -> ObjectRow {
+        let r = self.graph.objects().record(o);
+        ObjectRow {
+            index: o,
+            id: r.id,
+            addr: r.addr,
+            size: r.size,
+            site: r.site,
+            site_label: clip(self.graph.site_label(o)),
+            thread: r.thread,
+            seq: r.seq,
+            // The heap-graph model has no age column yet; sources that track ages fill it.
+            age: None,
+        }
+    }
+
+    fn current(&self, snapshot: SnapshotId) -> Answer<()> {
+        if snapshot == self.snapshot {
+            Ok(())
+        } else {
+            Err(error(
+                ErrorKind::StaleSnapshot,
+                format!(
+                    "snapshot {} is gone; the current snapshot is {}: reload",
+                    snapshot.0, self.snapshot.0
+                ),
+            ))
+        }
+    }
+
+    fn thread_index(&self, tid: u32) -> Answer<usize> {
+        self.graph.thread_index(tid).ok_or_else(|| {
+            error(
+                ErrorKind::UnknownThread,
+                format!("unknown thread id {tid} in snapshot {}", self.snapshot.0),
+            )
+        })
+    }
+
+    fn object_page(
+        &self,
+        mut objects: Vec<ObjectIndex>,
+        sort: Sort<ObjectKey>,
+        page: Page,
+    ) -> ObjectPage {
+        let total = objects.len();
+        let cols = self.graph.objects();
+        let site_rank = match sort.key {
+            ObjectKey::Site => self.site_ranks(),
+            _ => Vec::new(),
+        };
+        let key = |o: ObjectIndex| -> u64 {
+            let i = o as usize;
+            match sort.key {
+                ObjectKey::Size => cols.size[i],
+                ObjectKey::Addr => cols.addr[i],
+                ObjectKey::Seq => cols.seq[i],
+                ObjectKey::Id => cols.id[i],
+                ObjectKey::Site => match cols.site[i] {
+                    NO_SITE => u64::MAX,
+                    s => u64::from(site_rank[s as usize]),
+                },
+                ObjectKey::Thread => u64::from(cols.thread[i]),
+                ObjectKey::Index => u64::from(o),
+            }
+        };
+        let window = select_page(&mut objects, page, |&a, &b| {
+            directed(key(a).cmp(&key(b)), sort.direction).then(a.cmp(&b))
+        });
+        let rows = fill(window, |&o| self.object_row(o));
+        ObjectPage {
+            snapshot: self.snapshot,
+            page: info(page, total),
+            rows,
+        }
+    }
+
+    /// Rank of each site in alphabetical order of its label, ties by index.
+    fn site_ranks(&self) -> Vec<u32> {
+        let sites = &self.graph.sites;
+        let mut order: Vec<u32> = (0..sites.len() as u32).collect();
+        order.sort_by(|&a, &b| {
+            sites[a as usize]
+                .label()
+                .cmp(sites[b as usize].label())
+                .then(a.cmp(&b))
+        });
+        let mut rank = vec![0u32; sites.len()];
+        for (r, &s) in order.iter().enumerate() {
+            rank[s as usize] = r as u32;
+        }
+        rank
+    }
+
+    /// Everything that points at `target`: frames (threads in snapshot order, innermost frame
+    /// first), the globals, then objects by index. One pass over all references: a drill-down
+    /// request costs O(edges), and keeps no reverse index alive between requests.
+    fn referrers(&self, target: ObjectIndex) -> Vec<Source> {
+        let mut out = Vec::new();
+        for (t, thread) in self.graph.threads.iter().enumerate() {
+            for (f, frame) in thread.frames.iter().enumerate() {
+                if frame.refs.contains(&target) {
+                    out.push(Source::Frame(t, f));
+                }
+            }
+        }
+        if self.graph.globals.contains(&target) {
+            out.push(Source::Globals);
+        }
+        let edges = self.graph.edges();
+        for o in 0..self.graph.object_count() as ObjectIndex {
+            if edges.of(o).contains(&target) {
+                out.push(Source::Object(o));
+            }
+        }
+        out
+    }
+}
+
+/// A referrer before it is turned into a row (only the page's window is).
+#[derive(Clone, Copy)]
+enum Source {
+    Frame(usize, usize),
+    Globals,
+    Object(ObjectIndex),
+}
+
+fn directed(order: Ordering, direction: Direction) -> Ordering {
+    match direction {
+        Direction::Ascending => order,
+        Direction::Descending => order.reverse(),
+    }
+}
+
+/// The row range `[start, end)` a page covers in a list of `n`.
+fn bounds(page: Page, n: usize) -> (usize, usize) {
+    let start = (page.offset as usize).min(n);
+    let end = start.saturating_add(page.clamped_limit() as usize).min(n);
+    (start, end)
+}
+
+fn info(page: Page, total: usize) -> PageInfo {
+    PageInfo {
+        offset: page.offset,
+        total: u32::try_from(total).unwrap_or(u32::MAX),
+    }
+}
+
+/// Puts the page's window of `items` in order and returns it: the first `select_nth`
+/// partitions off everything before the window, the second everything after it, and only the
+/// window is sorted. `cmp` must be a total order (ties broken by a unique key) so that
+/// consecutive pages neither repeat nor skip an item.
+pub fn select_page<T>(items: &mut [T], page: Page, cmp: impl Fn(&T, &T) -> Ordering) -> &[T] {
+    let (start, end) = bounds(page, items.len());
+    if start == end {
+        return &[];
+    }
+    if start > 0 {
+        items.select_nth_unstable_by(start, &cmp);
+    }
+    let rest = &mut items[start..];
+    let k = end - start;
+    if k < rest.len() {
+        rest.select_nth_unstable_by(k - 1, &cmp);
+    }
+    rest[..k].sort_unstable_by(&cmp);
+    &items[start..end]
+}
+
+/// Builds rows for `window` in order until the answer budget is spent.
+fn fill<T, R: Serialize>(window: &[T], row: impl FnMut(&T) -> R) -> Vec<R> {
+    fill_within(window, ANSWER_BUDGET, row)
+}
+
+fn fill_within<T, R: Serialize>(
+    window: &[T],
+    budget: usize,
+    mut row: impl FnMut(&T) -> R,
+) -> Vec<R> {
+    let mut left = budget;
+    let mut rows = Vec::with_capacity(window.len());
+    for item in window {
+        let r = row(item);
+        let len = encoded_len(&r);
+        if len > left {
+            break;
+        }
+        left -= len;
+        rows.push(r);
+    }
+    rows
+}
+
+/// `s` cut to at most [`MAX_TEXT_LEN`] bytes at a character boundary.
+pub fn clip(s: &str) -> String {
+    if s.len() <= MAX_TEXT_LEN {
+        return s.to_string();
+    }
+    const ELLIPSIS: &str = "…";
+    let mut end = MAX_TEXT_LEN - ELLIPSIS.len();
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{ELLIPSIS}", &s[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn select_page_agrees_with_a_full_sort_for_every_window() {
+        let base: Vec<u32> = (0..97u32).map(|i| (i * 37) % 101).collect();
+        let mut sorted = base.clone();
+        sorted.sort_unstable();
+        for offset in [0u32, 1, 10, 50, 96, 97, 200] {
+            for limit in [0u32, 1, 7, 96, 97, 1000] {
+                let mut items = base.clone();
+                let got =
+                    select_page(&mut items, Page::new(offset, limit), |a, b| a.cmp(b)).to_vec();
+                let (s, e) = bounds(Page::new(offset, limit), sorted.len());
+                assert_eq!(got, sorted[s..e], "offset {offset} limit {limit}");
+            }
+        }
+    }
+
+    #[test]
+    fn clip_cuts_long_text_at_a_char_boundary() {
+        assert_eq!(clip("short"), "short");
+        let long = "é".repeat(MAX_TEXT_LEN);
+        let cut = clip(&long);
+        assert!(cut.len() <= MAX_TEXT_LEN, "{}", cut.len());
+        assert!(cut.ends_with('…'));
+        assert!(cut.starts_with("éé"));
+    }
+
+    #[test]
+    fn fill_stops_at_the_budget() {
+        let items: Vec<u32> = (0..100).collect();
+        // Each String row "xxxxxxxxx" encodes to 10 bytes (1 length byte + 9).
+        let rows = fill_within(&items, 35, |_| "x".repeat(9));
+        assert_eq!(rows.len(), 3);
+    }
+}
