@@ -1,0 +1,676 @@
+//! The answer builders against the worked example `shared/fixtures/patent-example.json`
+//! (figures from its `.expected.md`), and paging over larger hand-built graphs.
+
+use std::path::PathBuf;
+
+use heaptui_analysis::{
+    self as engine, Analysis, Edges, HeapGraph, NO_SITE, ObjectRecord, Objects, Process, Site,
+};
+use heaptui_protocol::answer::{Answerer, MAX_TEXT_LEN, select_page};
+use heaptui_protocol::*;
+use proptest::prelude::*;
+
+const SNAP: SnapshotId = SnapshotId(7);
+
+fn fixture() -> (HeapGraph, Analysis) {
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/patent-example.json");
+    let graph = engine::snapshot::read_file(&path).unwrap();
+    let analysis = Analysis::new(&graph);
+    (graph, analysis)
+}
+
+fn g(s: &str) -> GroupId {
+    s.parse().unwrap()
+}
+
+fn ids(list: &IdList) -> Vec<String> {
+    list.ids.iter().map(ToString::to_string).collect()
+}
+
+/// Object index of the fixture's object id (ids 1..16 are indices 0..15; checked).
+fn index_of(graph: &HeapGraph, id: u64) -> u32 {
+    graph.objects().id.iter().position(|&i| i == id).unwrap() as u32
+}
+
+fn expect<T>(response: Option<Response>, pick: impl FnOnce(Response) -> Option<T>) -> T {
+    let response = response.expect("a snapshot request is answered");
+    let kind = response.kind();
+    pick(response).unwrap_or_else(|| panic!("unexpected {kind} answer"))
+}
+
+fn error_of(response: Option<Response>) -> ErrorAnswer {
+    expect(response, |r| match r {
+        Response::Error(e) => Some(e),
+        _ => None,
+    })
+}
+
+#[test]
+fn the_ranking_is_by_total_and_pages_follow_it() {
+    let (graph, analysis) = fixture();
+    let a = Answerer::new(SNAP, &graph, &analysis);
+    let page = a.threads(Sort::desc(ThreadKey::Total), Page::FIRST);
+    assert_eq!(page.snapshot, SNAP);
+    assert_eq!(
+        page.page,
+        PageInfo {
+            offset: 0,
+            total: 4
+        }
+    );
+    let rows: Vec<_> = page
+        .rows
+        .iter()
+        .map(|r| {
+            (
+                r.tid,
+                r.name.as_str(),
+                r.proprietary,
+                r.shared,
+                r.total,
+                r.frames,
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            (1, "thread-1", 180, 84, 264, 2),
+            (3, "thread-3", 50, 204, 254, 2),
+            (2, "thread-2", 120, 84, 204, 2),
+            (4, "thread-n", 30, 140, 170, 1),
+        ]
+    );
+    assert!(page.rows.iter().all(|r| r.state == ThreadState::Stopped));
+
+    let second = a.threads(Sort::desc(ThreadKey::Total), Page::new(1, 2));
+    assert_eq!(
+        second.rows.iter().map(|r| r.tid).collect::<Vec<_>>(),
+        [3, 2]
+    );
+    assert_eq!(
+        second.page,
+        PageInfo {
+            offset: 1,
+            total: 4
+        }
+    );
+    let past = a.threads(Sort::desc(ThreadKey::Total), Page::new(9, 2));
+    assert!(past.rows.is_empty());
+
+    let tids = |sort| {
+        a.threads(sort, Page::FIRST)
+            .rows
+            .iter()
+            .map(|r| r.tid)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(tids(Sort::asc(ThreadKey::Proprietary)), [4, 3, 2, 1]);
+    assert_eq!(tids(Sort::desc(ThreadKey::Shared)), [3, 4, 1, 2]);
+    assert_eq!(tids(Sort::desc(ThreadKey::Tid)), [4, 3, 2, 1]);
+    assert_eq!(tids(Sort::asc(ThreadKey::Name)), [1, 2, 3, 4]);
+    // Equal frame counts fall back to tid ascending, whatever the direction.
+    assert_eq!(tids(Sort::desc(ThreadKey::Frames)), [1, 2, 3, 4]);
+}
+
+#[test]
+fn frames_carry_proprietary_bytes_and_referents() {
+    let (graph, analysis) = fixture();
+    let a = Answerer::new(SNAP, &graph, &analysis);
+    let t1 = a.frames(1, Page::FIRST).unwrap();
+    assert_eq!((t1.tid, t1.page.total), (1, 2));
+    let f0 = &t1.rows[0];
+    assert_eq!(
+        (f0.index, f0.function.as_str(), f0.module.as_str(), f0.kind),
+        (0, "Class1.methodB", "app", FrameKind::User)
+    );
+    assert_eq!(f0.proprietary, 36);
+    assert_eq!(ids(&f0.frame_shared), ["F1"]);
+    assert_eq!(ids(&f0.thread_shared), ["T1"]);
+    assert_eq!(ids(&f0.developed), ["F1", "T1", "T2"]);
+    assert_eq!(t1.rows[1].proprietary, 84);
+
+    let t2 = a.frames(2, Page::FIRST).unwrap();
+    assert_eq!(t2.rows[0].proprietary, 0);
+    assert_eq!(ids(&t2.rows[0].frame_shared), ["F2"]);
+    assert_eq!(ids(&t2.rows[0].developed), ["F2", "T1", "T2"]);
+    assert_eq!(t2.rows[1].proprietary, 36);
+
+    let t3 = a.frames(3, Page::new(1, 5)).unwrap();
+    assert_eq!(t3.rows.len(), 1);
+    assert_eq!(t3.rows[0].index, 1);
+    assert_eq!(t3.rows[0].kind, FrameKind::System);
+    assert_eq!(t3.rows[0].proprietary, 50);
+
+    let e = error_of(a.answer(&RequestBody::Frames {
+        tid: 99,
+        page: Page::FIRST,
+    }));
+    assert_eq!(e.kind, ErrorKind::UnknownThread);
+    assert!(e.message.contains("99"), "{}", e.message);
+}
+
+#[test]
+fn groups_carry_entry_sharers_and_referents() {
+    let (graph, analysis) = fixture();
+    let a = Answerer::new(SNAP, &graph, &analysis);
+    let t1 = a.group(g("T1")).unwrap();
+    assert_eq!((t1.entry.id, t1.entry.addr), (5, 66816));
+    assert_eq!(t1.label, "Class2.Cache");
+    assert_eq!((t1.size, t1.members), (72, 1));
+    assert_eq!(
+        t1.sharers,
+        [Sharer::Thread(1), Sharer::Thread(2), Sharer::Thread(3)]
+    );
+    assert_eq!(ids(&t1.direct), ["T2"]);
+    assert_eq!(ids(&t1.developed), ["T2"]);
+
+    let f2 = a.group(g("F2")).unwrap();
+    assert_eq!((f2.entry.id, f2.size, f2.members), (7, 84, 2));
+    assert_eq!(f2.sharers, [Sharer::Thread(2)]);
+    assert_eq!(ids(&f2.direct), ["T1"]);
+    assert_eq!(ids(&f2.developed), ["T1", "T2"]);
+
+    let t4 = a.group(g("T4")).unwrap();
+    assert_eq!((t4.entry.id, t4.size), (16, 20));
+    assert_eq!(t4.sharers, [Sharer::Thread(4), Sharer::Globals]);
+
+    let g1 = a.group(g("G1")).unwrap();
+    assert_eq!(
+        (g1.entry.id, g1.label.as_str(), g1.size),
+        (15, "Config", 100)
+    );
+
+    let e = error_of(a.answer(&RequestBody::Group {
+        snapshot: SNAP,
+        group: g("T9"),
+    }));
+    assert_eq!(e.kind, ErrorKind::UnknownGroup);
+    assert!(e.message.contains("T9"), "{}", e.message);
+}
+
+#[test]
+fn group_objects_are_sorted_and_paged() {
+    let (graph, analysis) = fixture();
+    let a = Answerer::new(SNAP, &graph, &analysis);
+    let page = a
+        .group_objects(g("F2"), Sort::desc(ObjectKey::Size), Page::FIRST)
+        .unwrap();
+    assert_eq!(page.page.total, 2);
+    let rows: Vec<_> = page
+        .rows
+        .iter()
+        .map(|r| (r.id, r.size, r.site_label.as_str()))
+        .collect();
+    assert_eq!(rows, [(7, 76, "Class2.Context"), (8, 8, "Class2.Token")]);
+    let asc = a
+        .group_objects(g("F2"), Sort::asc(ObjectKey::Size), Page::new(1, 1))
+        .unwrap();
+    assert_eq!(asc.rows.iter().map(|r| r.id).collect::<Vec<_>>(), [7]);
+    let row = &page.rows[0];
+    assert_eq!(row.index, index_of(&graph, 7));
+    assert_eq!(row.addr, 67328);
+    assert_eq!(row.age, None);
+
+    let e = error_of(a.answer(&RequestBody::GroupObjects {
+        snapshot: SNAP,
+        group: g("F3"),
+        sort: Sort::desc(ObjectKey::Size),
+        page: Page::FIRST,
+    }));
+    assert_eq!(e.kind, ErrorKind::UnknownGroup);
+}
+
+#[test]
+fn an_object_shows_class_stack_and_both_directions_of_references() {
+    let (graph, analysis) = fixture();
+    let a = Answerer::new(SNAP, &graph, &analysis);
+    let cache = index_of(&graph, 5);
+    let d = a.object(cache, Page::FIRST).unwrap();
+    assert_eq!(d.object.id, 5);
+    assert_eq!(d.class, ObjectClass::ThreadShared);
+    assert_eq!(d.group, Some(g("T1")));
+    assert_eq!(d.dominator, None);
+    assert_eq!(d.stack, ["Class2.Cache"]);
+    assert_eq!(d.outgoing.iter().map(|r| r.id).collect::<Vec<_>>(), [6]);
+    assert_eq!(d.outgoing_page.total, 1);
+    let incoming: Vec<String> = d
+        .incoming
+        .iter()
+        .map(|r| match r {
+            Referrer::Frame {
+                tid,
+                frame,
+                function,
+            } => format!("{tid}:{frame} {function}"),
+            Referrer::Globals => "globals".into(),
+            Referrer::Object(row) => format!("object {}", row.id),
+        })
+        .collect();
+    assert_eq!(
+        incoming,
+        ["1:0 Class1.methodB", "3:1 Class2.methodE", "object 7"]
+    );
+    assert_eq!(d.incoming_page.total, 3);
+
+    // Paging the reference lists.
+    let d = a.object(cache, Page::new(1, 1)).unwrap();
+    assert!(d.outgoing.is_empty());
+    assert_eq!(d.incoming.len(), 1);
+    assert!(matches!(&d.incoming[0], Referrer::Frame { tid: 3, .. }));
+
+    let token = a.object(index_of(&graph, 8), Page::FIRST).unwrap();
+    assert_eq!(token.class, ObjectClass::FrameShared { tid: 2 });
+    assert_eq!(token.dominator, Some(index_of(&graph, 7)));
+
+    let buffer = a.object(index_of(&graph, 1), Page::FIRST).unwrap();
+    assert_eq!(
+        buffer.class,
+        ObjectClass::FrameProprietary { tid: 1, frame: 1 }
+    );
+    assert_eq!(buffer.group, None);
+
+    let registry = a.object(index_of(&graph, 16), Page::FIRST).unwrap();
+    assert!(registry.incoming.contains(&Referrer::Globals));
+
+    let leak = a.object(index_of(&graph, 13), Page::FIRST).unwrap();
+    assert_eq!(leak.class, ObjectClass::DefinitelyLost);
+    assert!(leak.incoming.is_empty());
+    let child = a.object(index_of(&graph, 14), Page::FIRST).unwrap();
+    assert_eq!(child.class, ObjectClass::IndirectlyLost);
+    assert!(matches!(&child.incoming[..], [Referrer::Object(r)] if r.id == 13));
+
+    let e = error_of(a.answer(&RequestBody::Object {
+        snapshot: SNAP,
+        object: 16,
+        refs: Page::FIRST,
+    }));
+    assert_eq!(e.kind, ErrorKind::UnknownObject);
+}
+
+#[test]
+fn sites_list_live_bytes_and_their_objects() {
+    let (graph, analysis) = fixture();
+    let a = Answerer::new(SNAP, &graph, &analysis);
+    let page = a.sites(Sort::desc(SiteKey::LiveBytes), Page::new(0, 3));
+    assert_eq!(page.page.total, 16);
+    let rows: Vec<_> = page
+        .rows
+        .iter()
+        .map(|r| (r.label.as_str(), r.live_bytes, r.blocks))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("Class3.Pool", 120, 1),
+            ("Config", 100, 1),
+            ("Class1.Buffer", 84, 1)
+        ]
+    );
+    assert_eq!(page.rows[0].frames, ["Class3.Pool"]);
+    assert_eq!(page.rows[0].id, 10);
+    let by_label = a.sites(Sort::asc(SiteKey::Label), Page::new(0, 2));
+    assert_eq!(by_label.rows[0].label, "Class1.Buffer");
+    assert_eq!(by_label.rows[1].label, "Class1.Payload");
+
+    let pool = page.rows[0].site;
+    let objects = a
+        .site_objects(pool, Sort::desc(ObjectKey::Size), Page::FIRST)
+        .unwrap();
+    assert_eq!(objects.rows.iter().map(|r| r.id).collect::<Vec<_>>(), [10]);
+
+    let e = error_of(a.answer(&RequestBody::SiteObjects {
+        snapshot: SNAP,
+        site: 16,
+        sort: Sort::desc(ObjectKey::Size),
+        page: Page::FIRST,
+    }));
+    assert_eq!(e.kind, ErrorKind::UnknownSite);
+}
+
+#[test]
+fn release_is_of_the_set_not_a_sum() {
+    let (graph, analysis) = fixture();
+    let a = Answerer::new(SNAP, &graph, &analysis);
+    for (tids, bytes) in [
+        (vec![1, 2], 300),
+        (vec![3, 4], 200),
+        (vec![1, 2, 3], 434),
+        (vec![2, 1, 2], 300),
+    ] {
+        let r = a.release(&tids).unwrap();
+        assert_eq!(r.bytes, bytes, "{tids:?}");
+    }
+    assert_eq!(a.release(&[2, 1, 2]).unwrap().tids, [1, 2]);
+    let e = error_of(a.answer(&RequestBody::Release { tids: vec![1, 99] }));
+    assert_eq!(e.kind, ErrorKind::UnknownThread);
+    assert!(e.message.contains("99"), "{}", e.message);
+}
+
+#[test]
+fn the_snapshot_summary_has_the_totals_and_leaks() {
+    let (graph, analysis) = fixture();
+    let info = Answerer::new(SNAP, &graph, &analysis).snapshot_info();
+    assert_eq!(info.snapshot, SNAP);
+    assert_eq!(info.threads, 4);
+    assert_eq!(
+        info.totals,
+        Totals {
+            objects: 16,
+            bytes: 760,
+            unreachable_bytes: 56,
+            global_only_bytes: 100
+        }
+    );
+    assert_eq!(
+        (
+            info.leaks.bytes,
+            info.leaks.definitely_lost,
+            info.leaks.indirectly_lost
+        ),
+        (56, 40, 16)
+    );
+}
+
+#[test]
+fn snapshot_requests_name_their_snapshot() {
+    let (graph, analysis) = fixture();
+    let a = Answerer::new(SNAP, &graph, &analysis);
+    for request in [
+        RequestBody::Group {
+            snapshot: SnapshotId(6),
+            group: g("T1"),
+        },
+        RequestBody::GroupObjects {
+            snapshot: SnapshotId(6),
+            group: g("T1"),
+            sort: Sort::desc(ObjectKey::Size),
+            page: Page::FIRST,
+        },
+        RequestBody::SiteObjects {
+            snapshot: SnapshotId(6),
+            site: 0,
+            sort: Sort::desc(ObjectKey::Size),
+            page: Page::FIRST,
+        },
+        RequestBody::Object {
+            snapshot: SnapshotId(6),
+            object: 0,
+            refs: Page::FIRST,
+        },
+    ] {
+        let e = error_of(a.answer(&request));
+        assert_eq!(e.kind, ErrorKind::StaleSnapshot, "{}", request.kind());
+        assert!(e.message.contains("snapshot 6"), "{}", e.message);
+    }
+}
+
+#[test]
+fn exactly_the_snapshot_requests_are_answered_here() {
+    let (graph, analysis) = fixture();
+    let a = Answerer::new(SNAP, &graph, &analysis);
+    let requests = [
+        RequestBody::ProcessInfo,
+        RequestBody::Subscribe,
+        RequestBody::Unsubscribe,
+        RequestBody::TakeSnapshot,
+        RequestBody::Threads {
+            sort: Sort::desc(ThreadKey::Total),
+            page: Page::FIRST,
+        },
+        RequestBody::Frames {
+            tid: 1,
+            page: Page::FIRST,
+        },
+        RequestBody::Group {
+            snapshot: SNAP,
+            group: g("T1"),
+        },
+        RequestBody::GroupObjects {
+            snapshot: SNAP,
+            group: g("T1"),
+            sort: Sort::desc(ObjectKey::Size),
+            page: Page::FIRST,
+        },
+        RequestBody::SiteObjects {
+            snapshot: SNAP,
+            site: 0,
+            sort: Sort::desc(ObjectKey::Size),
+            page: Page::FIRST,
+        },
+        RequestBody::Object {
+            snapshot: SNAP,
+            object: 0,
+            refs: Page::FIRST,
+        },
+        RequestBody::Sites {
+            sort: Sort::desc(SiteKey::LiveBytes),
+            page: Page::FIRST,
+        },
+        RequestBody::Release { tids: vec![1] },
+        RequestBody::Policy,
+        RequestBody::Cancel {
+            tid: 1,
+            dry_run: true,
+        },
+    ];
+    let kinds: std::collections::BTreeSet<_> = requests.iter().map(|r| r.kind()).collect();
+    assert_eq!(kinds.len(), RequestBody::KINDS.len());
+    for request in &requests {
+        let answer = a.answer(request);
+        assert_eq!(
+            answer.is_some(),
+            request.needs_snapshot(),
+            "{}",
+            request.kind()
+        );
+        if let Some(answer) = answer {
+            assert!(
+                !matches!(answer, Response::Error(_)),
+                "{}: {answer:?}",
+                request.kind()
+            );
+        }
+    }
+}
+
+/// `globals → entry → n members` (one global-only group of n + 1 objects) with sizes that
+/// repeat, plus objects of unknown site, to page through.
+fn big_group(n: u32) -> HeapGraph {
+    let sites = vec![
+        Site {
+            id: 1,
+            frames: vec!["zeta".into()],
+        },
+        Site {
+            id: 2,
+            frames: vec!["alpha".into(), "main".into()],
+        },
+    ];
+    let mut objects = Objects::default();
+    let mut edges = Edges::default();
+    objects.push(ObjectRecord {
+        id: 1,
+        addr: 0x1000,
+        size: 64,
+        site: 0,
+        thread: 1,
+        seq: 1,
+    });
+    edges.push(1..=n);
+    for i in 1..=n {
+        let i64 = u64::from(i);
+        objects.push(ObjectRecord {
+            id: i64 + 1,
+            addr: 0x10_0000 + i64 * 0x40,
+            size: (i64 * 7919) % 97,
+            site: match i % 3 {
+                0 => 0,
+                1 => 1,
+                _ => NO_SITE,
+            },
+            thread: i % 5,
+            seq: i64 + 1,
+        });
+        edges.push([]);
+    }
+    HeapGraph::new(Process::default(), sites, objects, edges, vec![], vec![0]).unwrap()
+}
+
+#[test]
+fn paging_through_a_big_group_visits_every_member_once_in_order() {
+    let graph = big_group(5000);
+    let analysis = Analysis::new(&graph);
+    let a = Answerer::new(SNAP, &graph, &analysis);
+    let g1 = g("G1");
+    assert_eq!(a.group(g1).unwrap().members, 5001);
+    let sizes = &graph.objects().size;
+    for sort in [
+        Sort::desc(ObjectKey::Size),
+        Sort::asc(ObjectKey::Size),
+        Sort::asc(ObjectKey::Site),
+        Sort::desc(ObjectKey::Addr),
+    ] {
+        let mut seen = Vec::new();
+        let mut offset = 0;
+        loop {
+            let page = a.group_objects(g1, sort, Page::new(offset, 333)).unwrap();
+            assert_eq!(page.page.total, 5001);
+            if page.rows.is_empty() {
+                break;
+            }
+            offset += page.rows.len() as u32;
+            seen.extend(page.rows.into_iter().map(|r| r.index));
+        }
+        let mut expected: Vec<u32> = (0..5001).collect();
+        let site_rank = |o: u32| match graph.objects().site[o as usize] {
+            1 => 0, // "alpha"
+            0 => 1, // "zeta"
+            _ => 2, // unknown last
+        };
+        match (sort.key, sort.direction) {
+            (ObjectKey::Size, Direction::Descending) => {
+                expected.sort_by_key(|&o| (std::cmp::Reverse(sizes[o as usize]), o))
+            }
+            (ObjectKey::Size, _) => expected.sort_by_key(|&o| (sizes[o as usize], o)),
+            (ObjectKey::Site, _) => expected.sort_by_key(|&o| (site_rank(o), o)),
+            _ => expected.reverse(), // addresses grow with the index
+        }
+        assert_eq!(seen, expected, "{sort:?}");
+    }
+}
+
+#[test]
+fn blocks_of_unknown_site_get_their_own_site_row() {
+    let graph = big_group(30);
+    let analysis = Analysis::new(&graph);
+    let a = Answerer::new(SNAP, &graph, &analysis);
+    let sites = a.sites(Sort::desc(SiteKey::Blocks), Page::FIRST);
+    let rows: Vec<_> = sites
+        .rows
+        .iter()
+        .map(|r| (r.site, r.label.as_str(), r.blocks))
+        .collect();
+    assert_eq!(
+        rows,
+        [(0, "zeta", 11), (1, "alpha", 10), (u32::MAX, "?", 10)]
+    );
+    assert_eq!(sites.rows[1].frames, ["alpha", "main"]);
+    let unknown = a
+        .site_objects(u32::MAX, Sort::asc(ObjectKey::Index), Page::FIRST)
+        .unwrap();
+    assert_eq!(unknown.page.total, 10);
+    assert!(
+        unknown
+            .rows
+            .iter()
+            .all(|r| r.site == u32::MAX && r.site_label == "?")
+    );
+}
+
+#[test]
+fn long_names_are_clipped_so_rows_stay_small() {
+    let mut graph = big_group(3);
+    graph.sites[0].frames[0] = "x".repeat(100_000);
+    let analysis = Analysis::new(&graph);
+    let a = Answerer::new(SNAP, &graph, &analysis);
+    let page = a.sites(Sort::asc(SiteKey::Label), Page::FIRST);
+    assert!(page.rows.iter().all(|r| r.label.len() <= MAX_TEXT_LEN));
+    assert!(
+        page.rows
+            .iter()
+            .all(|r| r.frames.iter().all(|f| f.len() <= MAX_TEXT_LEN))
+    );
+}
+
+#[test]
+fn a_page_of_long_rows_is_cut_by_the_byte_budget() {
+    // Ten thousand rows with maximal labels would not fit: the budget cuts the page, and the
+    // client continues from offset + rows.len().
+    let mut graph = big_group(20_000);
+    graph.sites[0].frames[0] = "y".repeat(10_000);
+    graph.sites[1].frames[0] = "z".repeat(10_000);
+    let analysis = Analysis::new(&graph);
+    let a = Answerer::new(SNAP, &graph, &analysis);
+    let page = a
+        .group_objects(
+            g("G1"),
+            Sort::asc(ObjectKey::Index),
+            Page::new(0, MAX_PAGE_ROWS),
+        )
+        .unwrap();
+    let len = encoded_len(&ServerMessage::Response {
+        id: RequestId(1),
+        body: Box::new(Response::Objects(page.clone())),
+    });
+    assert!(len <= MAX_FRAME_LEN, "{len}");
+    assert!(page.rows.len() < MAX_PAGE_ROWS as usize);
+    assert!(page.rows.len() > 1000, "{}", page.rows.len());
+    // The next page starts where this one stopped.
+    let next = a
+        .group_objects(
+            g("G1"),
+            Sort::asc(ObjectKey::Index),
+            Page::new(page.rows.len() as u32, 1),
+        )
+        .unwrap();
+    assert_eq!(next.rows[0].index, page.rows.len() as u32);
+}
+
+proptest! {
+    /// Any window of `select_page` equals the same window of a full sort, duplicates included.
+    #[test]
+    fn select_page_matches_a_full_sort(
+        keys in proptest::collection::vec(0u8..8, 0..200),
+        offset in 0u32..220,
+        limit in 0u32..220,
+    ) {
+        let cmp = |a: &u32, b: &u32| keys[*b as usize].cmp(&keys[*a as usize]).then(a.cmp(b));
+        let mut items: Vec<u32> = (0..keys.len() as u32).collect();
+        let mut sorted = items.clone();
+        sorted.sort_by(cmp);
+        let got = select_page(&mut items, Page::new(offset, limit), cmp).to_vec();
+        let start = (offset as usize).min(sorted.len());
+        let end = (start + limit as usize).min(sorted.len());
+        prop_assert_eq!(got, sorted[start..end].to_vec());
+    }
+}
+
+/// The entry of a group is an object row like any other: its fields come from the graph.
+#[test]
+fn object_rows_copy_the_graph_columns() {
+    let (graph, analysis) = fixture();
+    let a = Answerer::new(SNAP, &graph, &analysis);
+    for o in 0..graph.object_count() as u32 {
+        let row = a.object_row(o);
+        let r = graph.objects().record(o);
+        assert_eq!(
+            (
+                row.index, row.id, row.addr, row.size, row.site, row.thread, row.seq
+            ),
+            (o, r.id, r.addr, r.size, r.site, r.thread, r.seq)
+        );
+        assert_eq!(row.site_label, graph.site_label(o));
+    }
+}
