@@ -1,0 +1,22 @@
+/* Per-thread state of the heaptui agent's hooks.
+ *
+ * Rust has no stable way to declare an initial-exec TLS variable, and `thread_local!` in a
+ * preloaded cdylib goes through __tls_get_addr, which glibc may serve by calling malloc — from
+ * inside malloc. The agent is loaded with the initial executable (LD_PRELOAD), so its TLS block
+ * is part of the static TLS area and the initial-exec model is valid: the access is one
+ * %fs-relative load, it never allocates and never takes a lock. */
+#include <stdint.h>
+
+struct heaptui_thread {
+    uint32_t tid;       /* cached gettid(), 0 until first use (reset in the fork child) */
+    uint32_t busy;      /* re-entrancy depth of the hooks on this thread */
+    uintptr_t stack_lo; /* the mapping that holds this thread's stack, 0 until looked up */
+    uintptr_t stack_hi;
+};
+
+static __thread struct heaptui_thread heaptui_thread_state
+    __attribute__((tls_model("initial-exec")));
+
+__attribute__((visibility("hidden"))) struct heaptui_thread *heaptui_thread(void) {
+    return &heaptui_thread_state;
+}

@@ -1,0 +1,184 @@
+//! Every symbol the agent exports, and nothing else: the interposed allocation functions,
+//! `pthread_create`, and the C API of include/heaptui.h.
+//!
+//! The allocation entry points are naked stubs: they read the caller's return address and
+//! frame pointer before any agent code can disturb them, pass both as extra arguments, and
+//! tail-jump into the hook, which returns straight to the caller. So allocation stacks start
+//! at the exact call site, and the stubs add no frame for unwinders to cross (their CFI says
+//! just that: the CFA is the caller's stack pointer, the return address at its top).
+
+use std::ffi::{c_int, c_void};
+
+use crate::hooks;
+use crate::registry::counters;
+
+/// # Safety
+/// As `malloc(3)`.
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
+    core::arch::naked_asm!(
+        ".cfi_startproc",
+        "mov rsi, [rsp]",
+        "mov rdx, rbp",
+        "jmp {hook}",
+        ".cfi_endproc",
+        hook = sym hooks::malloc,
+    )
+}
+
+/// # Safety
+/// As `calloc(3)`.
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
+    core::arch::naked_asm!(
+        ".cfi_startproc",
+        "mov rdx, [rsp]",
+        "mov rcx, rbp",
+        "jmp {hook}",
+        ".cfi_endproc",
+        hook = sym hooks::calloc,
+    )
+}
+
+/// # Safety
+/// As `realloc(3)`.
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
+    core::arch::naked_asm!(
+        ".cfi_startproc",
+        "mov rdx, [rsp]",
+        "mov rcx, rbp",
+        "jmp {hook}",
+        ".cfi_endproc",
+        hook = sym hooks::realloc,
+    )
+}
+
+/// # Safety
+/// As `reallocarray(3)`.
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> *mut c_void {
+    core::arch::naked_asm!(
+        ".cfi_startproc",
+        "mov rcx, [rsp]",
+        "mov r8, rbp",
+        "jmp {hook}",
+        ".cfi_endproc",
+        hook = sym hooks::reallocarray,
+    )
+}
+
+/// # Safety
+/// As `free(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn free(p: *mut c_void) {
+    // SAFETY: the caller's free.
+    unsafe { hooks::free(p) }
+}
+
+/// # Safety
+/// As `posix_memalign(3)`.
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
+    core::arch::naked_asm!(
+        ".cfi_startproc",
+        "mov rcx, [rsp]",
+        "mov r8, rbp",
+        "jmp {hook}",
+        ".cfi_endproc",
+        hook = sym hooks::posix_memalign,
+    )
+}
+
+/// # Safety
+/// As `aligned_alloc(3)`.
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
+    core::arch::naked_asm!(
+        ".cfi_startproc",
+        "mov rdx, [rsp]",
+        "mov rcx, rbp",
+        "jmp {hook}",
+        ".cfi_endproc",
+        hook = sym hooks::aligned_alloc,
+    )
+}
+
+/// # Safety
+/// As `memalign(3)`.
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
+    core::arch::naked_asm!(
+        ".cfi_startproc",
+        "mov rdx, [rsp]",
+        "mov rcx, rbp",
+        "jmp {hook}",
+        ".cfi_endproc",
+        hook = sym hooks::memalign,
+    )
+}
+
+/// # Safety
+/// As `valloc(3)`.
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
+    core::arch::naked_asm!(
+        ".cfi_startproc",
+        "mov rsi, [rsp]",
+        "mov rdx, rbp",
+        "jmp {hook}",
+        ".cfi_endproc",
+        hook = sym hooks::valloc,
+    )
+}
+
+/// # Safety
+/// As `pvalloc(3)`.
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
+    core::arch::naked_asm!(
+        ".cfi_startproc",
+        "mov rsi, [rsp]",
+        "mov rdx, rbp",
+        "jmp {hook}",
+        ".cfi_endproc",
+        hook = sym hooks::pvalloc,
+    )
+}
+
+/// # Safety
+/// As `pthread_create(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pthread_create(
+    thread: *mut libc::pthread_t,
+    attr: *const libc::pthread_attr_t,
+    routine: hooks::pthread::StartRoutine,
+    arg: *mut c_void,
+) -> c_int {
+    // SAFETY: the caller's pthread_create.
+    unsafe { hooks::pthread::pthread_create(thread, attr, routine, arg) }
+}
+
+/// `int heaptui_counters(struct heaptui_counters *out)`: fills `out` with the live counters;
+/// returns 0, or -1 if `out` is NULL.
+///
+/// # Safety
+/// `out` is NULL or points to a writable `struct heaptui_counters`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn heaptui_counters(out: *mut counters::CCounters) -> c_int {
+    if out.is_null() {
+        return -1;
+    }
+    // SAFETY: guaranteed by the caller.
+    unsafe { out.write(counters::counters().into()) };
+    0
+}

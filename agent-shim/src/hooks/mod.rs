@@ -1,0 +1,305 @@
+//! The malloc-family hooks: each forwards to glibc's own entry point (`__libc_malloc`, …) and
+//! records the result in the block table with its size, thread, sequence number and
+//! allocation stack; `hooks::pthread` wraps thread creation for the thread registry.
+//!
+//! Forwarding: the `__libc_*` functions are link-time symbols of libc.so.6, bound by the
+//! dynamic linker before any code of the process runs (the cdylib is linked `-z now`), so no
+//! hook can run before they resolve and no bootstrap allocator is needed — unlike a
+//! `dlsym(RTLD_NEXT, "malloc")` design, where dlsym's own calloc must be served from a
+//! static buffer before the pointer is known. Hooks that run before the agent's constructor
+//! (other preloads' constructors, libc start-up) work the same way; they just record no stack
+//! (capture is switched on by the constructor).
+//!
+//! Never in a hook: heap allocation, std/parking_lot locks, printing, `thread_local!`. The
+//! per-thread state is the initial-exec TLS of `sys::thread_state`; a re-entrant call (a
+//! signal handler that allocates while this thread is inside a hook) and the thread that
+//! holds the whole table (freeze, fork) forward without tracking, and count it. Every table
+//! change happens after libc returned the new block or before libc gets the old one back.
+
+pub mod pthread;
+
+use std::ffi::c_void;
+
+use crate::config::MAX_STACK_DEPTH;
+use crate::registry::blocks;
+use crate::registry::counters::{self, Op, Rare};
+use crate::registry::stacks;
+use crate::sys;
+
+unsafe extern "C" {
+    fn __libc_malloc(size: usize) -> *mut c_void;
+    fn __libc_calloc(n: usize, size: usize) -> *mut c_void;
+    fn __libc_realloc(p: *mut c_void, size: usize) -> *mut c_void;
+    fn __libc_free(p: *mut c_void);
+    fn __libc_memalign(align: usize, size: usize) -> *mut c_void;
+    fn __libc_valloc(size: usize) -> *mut c_void;
+    fn __libc_pvalloc(size: usize) -> *mut c_void;
+}
+
+const PAGE: usize = 4096;
+
+/// The calling thread inside a hook: set while it may hold a table lock.
+struct Busy {
+    tid: u32,
+}
+
+impl Busy {
+    /// None when this thread is already inside a hook or holds the whole table.
+    #[inline]
+    fn enter() -> Option<Self> {
+        let st = sys::thread_state();
+        if st.busy != 0 {
+            return None;
+        }
+        let tid = sys::current_tid();
+        if !blocks::usable_by(tid) {
+            return None;
+        }
+        sys::thread_state().busy = 1;
+        Some(Self { tid })
+    }
+}
+
+impl Drop for Busy {
+    #[inline]
+    fn drop(&mut self) {
+        sys::thread_state().busy = 0;
+    }
+}
+
+#[inline]
+fn untracked(op: Op) {
+    counters::count_call(op);
+    counters::count_rare(Rare::Untracked);
+}
+
+#[inline]
+fn failed(op: Op) {
+    counters::count_call(op);
+    counters::count_rare(Rare::NullReturn);
+}
+
+/// The allocation stack of the hooked call as an interned id (0 when capture is off).
+#[inline]
+fn stack_id(ret: usize, fp: usize) -> u32 {
+    let depth = stacks::depth();
+    if depth == 0 {
+        return 0;
+    }
+    let mut buf = [0u64; MAX_STACK_DEPTH];
+    let sp = buf.as_ptr() as usize;
+    // SAFETY: `fp` is the frame pointer at the hooked function's entry (the export stubs pass
+    // it) and `sp` is in this frame, below every caller frame.
+    let n = unsafe { stacks::unwind(ret, fp, sp, &mut buf[..depth.min(MAX_STACK_DEPTH)]) };
+    let id = stacks::intern(&buf[..n]);
+    if id == 0 {
+        counters::count_rare(Rare::StackDropped);
+    }
+    id
+}
+
+/// Records a block libc just returned (or counts the NULL).
+#[inline]
+fn allocated(p: *mut c_void, size: usize, op: Op, ret: usize, fp: usize) {
+    if p.is_null() {
+        return failed(op);
+    }
+    let Some(busy) = Busy::enter() else {
+        return untracked(op);
+    };
+    let stack = stack_id(ret, fp);
+    blocks::insert(p as u64, size as u64, busy.tid, stack, op);
+}
+
+/// # Safety
+/// As `malloc(3)`; `ret` and `fp` are the hooked call's return address and the caller's
+/// frame pointer (passed by the export stub).
+pub(crate) unsafe extern "C" fn malloc(size: usize, ret: usize, fp: usize) -> *mut c_void {
+    // SAFETY: forwarding the caller's arguments unchanged.
+    let p = unsafe { __libc_malloc(size) };
+    allocated(p, size, Op::Malloc, ret, fp);
+    p
+}
+
+/// # Safety
+/// As `calloc(3)`; `ret`/`fp` as for [`malloc`].
+pub(crate) unsafe extern "C" fn calloc(
+    n: usize,
+    size: usize,
+    ret: usize,
+    fp: usize,
+) -> *mut c_void {
+    // SAFETY: forwarding; libc checks n * size for overflow and returns NULL.
+    let p = unsafe { __libc_calloc(n, size) };
+    allocated(p, n.wrapping_mul(size), Op::Calloc, ret, fp);
+    p
+}
+
+/// realloc and reallocarray (after its overflow check).
+///
+/// # Safety
+/// As `realloc(3)`.
+unsafe fn resize(p: *mut c_void, size: usize, op: Op, ret: usize, fp: usize) -> *mut c_void {
+    if p.is_null() {
+        // SAFETY: realloc(NULL, n) is malloc(n).
+        let q = unsafe { __libc_realloc(p, size) };
+        allocated(q, size, op, ret, fp);
+        return q;
+    }
+    let Some(busy) = Busy::enter() else {
+        untracked(op);
+        // SAFETY: forwarding.
+        return unsafe { __libc_realloc(p, size) };
+    };
+    // Out of the table before libc may free or move it (see the module docs).
+    let old = blocks::remove(p as u64, None);
+    if old.is_none() {
+        counters::count_rare(Rare::UnknownRealloc);
+    }
+    // SAFETY: forwarding the caller's block.
+    let q = unsafe { __libc_realloc(p, size) };
+    if q.is_null() {
+        if size == 0 {
+            // glibc's realloc(p, 0) frees p and returns NULL: a release, not a failure.
+            counters::count_call(op);
+        } else {
+            // p is untouched: put it back.
+            if let Some(old) = old {
+                blocks::restore(&old);
+            }
+            failed(op);
+        }
+        return q;
+    }
+    let stack = stack_id(ret, fp);
+    blocks::insert(q as u64, size as u64, busy.tid, stack, op);
+    q
+}
+
+/// # Safety
+/// As `realloc(3)`; `ret`/`fp` as for [`malloc`].
+pub(crate) unsafe extern "C" fn realloc(
+    p: *mut c_void,
+    size: usize,
+    ret: usize,
+    fp: usize,
+) -> *mut c_void {
+    // SAFETY: as the caller's realloc.
+    unsafe { resize(p, size, Op::Realloc, ret, fp) }
+}
+
+/// # Safety
+/// As `reallocarray(3)`; `ret`/`fp` as for [`malloc`].
+pub(crate) unsafe extern "C" fn reallocarray(
+    p: *mut c_void,
+    n: usize,
+    size: usize,
+    ret: usize,
+    fp: usize,
+) -> *mut c_void {
+    let Some(total) = n.checked_mul(size) else {
+        // SAFETY: __errno_location returns this thread's errno slot.
+        unsafe { *libc::__errno_location() = libc::ENOMEM };
+        failed(Op::Reallocarray);
+        return std::ptr::null_mut();
+    };
+    // SAFETY: as the caller's reallocarray, whose product did not overflow.
+    unsafe { resize(p, total, Op::Reallocarray, ret, fp) }
+}
+
+/// # Safety
+/// As `free(3)`.
+pub(crate) unsafe fn free(p: *mut c_void) {
+    if p.is_null() {
+        counters::count_call(Op::Free);
+        counters::count_rare(Rare::FreeNull);
+        return;
+    }
+    match Busy::enter() {
+        Some(_busy) => {
+            if blocks::remove(p as u64, Some(Op::Free)).is_none() {
+                counters::count_call(Op::Free);
+                counters::count_rare(Rare::UnknownFree);
+            }
+        }
+        None => untracked(Op::Free),
+    }
+    // SAFETY: forwarding the caller's block (after it left the table).
+    unsafe { __libc_free(p) }
+}
+
+fn valid_alignment(align: usize) -> bool {
+    align.is_power_of_two() && align.is_multiple_of(std::mem::size_of::<*const c_void>())
+}
+
+/// # Safety
+/// As `posix_memalign(3)`; `ret`/`fp` as for [`malloc`].
+pub(crate) unsafe extern "C" fn posix_memalign(
+    out: *mut *mut c_void,
+    align: usize,
+    size: usize,
+    ret: usize,
+    fp: usize,
+) -> i32 {
+    if !valid_alignment(align) {
+        failed(Op::PosixMemalign);
+        return libc::EINVAL;
+    }
+    // SAFETY: forwarding with a valid alignment.
+    let p = unsafe { __libc_memalign(align, size) };
+    if p.is_null() {
+        failed(Op::PosixMemalign);
+        return libc::ENOMEM;
+    }
+    // SAFETY: the caller passes a writable pointer slot (posix_memalign's contract).
+    unsafe { *out = p };
+    allocated(p, size, Op::PosixMemalign, ret, fp);
+    0
+}
+
+/// # Safety
+/// As `aligned_alloc(3)` (glibc ≤ 2.37 semantics: the memalign entry point).
+pub(crate) unsafe extern "C" fn aligned_alloc(
+    align: usize,
+    size: usize,
+    ret: usize,
+    fp: usize,
+) -> *mut c_void {
+    // SAFETY: forwarding.
+    let p = unsafe { __libc_memalign(align, size) };
+    allocated(p, size, Op::AlignedAlloc, ret, fp);
+    p
+}
+
+/// # Safety
+/// As `memalign(3)`.
+pub(crate) unsafe extern "C" fn memalign(
+    align: usize,
+    size: usize,
+    ret: usize,
+    fp: usize,
+) -> *mut c_void {
+    // SAFETY: forwarding.
+    let p = unsafe { __libc_memalign(align, size) };
+    allocated(p, size, Op::Memalign, ret, fp);
+    p
+}
+
+/// # Safety
+/// As `valloc(3)`.
+pub(crate) unsafe extern "C" fn valloc(size: usize, ret: usize, fp: usize) -> *mut c_void {
+    // SAFETY: forwarding.
+    let p = unsafe { __libc_valloc(size) };
+    allocated(p, size, Op::Valloc, ret, fp);
+    p
+}
+
+/// # Safety
+/// As `pvalloc(3)`; the block is recorded with its page-rounded size (what pvalloc grants).
+pub(crate) unsafe extern "C" fn pvalloc(size: usize, ret: usize, fp: usize) -> *mut c_void {
+    // SAFETY: forwarding.
+    let p = unsafe { __libc_pvalloc(size) };
+    let granted = size.checked_next_multiple_of(PAGE).unwrap_or(size);
+    allocated(p, granted, Op::Pvalloc, ret, fp);
+    p
+}

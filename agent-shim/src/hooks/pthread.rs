@@ -1,0 +1,126 @@
+//! The `pthread_create` wrapper: every thread started through it runs a trampoline that
+//! records it in the thread registry and arms a thread-specific-data destructor that removes
+//! it when it ends (return, `pthread_exit` or cancellation alike).
+//!
+//! The trampoline uses the "C-unwind" ABI and holds no value with drop glue while the user's
+//! start routine runs, so `pthread_exit`/`pthread_cancel` unwind through it as through C.
+
+use std::ffi::{CStr, c_int, c_void};
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+
+use crate::registry::threads;
+
+pub type StartRoutine = unsafe extern "C-unwind" fn(*mut c_void) -> *mut c_void;
+type CreateFn = unsafe extern "C" fn(
+    *mut libc::pthread_t,
+    *const libc::pthread_attr_t,
+    StartRoutine,
+    *mut c_void,
+) -> c_int;
+
+static REAL_CREATE: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+/// The pthread key whose destructor deregisters a thread; u32::MAX until created.
+static EXIT_KEY: AtomicU32 = AtomicU32::new(u32::MAX);
+
+struct Start {
+    routine: StartRoutine,
+    arg: *mut c_void,
+}
+
+fn real_create() -> Option<CreateFn> {
+    let mut p = REAL_CREATE.load(Ordering::Acquire);
+    if p.is_null() {
+        let name = c"pthread_create";
+        for version in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
+            // SAFETY: both strings are NUL-terminated; RTLD_NEXT finds libc's definition.
+            p = unsafe { libc::dlvsym(libc::RTLD_NEXT, name.as_ptr(), version.as_ptr()) };
+            if !p.is_null() {
+                break;
+            }
+        }
+        if p.is_null() {
+            // SAFETY: as above.
+            p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
+        }
+        if p.is_null() {
+            return None;
+        }
+        REAL_CREATE.store(p, Ordering::Release);
+    }
+    // SAFETY: p is libc's pthread_create, whose signature CreateFn is (the start routine type
+    // differs only in its unwind ABI, which is what C code has).
+    Some(unsafe { std::mem::transmute::<*mut c_void, CreateFn>(p) })
+}
+
+/// Creates the exit key (the agent's constructor; lazily if a thread starts earlier).
+pub fn init() {
+    let _ = real_create();
+    exit_key();
+}
+
+fn exit_key() -> Option<libc::pthread_key_t> {
+    let k = EXIT_KEY.load(Ordering::Acquire);
+    if k != u32::MAX {
+        return Some(k);
+    }
+    let mut key: libc::pthread_key_t = 0;
+    // SAFETY: key is a valid out-pointer; on_thread_exit has the destructor signature.
+    if unsafe { libc::pthread_key_create(&mut key, Some(on_thread_exit)) } != 0 {
+        return None;
+    }
+    match EXIT_KEY.compare_exchange(u32::MAX, key, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => Some(key),
+        Err(existing) => {
+            // SAFETY: our own key, never used.
+            unsafe { libc::pthread_key_delete(key) };
+            Some(existing)
+        }
+    }
+}
+
+unsafe extern "C" fn on_thread_exit(value: *mut c_void) {
+    threads::deregister(value as usize as u32);
+}
+
+unsafe extern "C-unwind" fn trampoline(start: *mut c_void) -> *mut c_void {
+    // SAFETY: `start` is the Box<Start> that pthread_create leaked for this thread.
+    let Start { routine, arg } = *unsafe { Box::from_raw(start.cast::<Start>()) };
+    threads::register_current();
+    if let Some(key) = exit_key() {
+        let tid = crate::sys::current_tid() as usize;
+        // SAFETY: key is live; the value is a non-null tag, never dereferenced.
+        unsafe { libc::pthread_setspecific(key, tid as *const c_void) };
+    }
+    // SAFETY: the user's start routine with the user's argument, as pthread_create promised.
+    unsafe { routine(arg) }
+}
+
+/// # Safety
+/// As `pthread_create(3)`.
+pub unsafe fn pthread_create(
+    thread: *mut libc::pthread_t,
+    attr: *const libc::pthread_attr_t,
+    routine: StartRoutine,
+    arg: *mut c_void,
+) -> c_int {
+    let Some(real) = real_create() else {
+        crate::agent_log!("cannot find libc's pthread_create: {:?}", dl_error());
+        return libc::EAGAIN;
+    };
+    let start = Box::into_raw(Box::new(Start { routine, arg }));
+    // SAFETY: the caller's arguments, with our trampoline and its record in place of the
+    // routine and argument.
+    let rc = unsafe { real(thread, attr, trampoline, start.cast()) };
+    if rc != 0 {
+        // SAFETY: the thread was not created; the record is still ours.
+        drop(unsafe { Box::from_raw(start) });
+    }
+    rc
+}
+
+fn dl_error() -> Option<String> {
+    // SAFETY: dlerror returns NULL or a NUL-terminated string valid until the next dl call.
+    let e = unsafe { libc::dlerror() };
+    // SAFETY: non-null, NUL-terminated (see above).
+    (!e.is_null()).then(|| unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned())
+}

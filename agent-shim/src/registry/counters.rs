@@ -1,0 +1,269 @@
+//! The live counters (SPEC §8): live bytes and blocks, bytes allocated so far, peak live bytes,
+//! calls per hooked function, NULL returns, frees and reallocs of unknown pointers.
+//!
+//! Keeping the hot path cheap: the common events (a block tracked or released) are counted
+//! in the statistics of the block table's shard, under the shard lock the hook holds anyway,
+//! with plain loads and stores (no extra atomic read-modify-write). Rare events (NULL returns,
+//! `free(NULL)`, unknown pointers, untracked blocks) use shared atomics. [`counters`] sums
+//! them on read.
+//!
+//! Peak: live bytes are kept in one global atomic updated with `fetch_add` by every hook that
+//! changes them; the returned new value is compared with the peak (`fetch_max` only when it
+//! is higher). So the peak is exactly the maximum the live-bytes counter ever held in the
+//! order of its atomic updates — not an estimate from sampled sums.
+//! Never allocates, locks or prints: hooks call into this module.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+/// The hooked functions, as counter indexes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
+pub enum Op {
+    Malloc,
+    Calloc,
+    Realloc,
+    Reallocarray,
+    Free,
+    PosixMemalign,
+    AlignedAlloc,
+    Memalign,
+    Valloc,
+    Pvalloc,
+}
+
+pub const OPS: usize = 10;
+
+/// Counters kept per block-table shard, written only under that shard's lock.
+#[derive(Default)]
+pub struct ShardStats {
+    calls: [AtomicU64; OPS],
+    allocated_bytes: AtomicU64,
+    freed_bytes: AtomicU64,
+    blocks_in: AtomicU64,
+    blocks_out: AtomicU64,
+}
+
+#[inline]
+fn bump(c: &AtomicU64, by: u64) {
+    // Single writer (the shard lock holder): a plain load and store, no lock prefix.
+    c.store(
+        c.load(Ordering::Relaxed).wrapping_add(by),
+        Ordering::Relaxed,
+    );
+}
+
+impl ShardStats {
+    pub const fn new() -> Self {
+        Self {
+            calls: [const { AtomicU64::new(0) }; OPS],
+            allocated_bytes: AtomicU64::new(0),
+            freed_bytes: AtomicU64::new(0),
+            blocks_in: AtomicU64::new(0),
+            blocks_out: AtomicU64::new(0),
+        }
+    }
+
+    /// A block entered the table. Caller holds the shard lock.
+    #[inline]
+    pub fn tracked(&self, op: Op, size: u64) {
+        bump(&self.calls[op as usize], 1);
+        bump(&self.allocated_bytes, size);
+        bump(&self.blocks_in, 1);
+    }
+
+    /// A block left the table; `op` is counted when this is the whole call (a free).
+    #[inline]
+    pub fn released(&self, op: Option<Op>, size: u64) {
+        if let Some(op) = op {
+            bump(&self.calls[op as usize], 1);
+        }
+        bump(&self.freed_bytes, size);
+        bump(&self.blocks_out, 1);
+    }
+
+    /// Undoes a `released(None, size)` (a failed realloc puts its block back).
+    #[inline]
+    pub fn unreleased(&self, size: u64) {
+        bump(&self.freed_bytes, size.wrapping_neg());
+        bump(&self.blocks_out, u64::MAX);
+    }
+
+    fn add_to(&self, c: &mut Counters) {
+        for (i, calls) in self.calls.iter().enumerate() {
+            c.calls[i] += calls.load(Ordering::Relaxed);
+        }
+        c.allocated_bytes += self.allocated_bytes.load(Ordering::Relaxed);
+        c.freed_bytes += self.freed_bytes.load(Ordering::Relaxed);
+        c.live_blocks += self.blocks_in.load(Ordering::Relaxed);
+        c.live_blocks = c
+            .live_blocks
+            .wrapping_sub(self.blocks_out.load(Ordering::Relaxed));
+    }
+}
+
+/// Rare events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
+pub enum Rare {
+    /// A hooked call returned NULL (or ENOMEM/EINVAL for posix_memalign) while asked for memory.
+    NullReturn,
+    FreeNull,
+    UnknownFree,
+    UnknownRealloc,
+    /// A block the table could not take (table out of memory, re-entrant call, address
+    /// beyond 48 bits, or while the world is frozen by the calling thread).
+    Untracked,
+    /// An insert found the address still in the table (its free was not seen): the old
+    /// entry was replaced and counted as released.
+    StaleEntry,
+    /// An allocation stack that the stack table could not intern (stack id 0).
+    StackDropped,
+}
+
+const RARES: usize = 7;
+
+static RARE: [AtomicU64; RARES] = [const { AtomicU64::new(0) }; RARES];
+/// Calls that did not reach a shard (NULL results, free(NULL), unknown pointers, untracked).
+static RARE_CALLS: [AtomicU64; OPS] = [const { AtomicU64::new(0) }; OPS];
+static LIVE_BYTES: AtomicI64 = AtomicI64::new(0);
+static PEAK_BYTES: AtomicI64 = AtomicI64::new(0);
+
+#[inline]
+pub fn count_rare(what: Rare) {
+    RARE[what as usize].fetch_add(1, Ordering::Relaxed);
+}
+
+/// Counts a call that no shard counted.
+#[inline]
+pub fn count_call(op: Op) {
+    RARE_CALLS[op as usize].fetch_add(1, Ordering::Relaxed);
+}
+
+/// Adds `delta` to the live bytes and raises the peak if the new value exceeds it.
+#[inline]
+pub fn add_live(delta: i64) {
+    if delta == 0 {
+        return;
+    }
+    let now = LIVE_BYTES.fetch_add(delta, Ordering::Relaxed) + delta;
+    if delta > 0 && now > PEAK_BYTES.load(Ordering::Relaxed) {
+        PEAK_BYTES.fetch_max(now, Ordering::Relaxed);
+    }
+}
+
+/// A snapshot of every counter.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub live_bytes: u64,
+    pub live_blocks: u64,
+    /// Bytes of every block ever tracked (a realloc counts its new size).
+    pub allocated_bytes: u64,
+    /// Bytes of every block released (a realloc counts its old size).
+    pub freed_bytes: u64,
+    pub peak_live_bytes: u64,
+    /// Calls per hooked function (index: [`Op`]), NULL results and unknown pointers included.
+    pub calls: [u64; OPS],
+    pub null_returns: u64,
+    pub free_null: u64,
+    pub unknown_frees: u64,
+    pub unknown_reallocs: u64,
+    pub untracked: u64,
+    pub stale_entries: u64,
+    pub stacks_dropped: u64,
+}
+
+impl Counters {
+    pub fn calls(&self, op: Op) -> u64 {
+        self.calls[op as usize]
+    }
+}
+
+/// Sums the shard statistics and the rare counters.
+pub fn counters() -> Counters {
+    let mut c = Counters::default();
+    super::blocks::for_each_shard_stats(|s| s.add_to(&mut c));
+    for (i, rare) in RARE_CALLS.iter().enumerate() {
+        c.calls[i] += rare.load(Ordering::Relaxed);
+    }
+    let rare = |r: Rare| RARE[r as usize].load(Ordering::Relaxed);
+    c.null_returns = rare(Rare::NullReturn);
+    c.free_null = rare(Rare::FreeNull);
+    c.unknown_frees = rare(Rare::UnknownFree);
+    c.unknown_reallocs = rare(Rare::UnknownRealloc);
+    c.untracked = rare(Rare::Untracked);
+    c.stale_entries = rare(Rare::StaleEntry);
+    c.stacks_dropped = rare(Rare::StackDropped);
+    c.live_bytes = LIVE_BYTES.load(Ordering::Relaxed).max(0) as u64;
+    c.peak_live_bytes = PEAK_BYTES.load(Ordering::Relaxed).max(0) as u64;
+    c
+}
+
+impl std::fmt::Display for Counters {
+    /// The exit summary's `key=value` list.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "live_bytes={} live_blocks={} allocated_bytes={} freed_bytes={} peak_live_bytes={} \
+             malloc={} calloc={} realloc={} reallocarray={} free={} posix_memalign={} \
+             aligned_alloc={} memalign={} valloc={} pvalloc={} null_returns={} free_null={} \
+             unknown_frees={} unknown_reallocs={} untracked={} stale_entries={} stacks_dropped={}",
+            self.live_bytes,
+            self.live_blocks,
+            self.allocated_bytes,
+            self.freed_bytes,
+            self.peak_live_bytes,
+            self.calls(Op::Malloc),
+            self.calls(Op::Calloc),
+            self.calls(Op::Realloc),
+            self.calls(Op::Reallocarray),
+            self.calls(Op::Free),
+            self.calls(Op::PosixMemalign),
+            self.calls(Op::AlignedAlloc),
+            self.calls(Op::Memalign),
+            self.calls(Op::Valloc),
+            self.calls(Op::Pvalloc),
+            self.null_returns,
+            self.free_null,
+            self.unknown_frees,
+            self.unknown_reallocs,
+            self.untracked,
+            self.stale_entries,
+            self.stacks_dropped,
+        )
+    }
+}
+
+/// `struct heaptui_counters` of include/heaptui.h (same order; append only).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CCounters {
+    pub live_bytes: u64,
+    pub live_blocks: u64,
+    pub allocated_bytes: u64,
+    pub freed_bytes: u64,
+    pub peak_live_bytes: u64,
+    pub calls: [u64; OPS],
+    pub null_returns: u64,
+    pub free_null: u64,
+    pub unknown_frees: u64,
+    pub unknown_reallocs: u64,
+    pub untracked: u64,
+}
+
+impl From<Counters> for CCounters {
+    fn from(c: Counters) -> Self {
+        Self {
+            live_bytes: c.live_bytes,
+            live_blocks: c.live_blocks,
+            allocated_bytes: c.allocated_bytes,
+            freed_bytes: c.freed_bytes,
+            peak_live_bytes: c.peak_live_bytes,
+            calls: c.calls,
+            null_returns: c.null_returns,
+            free_null: c.free_null,
+            unknown_frees: c.unknown_frees,
+            unknown_reallocs: c.unknown_reallocs,
+            untracked: c.untracked,
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! The thread registry: threads started through `pthread_create` (recorded by the
+//! interposed `pthread_create`, see `hooks::pthread`), reconciled with `/proc/self/task`
+//! when listed, so threads that existed before the agent loaded and raw `clone` threads are
+//! listed too. The agent's own threads are marked and never listed.
+//!
+//! Registering happens on thread start and exit (not in malloc hooks) and uses the agent
+//! allocator; [`list`] allocates (agent allocator only — never libc malloc: the task
+//! directory is read with getdents64 and names with read(2)).
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::sync::SpinLock;
+use crate::sys;
+
+/// A live thread of the process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadEntry {
+    pub tid: u32,
+    /// From `/proc/self/task/<tid>/comm` (empty if the thread ended meanwhile).
+    pub name: String,
+}
+
+#[derive(Clone, Copy)]
+struct Known {
+    tid: u32,
+    pthread: libc::pthread_t,
+}
+
+static REGISTRY: SpinLock<Vec<Known>> = SpinLock::new(Vec::new());
+const MAX_AGENT_THREADS: usize = 64;
+static AGENT_TIDS: [AtomicU32; MAX_AGENT_THREADS] =
+    [const { AtomicU32::new(0) }; MAX_AGENT_THREADS];
+
+/// Records the calling thread (started through pthread_create) with its pthread handle.
+pub fn register_current() {
+    let me = Known {
+        tid: sys::current_tid(),
+        pthread: pthread_self(),
+    };
+    let mut reg = REGISTRY.lock();
+    reg.retain(|k| k.tid != me.tid);
+    reg.push(me);
+}
+
+/// Forgets a thread that is ending.
+pub fn deregister(tid: u32) {
+    REGISTRY.lock().retain(|k| k.tid != tid);
+    for slot in &AGENT_TIDS {
+        let _ = slot.compare_exchange(tid, 0, Ordering::Relaxed, Ordering::Relaxed);
+    }
+}
+
+fn pthread_self() -> libc::pthread_t {
+    // SAFETY: pthread_self has no preconditions.
+    unsafe { libc::pthread_self() }
+}
+
+/// The pthread handle of a thread started through pthread_create (None for the main thread
+/// of a process the agent did not see start, raw clone threads, or ended threads).
+pub fn pthread_of(tid: u32) -> Option<libc::pthread_t> {
+    REGISTRY
+        .lock()
+        .iter()
+        .find(|k| k.tid == tid)
+        .map(|k| k.pthread)
+}
+
+/// Marks the calling thread as the agent's own: never stopped, never listed, its libc
+/// allocations still tracked normally.
+pub fn mark_current_as_agent() {
+    let tid = sys::current_tid();
+    if is_agent_thread(tid) {
+        return;
+    }
+    for slot in &AGENT_TIDS {
+        if slot
+            .compare_exchange(0, tid, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+        {
+            return;
+        }
+    }
+    crate::agent_log!("more than {MAX_AGENT_THREADS} agent threads; thread {tid} is listed");
+}
+
+pub fn is_agent_thread(tid: u32) -> bool {
+    tid != 0 && AGENT_TIDS.iter().any(|t| t.load(Ordering::Relaxed) == tid)
+}
+
+/// Live threads of the process (registry reconciled with /proc/self/task), agent threads
+/// excluded, sorted by tid. Allocates (agent allocator) — call before freezing/stopping.
+pub fn list() -> Vec<ThreadEntry> {
+    let mut tids = Vec::new();
+    sys::for_each_task(|tid| tids.push(tid));
+    tids.sort_unstable();
+    // Registry entries of threads that have gone without running their exit destructor
+    // (killed by a raw exit syscall) are pruned here.
+    REGISTRY
+        .lock()
+        .retain(|k| tids.binary_search(&k.tid).is_ok());
+    tids.into_iter()
+        .filter(|&tid| !is_agent_thread(tid))
+        .map(|tid| {
+            let mut buf = [0u8; 32];
+            let n = sys::thread_comm(tid, &mut buf);
+            ThreadEntry {
+                tid,
+                name: String::from_utf8_lossy(&buf[..n]).into_owned(),
+            }
+        })
+        .collect()
+}
+
+/// Takes the registry lock (fork prepare).
+pub(crate) fn lock() {
+    REGISTRY.raw().lock();
+}
+
+/// Releases it in the parent.
+pub(crate) fn unlock() {
+    REGISTRY.raw().unlock();
+}
+
+/// In the fork child: only the forking thread survives; agent threads are gone.
+pub(crate) fn reset_in_child() {
+    REGISTRY.raw().unlock();
+    let mut reg = REGISTRY.lock();
+    reg.clear();
+    reg.push(Known {
+        tid: sys::current_tid(),
+        pthread: pthread_self(),
+    });
+    drop(reg);
+    for slot in &AGENT_TIDS {
+        slot.store(0, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    #[test]
+    fn lists_named_threads_and_hides_agent_threads() {
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let (stop_tx, stop_rx) = mpsc::channel::<()>();
+        let named = std::thread::Builder::new()
+            .name("reg-worker".into())
+            .spawn({
+                let ready_tx = ready_tx.clone();
+                let stop_rx = stop_rx;
+                move || {
+                    register_current();
+                    ready_tx.send(sys::current_tid()).unwrap();
+                    let _ = stop_rx.recv();
+                }
+            })
+            .unwrap();
+        let (agent_stop_tx, agent_stop_rx) = mpsc::channel::<()>();
+        let agent = std::thread::spawn(move || {
+            mark_current_as_agent();
+            ready_tx.send(sys::current_tid()).unwrap();
+            let _ = agent_stop_rx.recv();
+        });
+        let worker_tid = ready_rx.recv().unwrap();
+        let agent_tid = ready_rx.recv().unwrap();
+        let threads = list();
+        let worker = threads
+            .iter()
+            .find(|t| t.tid == worker_tid)
+            .expect("worker listed");
+        assert_eq!(worker.name, "reg-worker");
+        assert!(threads.iter().all(|t| t.tid != agent_tid));
+        assert!(is_agent_thread(agent_tid));
+        assert!(pthread_of(worker_tid).is_some());
+        assert!(threads.iter().any(|t| t.tid == sys::current_tid()));
+        stop_tx.send(()).unwrap();
+        agent_stop_tx.send(()).unwrap();
+        named.join().unwrap();
+        agent.join().unwrap();
+        deregister(agent_tid);
+        assert!(!is_agent_thread(agent_tid));
+        // The ended worker is pruned from the registry on the next list.
+        let _ = list();
+        assert!(pthread_of(worker_tid).is_none());
+    }
+}

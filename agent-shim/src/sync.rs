@@ -1,0 +1,188 @@
+//! The agent's one lock: a futex-based mutex usable from inside malloc hooks.
+//!
+//! It never allocates and never touches thread-local storage. A waiter spins briefly, then
+//! sleeps in `FUTEX_WAIT`, which signal handlers interrupt: a thread waiting on a shard lock
+//! can still be stopped by the capture signal. It must never be held across a call to libc
+//! malloc/free (the fork handlers take every lock, then glibc takes its arena locks).
+
+use std::cell::UnsafeCell;
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+const UNLOCKED: u32 = 0;
+const LOCKED: u32 = 1;
+/// Locked, and somebody may sleep in the futex: the unlocker must wake one.
+const CONTENDED: u32 = 2;
+
+/// A raw futex lock (Drepper's "mutex 2"), without data; see [`SpinLock`] for the guarded form.
+#[derive(Default)]
+pub struct RawLock {
+    state: AtomicU32,
+}
+
+impl RawLock {
+    pub const fn new() -> Self {
+        Self {
+            state: AtomicU32::new(UNLOCKED),
+        }
+    }
+
+    #[inline]
+    pub fn lock(&self) {
+        if self
+            .state
+            .compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            self.lock_slow();
+        }
+    }
+
+    #[cold]
+    fn lock_slow(&self) {
+        for _ in 0..100 {
+            std::hint::spin_loop();
+            if self.state.load(Ordering::Relaxed) == UNLOCKED
+                && self
+                    .state
+                    .compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            {
+                return;
+            }
+        }
+        while self.state.swap(CONTENDED, Ordering::Acquire) != UNLOCKED {
+            futex_wait(&self.state, CONTENDED);
+        }
+    }
+
+    #[inline]
+    pub fn try_lock(&self) -> bool {
+        self.state
+            .compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Releases the lock. Only the holder may call it (the fork child also may, for locks
+    /// its parent's prepare handler took).
+    #[inline]
+    pub fn unlock(&self) {
+        if self.state.swap(UNLOCKED, Ordering::Release) == CONTENDED {
+            futex_wake(&self.state);
+        }
+    }
+}
+
+fn futex_wait(word: &AtomicU32, expected: u32) {
+    // SAFETY: FUTEX_WAIT only reads the word, which lives as long as `word`; EINTR and EAGAIN
+    // just make the caller re-check the state, so the result needs no handling.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            expected,
+            std::ptr::null::<libc::timespec>(),
+        );
+    }
+}
+
+fn futex_wake(word: &AtomicU32) {
+    // SAFETY: FUTEX_WAKE takes the address as a key only.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            1,
+        );
+    }
+}
+
+/// Data guarded by a [`RawLock`].
+pub struct SpinLock<T> {
+    raw: RawLock,
+    data: UnsafeCell<T>,
+}
+
+// SAFETY: the lock serialises every access to `data`, so sharing it needs only `T: Send`.
+unsafe impl<T: Send> Sync for SpinLock<T> {}
+
+impl<T> SpinLock<T> {
+    pub const fn new(data: T) -> Self {
+        Self {
+            raw: RawLock::new(),
+            data: UnsafeCell::new(data),
+        }
+    }
+
+    pub fn lock(&self) -> SpinGuard<'_, T> {
+        self.raw.lock();
+        SpinGuard { lock: self }
+    }
+
+    /// The raw lock, for the fork handlers that hold it across `fork()` without a guard.
+    pub fn raw(&self) -> &RawLock {
+        &self.raw
+    }
+}
+
+pub struct SpinGuard<'a, T> {
+    lock: &'a SpinLock<T>,
+}
+
+impl<T> Deref for SpinGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: the guard exists only while the lock is held.
+        unsafe { &*self.lock.data.get() }
+    }
+}
+
+impl<T> DerefMut for SpinGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: the guard exists only while the lock is held, and is borrowed mutably.
+        unsafe { &mut *self.lock.data.get() }
+    }
+}
+
+impl<T> Drop for SpinGuard<'_, T> {
+    fn drop(&mut self) {
+        self.lock.raw.unlock();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn counts_stay_exact_under_contention() {
+        let lock = Arc::new(SpinLock::new(0u64));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let lock = Arc::clone(&lock);
+                std::thread::spawn(move || {
+                    for _ in 0..20_000 {
+                        *lock.lock() += 1;
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(*lock.lock(), 160_000);
+    }
+
+    #[test]
+    fn try_lock_fails_while_held() {
+        let raw = RawLock::new();
+        raw.lock();
+        assert!(!raw.try_lock());
+        raw.unlock();
+        assert!(raw.try_lock());
+        raw.unlock();
+    }
+}

@@ -1,0 +1,308 @@
+//! Thin, allocation-free wrappers over the system calls the hooks and the registry need:
+//! anonymous mappings, `gettid`, reading small `/proc` files into caller buffers, walking
+//! `/proc/self/task` and `/proc/self/maps`, and the hooks' per-thread state (csrc/tls.c).
+//!
+//! Nothing here calls libc malloc, takes a lock or uses Rust thread-locals, so every function
+//! is usable from inside a malloc hook.
+
+use std::ffi::CStr;
+
+/// The per-thread state kept in initial-exec TLS by csrc/tls.c (same layout).
+#[repr(C)]
+pub struct ThreadState {
+    /// Cached `gettid()`, 0 until first use.
+    pub tid: u32,
+    /// Re-entrancy depth of the hooks on this thread.
+    pub busy: u32,
+    /// The mapping holding this thread's stack, `0..0` until looked up.
+    pub stack_lo: usize,
+    pub stack_hi: usize,
+}
+
+unsafe extern "C" {
+    fn heaptui_thread() -> *mut ThreadState;
+}
+
+/// The calling thread's hook state.
+#[inline]
+pub fn thread_state() -> &'static mut ThreadState {
+    // SAFETY: heaptui_thread returns the address of this thread's own initial-exec TLS slot,
+    // valid for the thread's lifetime; only the owning thread ever touches it, and no caller
+    // keeps two of these references alive at once across a re-entrant call (hooks copy out).
+    unsafe { &mut *heaptui_thread() }
+}
+
+/// The calling thread's kernel id, cached in TLS.
+#[inline]
+pub fn current_tid() -> u32 {
+    let state = thread_state();
+    if state.tid == 0 {
+        state.tid = raw_gettid();
+    }
+    state.tid
+}
+
+/// `gettid()` straight from the kernel (the cache is wrong in a fork child until reset).
+pub fn raw_gettid() -> u32 {
+    // SAFETY: gettid has no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+}
+
+/// Forgets the cached tid (the fork child's thread has a new one).
+pub fn reset_thread_cache() {
+    let state = thread_state();
+    state.tid = 0;
+}
+
+/// Maps `len` bytes of zeroed anonymous memory; `None` when the kernel refuses.
+/// `reserve_only` maps with MAP_NORESERVE: pages cost memory only once touched.
+pub fn map_anon(len: usize, reserve_only: bool) -> Option<*mut u8> {
+    let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+    if reserve_only {
+        flags |= libc::MAP_NORESERVE;
+    }
+    // SAFETY: an anonymous private mapping at a kernel-chosen address aliases nothing.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            flags,
+            -1,
+            0,
+        )
+    };
+    (p != libc::MAP_FAILED).then_some(p.cast())
+}
+
+/// Unmaps a region obtained from [`map_anon`].
+///
+/// # Safety
+/// `ptr..ptr+len` must be a mapping (or the part of one) that nothing will touch again.
+pub unsafe fn unmap(ptr: *mut u8, len: usize) {
+    // SAFETY: guaranteed by the caller.
+    unsafe {
+        libc::munmap(ptr.cast(), len);
+    }
+}
+
+/// A file opened read-only with open(2), closed on drop.
+pub struct RawFile(i32);
+
+impl RawFile {
+    pub fn open(path: &CStr) -> Option<Self> {
+        // SAFETY: `path` is NUL-terminated; O_CLOEXEC keeps the fd out of exec'd children.
+        let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+        (fd >= 0).then_some(Self(fd))
+    }
+
+    pub fn fd(&self) -> i32 {
+        self.0
+    }
+
+    /// Reads once (retrying on EINTR); 0 at end of file or on error.
+    pub fn read(&self, buf: &mut [u8]) -> usize {
+        loop {
+            // SAFETY: `buf` is writable for its length.
+            let n = unsafe { libc::read(self.0, buf.as_mut_ptr().cast(), buf.len()) };
+            if n >= 0 {
+                return n as usize;
+            }
+            if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                return 0;
+            }
+        }
+    }
+
+    /// Reads until `buf` is full or the file ends; returns the bytes read.
+    pub fn read_full(&self, buf: &mut [u8]) -> usize {
+        let mut done = 0;
+        while done < buf.len() {
+            let n = self.read(&mut buf[done..]);
+            if n == 0 {
+                break;
+            }
+            done += n;
+        }
+        done
+    }
+}
+
+impl Drop for RawFile {
+    fn drop(&mut self) {
+        // SAFETY: we own the fd.
+        unsafe {
+            libc::close(self.0);
+        }
+    }
+}
+
+fn parse_hex(s: &[u8]) -> Option<usize> {
+    if s.is_empty() || s.len() > 16 {
+        return None;
+    }
+    let mut v = 0usize;
+    for &c in s {
+        let d = match c {
+            b'0'..=b'9' => c - b'0',
+            b'a'..=b'f' => c - b'a' + 10,
+            b'A'..=b'F' => c - b'A' + 10,
+            _ => return None,
+        };
+        v = (v << 4) | d as usize;
+    }
+    Some(v)
+}
+
+/// The `lo..hi` range of the mapping of /proc/self/maps that contains `addr`, read with a
+/// stack buffer and no allocation.
+pub fn mapping_containing(addr: usize) -> Option<(usize, usize)> {
+    let file = RawFile::open(c"/proc/self/maps")?;
+    let mut buf = [0u8; 4096];
+    let mut filled = 0;
+    loop {
+        let n = file.read(&mut buf[filled..]);
+        let end = filled + n;
+        let mut start = 0;
+        while let Some(nl) = buf[start..end].iter().position(|&c| c == b'\n') {
+            let line = &buf[start..start + nl];
+            if let Some(range) = parse_maps_range(line)
+                && range.0 <= addr
+                && addr < range.1
+            {
+                return Some(range);
+            }
+            start += nl + 1;
+        }
+        if n == 0 {
+            return None;
+        }
+        // Keep the partial line; a line longer than the buffer is skipped (maps lines are short).
+        if start == 0 && end == buf.len() {
+            filled = 0;
+        } else {
+            buf.copy_within(start..end, 0);
+            filled = end - start;
+        }
+    }
+}
+
+fn parse_maps_range(line: &[u8]) -> Option<(usize, usize)> {
+    let dash = line.iter().position(|&c| c == b'-')?;
+    let space = line.iter().position(|&c| c == b' ')?;
+    if space <= dash {
+        return None;
+    }
+    Some((
+        parse_hex(&line[..dash])?,
+        parse_hex(&line[dash + 1..space])?,
+    ))
+}
+
+/// Calls `f` with the tid of every entry of /proc/self/task (getdents64, no allocation).
+pub fn for_each_task(mut f: impl FnMut(u32)) -> bool {
+    let Some(dir) = RawFile::open(c"/proc/self/task") else {
+        return false;
+    };
+    let mut buf = [0u8; 4096];
+    loop {
+        // SAFETY: getdents64 writes at most buf.len() bytes of dirents into buf.
+        let n =
+            unsafe { libc::syscall(libc::SYS_getdents64, dir.fd(), buf.as_mut_ptr(), buf.len()) };
+        if n <= 0 {
+            return n == 0;
+        }
+        let n = n as usize;
+        let mut off = 0;
+        // linux_dirent64: u64 ino, i64 off, u16 reclen, u8 type, name (NUL-terminated).
+        while off + 19 <= n {
+            let reclen = u16::from_ne_bytes([buf[off + 16], buf[off + 17]]) as usize;
+            if reclen == 0 || off + reclen > n {
+                break;
+            }
+            let name = &buf[off + 19..off + reclen];
+            let name = &name[..name.iter().position(|&c| c == 0).unwrap_or(name.len())];
+            if let Some(tid) = parse_decimal(name) {
+                f(tid);
+            }
+            off += reclen;
+        }
+    }
+}
+
+fn parse_decimal(s: &[u8]) -> Option<u32> {
+    if s.is_empty() || s.len() > 10 {
+        return None;
+    }
+    let mut v = 0u64;
+    for &c in s {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        v = v * 10 + u64::from(c - b'0');
+    }
+    u32::try_from(v).ok()
+}
+
+/// The `comm` name of thread `tid` of this process, written into `out`; returns its length.
+pub fn thread_comm(tid: u32, out: &mut [u8; 32]) -> usize {
+    let mut path = [0u8; 48];
+    let mut w = crate::log::BufWriter::new(&mut path);
+    let _ = std::fmt::Write::write_fmt(&mut w, format_args!("/proc/self/task/{tid}/comm\0"));
+    let len = w.len();
+    let Ok(path) = CStr::from_bytes_with_nul(&path[..len]) else {
+        return 0;
+    };
+    let Some(file) = RawFile::open(path) else {
+        return 0;
+    };
+    let mut n = file.read_full(out);
+    while n > 0 && (out[n - 1] == b'\n' || out[n - 1] == 0) {
+        n -= 1;
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_mapping_of_a_stack_variable() {
+        let local = 5u64;
+        let addr = &local as *const u64 as usize;
+        let (lo, hi) = mapping_containing(addr).expect("stack is mapped");
+        assert!(lo <= addr && addr < hi);
+        assert_eq!(mapping_containing(8), None);
+    }
+
+    #[test]
+    fn lists_the_current_thread_and_reads_its_name() {
+        let me = raw_gettid();
+        let mut seen = false;
+        assert!(for_each_task(|tid| seen |= tid == me));
+        assert!(seen);
+        let mut name = [0u8; 32];
+        let n = thread_comm(me, &mut name);
+        assert!(n > 0 && !name[..n].contains(&b'\n'));
+    }
+
+    #[test]
+    fn caches_the_tid_per_thread() {
+        assert_eq!(current_tid(), raw_gettid());
+        let other = std::thread::spawn(current_tid).join().unwrap();
+        assert_ne!(other, current_tid());
+    }
+
+    #[test]
+    fn parses_numbers() {
+        assert_eq!(parse_hex(b"7ffc0a"), Some(0x7ffc0a));
+        assert_eq!(parse_hex(b"x1"), None);
+        assert_eq!(parse_decimal(b"1234"), Some(1234));
+        assert_eq!(parse_decimal(b".."), None);
+        assert_eq!(
+            parse_maps_range(b"1000-2000 rw-p 0 0:0 0"),
+            Some((0x1000, 0x2000))
+        );
+    }
+}
