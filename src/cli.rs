@@ -1,6 +1,8 @@
 //! The command line (SPEC §2), declared with clap's derive. Parsing only: what a command does
 //! lives with the command (`offline/` for the file-based ones).
 
+use std::path::PathBuf;
+
 use clap::{Parser, Subcommand};
 
 /// heaptui: a live heap inspector for native Linux processes. It tells, for every thread and
@@ -24,7 +26,7 @@ pub enum Command {
 pub struct ReportArgs {
     /// A snapshot file (JSON `heaptui-snapshot` or the binary form, told apart by content).
     #[arg(value_name = "SOURCE")]
-    pub source: String,
+    pub source: PathBuf,
     /// Print the report as JSON (`heaptui-report` version 1) instead of text tables.
     #[arg(long)]
     pub json: bool,

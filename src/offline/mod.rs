@@ -17,15 +17,16 @@ use heaptui_analysis::snapshot;
 /// Loads the graph a SOURCE names. A path to an existing file is read as a snapshot; a SOURCE
 /// that is no file but looks like an agent's address is refused with a clear message, since
 /// this build cannot connect to agents yet.
-pub fn load(source: &str) -> anyhow::Result<HeapGraph> {
-    let path = Path::new(source);
-    if !path.exists() && looks_like_address(source) {
+pub fn load(source: &Path) -> anyhow::Result<HeapGraph> {
+    if let Some(address) = source.to_str().filter(|s| looks_like_address(s))
+        && !source.exists()
+    {
         bail!(
-            "cannot connect to {source}: this build of heaptui reads snapshot files only \
+            "cannot connect to {address}: this build of heaptui reads snapshot files only \
              (live sources need the agent client, which is not built yet)"
         );
     }
-    Ok(snapshot::read_file(path)?)
+    Ok(snapshot::read_file(source)?)
 }
 
 /// `:PORT`, `HOST:PORT` or `unix:PATH` (SPEC §2), as opposed to a file name.
@@ -66,7 +67,7 @@ mod tests {
 
     #[test]
     fn an_address_is_refused_honestly() {
-        let e = load(":8000").unwrap_err().to_string();
+        let e = load(Path::new(":8000")).unwrap_err().to_string();
         assert!(e.starts_with("cannot connect to :8000: "), "{e}");
     }
 }

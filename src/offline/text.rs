@@ -3,6 +3,7 @@
 //! the release of a thread set. Drawn from the report model only; it computes no figure.
 
 use std::io::{self, Write};
+use std::path::Path;
 
 use heaptui_analysis::{FrameKind, GroupId, GroupKind, Sharer};
 
@@ -13,7 +14,7 @@ use crate::size::{human, human_exact};
 /// At most this many groups are listed in text; the JSON has them all.
 const GROUPS_SHOWN: usize = 50;
 
-pub fn render(report: &Report, source: &str, out: &mut impl Write) -> io::Result<()> {
+pub fn render(report: &Report, source: &Path, out: &mut impl Write) -> io::Result<()> {
     header(report, source, out)?;
     threads(report, out)?;
     frames(report, out)?;
@@ -33,14 +34,14 @@ pub fn render(report: &Report, source: &str, out: &mut impl Write) -> io::Result
     Ok(())
 }
 
-fn header(report: &Report, source: &str, out: &mut impl Write) -> io::Result<()> {
+fn header(report: &Report, source: &Path, out: &mut impl Write) -> io::Result<()> {
     let p = &report.process;
     let command = if p.command.is_empty() {
         "(unknown command)"
     } else {
         &p.command
     };
-    writeln!(out, "heaptui report of {source}")?;
+    writeln!(out, "heaptui report of {}", source.display())?;
     writeln!(out, "process  {command} (pid {})", p.pid)?;
     let t = &report.totals;
     writeln!(
@@ -72,9 +73,14 @@ fn threads(report: &Report, out: &mut impl Write) -> io::Result<()> {
         Column::right("FRAMES"),
     ]);
     for th in &report.threads {
+        let name = if th.name.is_empty() {
+            "(unnamed)"
+        } else {
+            &th.name
+        };
         let name = match &th.not_stoppable {
-            None => th.name.clone(),
-            Some(_) => format!("{} (not stopped)", th.name),
+            None => name.to_string(),
+            Some(_) => format!("{name} (not stopped)"),
         };
         t.row(vec![
             th.tid.to_string(),
@@ -251,4 +257,75 @@ fn sharers(sharers: &[Sharer]) -> String {
 
 fn join<T: ToString>(items: impl Iterator<Item = T>) -> String {
     items.map(|i| i.to_string()).collect::<Vec<_>>().join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use heaptui_analysis::{Analysis, snapshot};
+
+    use super::*;
+
+    /// 60 objects each shared by threads 1 and 2 (60 thread-shared groups, sizes 1..=60);
+    /// thread 2 could not be stopped.
+    fn many_groups() -> String {
+        let objects: Vec<String> = (1..=60)
+            .map(|id| format!(r#"{{"id": {id}, "size": {id}, "refs": []}}"#))
+            .collect();
+        let refs: Vec<String> = (1..=60).map(|id| id.to_string()).collect();
+        let refs = refs.join(", ");
+        let json = format!(
+            r#"{{"format": "heaptui-snapshot", "version": 1,
+                "objects": [{}],
+                "threads": [
+                  {{"tid": 1, "name": "main", "frames": [{{"function": "main", "refs": [{refs}]}}]}},
+                  {{"tid": 2, "state": {{"not-stoppable": "signals blocked"}},
+                    "frames": [{{"function": "poll", "kind": "system", "refs": [{refs}]}}]}}]}}"#,
+            objects.join(", ")
+        );
+        let graph = snapshot::read_bytes(json.as_bytes()).unwrap();
+        let report = Report::build(&graph, &Analysis::new(&graph), None);
+        let mut out = Vec::new();
+        render(&report, Path::new("many.json"), &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn long_group_lists_are_cut_largest_first() {
+        let text = many_groups();
+        assert!(
+            text.contains("Shared groups, largest first (50 of 60)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  … 10 smaller groups not shown (`--json` lists every group)"),
+            "{text}"
+        );
+        // The largest group is listed first; the ten smallest (sizes 1..=10) are not.
+        let rows: Vec<&str> = text
+            .lines()
+            .skip_while(|l| !l.starts_with("Shared groups"))
+            .skip(2)
+            .take(50)
+            .collect();
+        assert!(rows[0].contains("  60 B  "), "{}", rows[0]);
+        assert!(rows[49].contains("  11 B  "), "{}", rows[49]);
+        assert!(text.contains("Leaks: none"), "{text}");
+    }
+
+    #[test]
+    fn a_thread_that_was_not_stopped_says_so() {
+        let text = many_groups();
+        assert!(text.contains("    2  (unnamed) (not stopped)  "), "{text}");
+        assert!(
+            text.contains(
+                "  (the agent could not stop this thread: signals blocked; its frames may be \
+                 incomplete)"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("Frames of thread 2 (unnamed), innermost first"),
+            "{text}"
+        );
+    }
 }
