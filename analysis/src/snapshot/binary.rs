@@ -287,23 +287,29 @@ pub fn read_binary(bytes: &[u8]) -> Result<HeapGraph, SnapshotError> {
 
 /// Decodes the payload with a limit derived from its length.
 ///
-/// bincode's serde path charges the limit for every string and byte buffer before allocating
-/// it; no honest string is longer than the payload, so a limit of the payload's length
-/// (rounded up to the next tier, since bincode takes the limit as a const generic) stops a
-/// forged length from allocating gigabytes. Sequences are not charged: serde preallocates at
-/// most 1 MiB for them, and every element consumes input, so they cannot outgrow the file
-/// by more than a constant factor.
+/// bincode charges the limit, before allocating, with the in-memory size of everything it
+/// decodes: 8 bytes for a `u64` however short its varint, and a string's length for the
+/// string. Every integer takes at least one byte of input and none is wider than 8 bytes in
+/// memory, and a string takes at least its length, so an honest payload never charges more
+/// than [`CLAIM_PER_BYTE`] times its length. A forged length (a string of 2^60 bytes) is
+/// refused instead of allocated. bincode takes the limit as a const generic, hence the tiers.
+/// Sequences are not charged: serde preallocates at most 1 MiB for them and every element
+/// consumes input, so they cannot outgrow the file by more than a constant factor.
 fn decode_limited(payload: &[u8]) -> Result<(WireIn, usize), DecodeError> {
-    const KIB: usize = 1 << 10;
-    match payload.len() {
-        n if n <= 64 * KIB => decode::<{ 64 * KIB }>(payload),
-        n if n <= 4 * KIB * KIB => decode::<{ 4 * KIB * KIB }>(payload),
-        n if n <= 256 * KIB * KIB => decode::<{ 256 * KIB * KIB }>(payload),
-        n if n <= 16 * KIB * KIB * KIB => decode::<{ 16 * KIB * KIB * KIB }>(payload),
-        n if n <= KIB * KIB * KIB * KIB => decode::<{ KIB * KIB * KIB * KIB }>(payload),
+    const MIB: usize = 1 << 20;
+    match payload.len().saturating_mul(CLAIM_PER_BYTE) {
+        n if n <= MIB => decode::<MIB>(payload),
+        n if n <= 64 * MIB => decode::<{ 64 * MIB }>(payload),
+        n if n <= 4096 * MIB => decode::<{ 4096 * MIB }>(payload),
+        n if n <= 64 * 4096 * MIB => decode::<{ 64 * 4096 * MIB }>(payload),
+        n if n <= 4096 * 4096 * MIB => decode::<{ 4096 * 4096 * MIB }>(payload),
         _ => Err(DecodeError::LimitExceeded),
     }
 }
+
+/// The most in-memory bytes one payload byte can honestly stand for (a one-byte varint
+/// decoded as a `u64` or a sequence length).
+const CLAIM_PER_BYTE: usize = 8;
 
 fn decode<const LIMIT: usize>(payload: &[u8]) -> Result<(WireIn, usize), DecodeError> {
     bincode::serde::decode_from_slice(payload, encoding().with_limit::<LIMIT>())
@@ -381,6 +387,29 @@ mod tests {
             "the snapshot's graph is inconsistent: thread 7 frame 0 refers to object index 2, \
              but there are only 2 objects"
         );
+    }
+
+    /// Graphs whose payloads fall just under and over each of the smaller limit tiers read
+    /// back: the limit must follow what bincode charges, not the payload's length.
+    #[test]
+    fn payloads_of_every_size_read_back() {
+        for n in [1, 1_000, 18_000, 20_000, 100_000, 200_000] {
+            let mut objects = Objects::default();
+            let mut edges = Edges::default();
+            for id in 0..n {
+                objects.push(ObjectRecord {
+                    id,
+                    site: NO_SITE,
+                    ..Default::default()
+                });
+                edges.push([]);
+            }
+            let g =
+                HeapGraph::new(Process::default(), vec![], objects, edges, vec![], vec![]).unwrap();
+            let mut bytes = Vec::new();
+            write_binary(&g, &mut bytes).unwrap();
+            assert_eq!(read_binary(&bytes).unwrap(), g, "{n} objects");
+        }
     }
 
     #[test]
