@@ -14,6 +14,8 @@
 pub mod answer;
 pub mod codec;
 pub mod frame;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod handshake;
 pub mod ids;
 pub mod message;

@@ -76,26 +76,26 @@ proptest! {
         }
     }
 
-    /// The CI stand-in for the fuzz target: random bytes through the frame decoder and every
-    /// message decoder must give frames or errors, never a panic or a huge allocation.
+    /// The CI stand-in for the fuzz target (the same function): random bytes through the
+    /// frame decoder and every message decoder give frames or errors, never a panic.
     #[test]
-    fn random_bytes_never_panic(
-        bytes in proptest::collection::vec(any::<u8>(), 0..512),
-        max in 0usize..256,
-        chunk in 1usize..32,
+    fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+        heaptui_protocol::fuzzing::decode_stream(&bytes);
+    }
+
+    /// Random bytes behind a valid header and a valid variant tag reach deeper decoding paths.
+    #[test]
+    fn random_bodies_never_panic(
+        tag in 0u8..16,
+        body in proptest::collection::vec(any::<u8>(), 0..256),
     ) {
-        let mut decoder = FrameDecoder::new(max);
-        for piece in bytes.chunks(chunk) {
-            if decoder.push(piece).is_err() {
-                break;
-            }
-            while let Ok(Some(frame)) = decoder.next_frame() {
-                prop_assert!(frame.len() <= max);
-                decode_everything(&frame);
-            }
-        }
-        let _ = decoder.finish();
-        decode_everything(&bytes);
+        let mut payload = vec![1u8, tag];
+        payload.extend(&body);
+        heaptui_protocol::fuzzing::decode_payloads(&payload);
+        let mut hello = MAGIC.to_vec();
+        hello.push(PROTOCOL_VERSION as u8);
+        hello.extend(&body);
+        heaptui_protocol::fuzzing::decode_payloads(&hello);
     }
 
     /// Valid frames with bytes flipped: the decoders must refuse or decode, never panic.
@@ -113,16 +113,9 @@ proptest! {
                 let i = at.index(payload.len());
                 payload[i] ^= byte | 1;
             }
-            decode_everything(&payload);
+            heaptui_protocol::fuzzing::decode_payloads(&payload);
         }
     }
-}
-
-fn decode_everything(payload: &[u8]) {
-    let _ = decode_payload::<Request>(payload);
-    let _ = decode_payload::<ServerMessage>(payload);
-    let _ = decode_hello(payload);
-    let _ = decode_welcome(payload);
 }
 
 /// The strategies reach every message kind, so the round trips above cover them all.
