@@ -21,11 +21,37 @@ use serde::Serialize;
 use crate::codec::{MAX_FRAME_LEN, encoded_len};
 use crate::ids::{GroupId, ObjectClass, Sharer, ThreadState};
 use crate::message::{
-    Direction, ErrorAnswer, ErrorKind, FramePage, FrameRow, GroupInfo, IdList, MAX_IDS_PER_GROUP,
-    MAX_IDS_PER_ROW, MAX_STACK_FRAMES, ObjectDetail, ObjectKey, ObjectPage, ObjectRow, Page,
-    PageInfo, Referrer, ReleaseAnswer, RequestBody, Response, SiteKey, SitePage, SiteRow,
-    SnapshotId, SnapshotInfo, Sort, ThreadKey, ThreadPage, ThreadRow,
+    Direction, ErrorAnswer, ErrorKind, FramePage, FrameRow, GroupInfo, IdList, MAX_CHUNK_BYTES,
+    MAX_IDS_PER_GROUP, MAX_IDS_PER_ROW, MAX_STACK_FRAMES, ObjectDetail, ObjectKey, ObjectPage,
+    ObjectRow, Page, PageInfo, Referrer, ReleaseAnswer, RequestBody, Response, SiteKey, SitePage,
+    SiteRow, SnapshotChunk, SnapshotId, SnapshotInfo, Sort, ThreadKey, ThreadPage, ThreadRow,
 };
+
+/// The chunk of `encoded` (a snapshot file's bytes) starting at `offset`.
+pub fn snapshot_chunk(
+    snapshot: SnapshotId,
+    encoded: &[u8],
+    offset: u64,
+) -> Result<SnapshotChunk, ErrorAnswer> {
+    let total = encoded.len() as u64;
+    if offset > total {
+        return Err(error(
+            ErrorKind::BadRequest,
+            format!(
+                "offset {offset} is past the end of snapshot {} ({total} bytes)",
+                snapshot.0
+            ),
+        ));
+    }
+    let start = offset as usize;
+    let end = encoded.len().min(start + MAX_CHUNK_BYTES as usize);
+    Ok(SnapshotChunk {
+        snapshot,
+        offset,
+        total,
+        bytes: encoded[start..end].to_vec(),
+    })
+}
 
 /// Bytes an answer's rows may take: the frame maximum less room for the envelope.
 pub const ANSWER_BUDGET: usize = MAX_FRAME_LEN - (64 << 10);
@@ -102,6 +128,10 @@ impl<'a> Answerer<'a> {
                 .map(Response::Object),
             RequestBody::Sites { sort, page } => Ok(Response::Sites(self.sites(*sort, *page))),
             RequestBody::Release { tids } => self.release(tids).map(Response::Release),
+            RequestBody::SnapshotData { snapshot, offset } => self
+                .current(*snapshot)
+                .and_then(|()| self.snapshot_data(*offset))
+                .map(Response::SnapshotData),
             _ => return None,
         };
         Some(answer.unwrap_or_else(Response::Error))
@@ -415,6 +445,19 @@ impl<'a> Answerer<'a> {
             // The heap-graph model has no age column yet; sources that track ages fill it.
             age: None,
         }
+    }
+
+    /// A chunk of the snapshot as a binary snapshot file. Encodes the whole graph on every
+    /// call; a server that keeps the encoding answers with [`snapshot_chunk`] instead.
+    pub fn snapshot_data(&self, offset: u64) -> Answer<SnapshotChunk> {
+        let mut encoded = Vec::new();
+        heaptui_analysis::snapshot::write_binary(self.graph, &mut encoded).map_err(|e| {
+            error(
+                ErrorKind::Internal,
+                format!("cannot encode snapshot {}: {e}", self.snapshot.0),
+            )
+        })?;
+        snapshot_chunk(self.snapshot, &encoded, offset)
     }
 
     fn current(&self, snapshot: SnapshotId) -> Answer<()> {

@@ -29,6 +29,9 @@ pub const MAX_IDS_PER_GROUP: usize = 10_000;
 /// Most allocation-stack frames an object or site row carries.
 pub const MAX_STACK_FRAMES: usize = 128;
 
+/// Most bytes of the snapshot file one [`Response::SnapshotData`] chunk carries.
+pub const MAX_CHUNK_BYTES: u32 = 8 << 20;
+
 /// Chosen by the client, echoed by the server in the answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct RequestId(pub u64);
@@ -223,6 +226,10 @@ pub enum RequestBody {
     Policy,
     /// Cancel a thread under the policy (SPEC §7) → [`Response::Cancel`].
     Cancel { tid: u32, dry_run: bool },
+    /// The kept snapshot's whole heap graph as a binary snapshot file (SPEC §4), bytes
+    /// `offset ..` up to [`MAX_CHUNK_BYTES`] → [`Response::SnapshotData`]. For `heaptui
+    /// snapshot` and the live report, which need every object rather than pages.
+    SnapshotData { snapshot: SnapshotId, offset: u64 },
 }
 
 /// One message from the server.
@@ -254,6 +261,7 @@ pub enum Response {
     Policy(PolicyAnswer),
     Cancel(CancelVerdict),
     Error(ErrorAnswer),
+    SnapshotData(SnapshotChunk),
 }
 
 /// Unsolicited messages.
@@ -482,6 +490,16 @@ pub struct ReleaseAnswer {
     pub bytes: u64,
 }
 
+/// A chunk of the kept snapshot as a binary snapshot file: bytes `offset .. offset +
+/// bytes.len()` of `total`. The client asks again from `offset + bytes.len()` until `total`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotChunk {
+    pub snapshot: SnapshotId,
+    pub offset: u64,
+    pub total: u64,
+    pub bytes: Vec<u8>,
+}
+
 /// How a permitted thread is cancelled (SPEC §7).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Mechanism {
@@ -601,6 +619,7 @@ impl RequestBody {
         "release",
         "policy",
         "cancel",
+        "snapshot-data",
     ];
 
     /// Whether the request is about the kept snapshot (answered by `answer::Answerer`, or
@@ -614,7 +633,8 @@ impl RequestBody {
             | RequestBody::SiteObjects { .. }
             | RequestBody::Object { .. }
             | RequestBody::Sites { .. }
-            | RequestBody::Release { .. } => true,
+            | RequestBody::Release { .. }
+            | RequestBody::SnapshotData { .. } => true,
             RequestBody::ProcessInfo
             | RequestBody::Subscribe
             | RequestBody::Unsubscribe
@@ -641,6 +661,7 @@ impl RequestBody {
             RequestBody::Release { .. } => "release",
             RequestBody::Policy => "policy",
             RequestBody::Cancel { .. } => "cancel",
+            RequestBody::SnapshotData { .. } => "snapshot-data",
         }
     }
 }
@@ -662,6 +683,7 @@ impl Response {
         "policy",
         "cancel",
         "error",
+        "snapshot-data",
     ];
 
     /// A short name for logs and for the golden fixtures.
@@ -681,6 +703,7 @@ impl Response {
             Response::Policy(_) => "policy",
             Response::Cancel(_) => "cancel",
             Response::Error(_) => "error",
+            Response::SnapshotData(_) => "snapshot-data",
         }
     }
 }

@@ -454,6 +454,10 @@ fn exactly_the_snapshot_requests_are_answered_here() {
             tid: 1,
             dry_run: true,
         },
+        RequestBody::SnapshotData {
+            snapshot: SNAP,
+            offset: 0,
+        },
     ];
     let kinds: std::collections::BTreeSet<_> = requests.iter().map(|r| r.kind()).collect();
     assert_eq!(kinds.len(), RequestBody::KINDS.len());
@@ -673,4 +677,62 @@ fn object_rows_copy_the_graph_columns() {
         );
         assert_eq!(row.site_label, graph.site_label(o));
     }
+}
+
+#[test]
+fn snapshot_data_chunks_rebuild_the_graph() {
+    let (graph, analysis) = fixture();
+    let a = Answerer::new(SNAP, &graph, &analysis);
+    let mut bytes = Vec::new();
+    loop {
+        let chunk = expect(
+            a.answer(&RequestBody::SnapshotData {
+                snapshot: SNAP,
+                offset: bytes.len() as u64,
+            }),
+            |r| match r {
+                Response::SnapshotData(c) => Some(c),
+                _ => None,
+            },
+        );
+        assert_eq!(chunk.offset, bytes.len() as u64);
+        bytes.extend_from_slice(&chunk.bytes);
+        if bytes.len() as u64 == chunk.total {
+            break;
+        }
+        assert!(!chunk.bytes.is_empty());
+    }
+    let back = heaptui_analysis::snapshot::read_bytes(&bytes).unwrap();
+    assert_eq!(back.object_count(), graph.object_count());
+    assert_eq!(back.total_bytes(), graph.total_bytes());
+    let past = error_of(a.answer(&RequestBody::SnapshotData {
+        snapshot: SNAP,
+        offset: bytes.len() as u64 + 1,
+    }));
+    assert_eq!(past.kind, ErrorKind::BadRequest);
+}
+
+#[test]
+fn snapshot_chunks_are_capped_and_cover_the_file() {
+    let encoded: Vec<u8> = (0..(MAX_CHUNK_BYTES as usize * 2 + 10))
+        .map(|i| i as u8)
+        .collect();
+    let mut offset = 0u64;
+    let mut sizes = Vec::new();
+    while offset < encoded.len() as u64 {
+        let chunk = heaptui_protocol::answer::snapshot_chunk(SNAP, &encoded, offset).unwrap();
+        assert_eq!(
+            chunk.bytes[..],
+            encoded[offset as usize..][..chunk.bytes.len()]
+        );
+        sizes.push(chunk.bytes.len());
+        offset += chunk.bytes.len() as u64;
+    }
+    assert_eq!(
+        sizes,
+        [MAX_CHUNK_BYTES as usize, MAX_CHUNK_BYTES as usize, 10]
+    );
+    // A chunk must fit in one frame with its envelope.
+    let big = heaptui_protocol::answer::snapshot_chunk(SNAP, &encoded, 0).unwrap();
+    assert!(encoded_len(&Response::SnapshotData(big)) < MAX_FRAME_LEN);
 }

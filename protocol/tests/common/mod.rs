@@ -135,6 +135,10 @@ pub fn sample_requests() -> Vec<Request> {
             tid: 77,
             dry_run: true,
         },
+        RequestBody::SnapshotData {
+            snapshot,
+            offset: 1 << 23,
+        },
     ];
     bodies
         .into_iter()
@@ -330,6 +334,12 @@ pub fn sample_responses() -> Vec<Response> {
             mechanism: Some(Mechanism::Cooperative),
         }),
         Response::error(ErrorKind::UnknownGroup, "unknown group T9 in snapshot 3"),
+        Response::SnapshotData(SnapshotChunk {
+            snapshot,
+            offset: 1 << 23,
+            total: (1 << 23) + 5,
+            bytes: b"HSNAP".to_vec(),
+        }),
     ]
 }
 
@@ -623,6 +633,8 @@ pub fn request_body() -> impl Strategy<Value = RequestBody> {
         Just(RequestBody::Policy),
         (any::<u32>(), any::<bool>())
             .prop_map(|(tid, dry_run)| RequestBody::Cancel { tid, dry_run }),
+        (snapshot_id(), any::<u64>())
+            .prop_map(|(snapshot, offset)| RequestBody::SnapshotData { snapshot, offset }),
     ]
 }
 
@@ -815,6 +827,20 @@ pub fn response() -> impl Strategy<Value = Response> {
         policy().prop_map(Response::Policy),
         verdict().prop_map(Response::Cancel),
         (error_kind(), text()).prop_map(|(kind, message)| Response::error(kind, message)),
+        (
+            snapshot_id(),
+            any::<u64>(),
+            any::<u64>(),
+            vec(any::<u8>(), 0..64)
+        )
+            .prop_map(|(snapshot, offset, total, bytes)| Response::SnapshotData(
+                SnapshotChunk {
+                    snapshot,
+                    offset,
+                    total,
+                    bytes
+                }
+            )),
     ]
 }
 
