@@ -6,6 +6,9 @@
 mod cli;
 mod offline;
 mod size;
+// Used by the TUI (issue 5) and the live client, which land next.
+#[allow(dead_code)]
+mod source;
 
 use std::io::Write;
 use std::process::ExitCode;
