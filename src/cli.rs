@@ -20,6 +20,9 @@ pub enum Command {
     /// Print the analysis of a snapshot: threads ranked by the memory they hold, their frames,
     /// the shared groups, leaks.
     Report(ReportArgs),
+    /// Print the absolute path of the agent shared object, for
+    /// `LD_PRELOAD=$(heaptui agent-path) prog`.
+    AgentPath,
 }
 
 #[derive(Debug, clap::Args)]
@@ -49,7 +52,9 @@ mod tests {
     fn release_takes_a_comma_separated_list() {
         let cli =
             Cli::try_parse_from(["heaptui", "report", "f.json", "--release", "1,2,3"]).unwrap();
-        let Command::Report(args) = cli.command;
+        let Command::Report(args) = cli.command else {
+            panic!("parsed as another command");
+        };
         assert_eq!(args.release, Some(vec![1, 2, 3]));
         assert!(!args.json);
         let e =

@@ -4,6 +4,7 @@
 //! 1 runtime failure (one line on stderr, `heaptui: …`), 2 usage error (clap's own message).
 
 mod cli;
+mod embedded;
 mod offline;
 mod size;
 // Used by the TUI (issue 5) and the live client, which land next.
@@ -22,6 +23,8 @@ fn main() -> ExitCode {
     let mut stdout = std::io::stdout().lock();
     let result = match cli.command {
         Command::Report(args) => offline::report::run(&args, &mut stdout),
+        Command::AgentPath => embedded::agent_path()
+            .and_then(|path| Ok(writeln!(stdout, "{}", path.display())?)),
     };
     let result = result.and_then(|()| stdout.flush().map_err(Into::into));
     match result {

@@ -1,0 +1,185 @@
+//! The agent shared object and the demo workload that this binary carries (see `build.rs`), and
+//! where they are put on disk so that the dynamic loader and `exec` can use them.
+//!
+//! Each artifact is written once per content to a per-user cache directory
+//! (`$XDG_CACHE_HOME/heaptui`, else `~/.cache/heaptui`, else `/tmp/heaptui-$UID`), under a name
+//! that carries a hash of its bytes: two heaptui builds never overwrite each other's agent, and a
+//! target that has the agent mapped never sees the file change under it. Files are written to a
+//! temporary name and renamed, so a concurrent heaptui sees either nothing or the whole file.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+static AGENT: &[u8] = include_bytes!(env!("HEAPTUI_EMBEDDED_AGENT"));
+static DEMO: &[u8] = include_bytes!(env!("HEAPTUI_EMBEDDED_DEMO"));
+
+/// The absolute path of the agent, for `LD_PRELOAD`. `HEAPTUI_AGENT` overrides it (an agent
+/// built separately, e.g. while developing the agent itself).
+pub fn agent_path() -> Result<PathBuf> {
+    if let Some(path) = std::env::var_os("HEAPTUI_AGENT") {
+        let path = PathBuf::from(path);
+        anyhow::ensure!(
+            path.is_file(),
+            "HEAPTUI_AGENT names {}, which is not a file — unset it to use the agent built into heaptui",
+            path.display()
+        );
+        return path
+            .canonicalize()
+            .with_context(|| format!("cannot resolve HEAPTUI_AGENT {}", path.display()));
+    }
+    materialize(&cache_dir()?, "libheaptui_agent", ".so", AGENT, 0o644)
+}
+
+/// The path of the demo workload executable.
+#[expect(dead_code, reason = "`heaptui demo` is wired by the TUI work")]
+pub fn demo_path() -> Result<PathBuf> {
+    materialize(&cache_dir()?, "heaptui-demo", "", DEMO, 0o755)
+}
+
+/// Writes `bytes` into `dir` under a name tagged with their hash, unless that file is there.
+fn materialize(dir: &Path, stem: &str, suffix: &str, bytes: &[u8], mode: u32) -> Result<PathBuf> {
+    let path = dir.join(format!(
+        "{stem}-{}-{:016x}{suffix}",
+        env!("CARGO_PKG_VERSION"),
+        fnv1a(bytes)
+    ));
+    if fs::metadata(&path).is_ok_and(|m| m.len() == bytes.len() as u64) {
+        return Ok(path);
+    }
+    let temporary = dir.join(format!(".{stem}.{}.tmp", std::process::id()));
+    let write = || -> std::io::Result<()> {
+        let mut file = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(mode)
+            .open(&temporary)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        fs::rename(&temporary, &path)
+    };
+    write().map_err(|e| {
+        let _ = fs::remove_file(&temporary);
+        anyhow::anyhow!(
+            "cannot write {}: {e} — make {} writable or set XDG_CACHE_HOME",
+            path.display(),
+            dir.display()
+        )
+    })?;
+    Ok(path)
+}
+
+/// The first usable of `$XDG_CACHE_HOME/heaptui`, `~/.cache/heaptui`, `/tmp/heaptui-$UID`,
+/// created with mode 0700.
+fn cache_dir() -> Result<PathBuf> {
+    let home_cache = std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache"));
+    let candidates = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain(home_cache)
+        .map(|base| base.join("heaptui"))
+        .chain(std::iter::once(
+            std::env::temp_dir().join(format!("heaptui-{}", current_uid())),
+        ));
+    let mut tried = Vec::new();
+    for dir in candidates {
+        match fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+        {
+            Ok(()) if is_private_dir(&dir) => return Ok(dir),
+            Ok(()) => tried.push(format!("{} (not a private directory)", dir.display())),
+            Err(e) => tried.push(format!("{} ({e})", dir.display())),
+        }
+    }
+    anyhow::bail!(
+        "no directory to unpack the agent into: tried {} — set XDG_CACHE_HOME to a writable directory",
+        tried.join(", ")
+    )
+}
+
+/// A directory owned by us that others cannot write into: what we put there is what we load.
+fn is_private_dir(dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    fs::metadata(dir).is_ok_and(|m| {
+        m.is_dir() && m.uid() == current_uid() && m.permissions().mode() & 0o022 == 0
+    })
+}
+
+fn current_uid() -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    // The owner of our own /proc entry is our real uid; no libc call needed.
+    fs::metadata("/proc/self").map_or(0, |m| m.uid())
+}
+
+/// 64-bit FNV-1a: a content tag for file names, not a security measure.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
+        (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_embedded_agent_is_a_shared_object_and_unpacks_once() {
+        assert_eq!(
+            &AGENT[..4],
+            b"\x7fELF",
+            "the embedded agent is not an ELF file"
+        );
+        let dir = tempdir("agent");
+        let first = materialize(&dir, "libheaptui_agent", ".so", AGENT, 0o644).unwrap();
+        let second = materialize(&dir, "libheaptui_agent", ".so", AGENT, 0o644).unwrap();
+        assert_eq!(first, second);
+        assert_eq!(fs::read(&first).unwrap(), AGENT);
+        assert_eq!(
+            fs::read_dir(&dir).unwrap().count(),
+            1,
+            "no temporary file left"
+        );
+    }
+
+    #[test]
+    fn the_demo_unpacks_executable() {
+        assert_eq!(
+            &DEMO[..4],
+            b"\x7fELF",
+            "the embedded demo is not an ELF file"
+        );
+        let dir = tempdir("demo");
+        let demo = materialize(&dir, "heaptui-demo", "", DEMO, 0o755).unwrap();
+        let mode = fs::metadata(&demo).unwrap().permissions().mode();
+        assert_eq!(mode & 0o111, 0o111, "demo not executable: {mode:o}");
+    }
+
+    #[test]
+    fn the_agent_path_is_absolute_and_private() {
+        let path = agent_path().unwrap();
+        assert!(path.is_absolute(), "{}", path.display());
+        assert!(is_private_dir(path.parent().unwrap()));
+    }
+
+    #[test]
+    fn fnv1a_matches_the_reference_vectors() {
+        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+    }
+
+    fn tempdir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "heaptui-embedded-test-{name}-{}",
+            std::process::id()
+        ));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+}
