@@ -21,7 +21,7 @@ use super::modules::AddressSpace;
 use super::scan::{BlockIndex, Collector, scan_blocks};
 use super::stop::{self, Outcome, Timeouts};
 use super::symbolize::Symbolizer;
-use super::unwind::{FrameSort, Unwinder};
+use super::unwind::{FrameSort, THREAD_DESCRIPTOR, Unwinder, current_registers};
 
 /// A live block as the block table records it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -54,6 +54,15 @@ pub trait Heap {
     fn len_hint(&self, frozen: &Self::Frozen) -> usize;
     /// Return addresses of an interned allocation stack, innermost first (after the resume).
     fn stack(&self, id: u32) -> Vec<u64>;
+    /// Whether the blocks are glibc malloc chunks (a size word below each block).
+    fn glibc_blocks(&self) -> bool {
+        true
+    }
+    /// Whether a block is the agent's own (allocated by libc for an agent thread), left out
+    /// of the graph. Called while stopped: must not allocate or lock.
+    fn agent_block(&self, _b: &BlockInfo) -> bool {
+        false
+    }
 }
 
 /// A finished capture and how long it took.
@@ -101,6 +110,13 @@ pub fn capture<H: Heap>(
     };
     let globals_ranges = space.globals();
     let tids: Vec<u32> = threads.iter().map(|t| t.tid).collect();
+    // The capturing thread's own descriptor: libc blocks it points at (its DTV) are the
+    // agent's, not the program's, and are left out of the graph. (Not its static TLS below
+    // the thread pointer: the top of its stack lies right under it.)
+    let own_tls = {
+        let fs = current_registers().fs_base;
+        space.clamp(fs..fs + THREAD_DESCRIPTOR)
+    };
 
     // ---- stop window ----
     let frozen = heap.freeze();
@@ -108,7 +124,9 @@ pub fn capture<H: Heap>(
     let mut blocks: Vec<BlockInfo> = Vec::with_capacity(heap.len_hint(&frozen) + 1024);
     let world = stop::stop(&tids, timeouts);
     heap.blocks(&frozen, &mut blocks);
+    blocks.retain(|b| !heap.agent_block(b));
     blocks.sort_unstable_by_key(|b| b.addr);
+    drop_referenced(&mut blocks, &own_tls);
     let index = BlockIndex::new(blocks.iter().map(|b| (b.addr, b.size)));
     let mut collector = Collector::new(blocks.len());
     let mut raw: Vec<RawThread> = Vec::with_capacity(threads.len());
@@ -149,9 +167,21 @@ pub fn capture<H: Heap>(
         });
     }
     collector.begin();
-    for r in &globals_ranges {
-        // SAFETY: clamped to readable mappings by `AddressSpace::globals`.
-        unsafe { collector.range(&index, r.clone(), &[]) };
+    for (r, libc) in &globals_ranges {
+        if *libc && heap.glibc_blocks() {
+            let words = (r.end - r.start) / 8;
+            for k in 0..words {
+                // SAFETY: clamped to readable mappings by `AddressSpace::globals`; the blocks
+                // are glibc's live blocks.
+                unsafe {
+                    let v = std::ptr::read_volatile((r.start + 8 * k) as *const u64);
+                    collector.allocator_word(&index, v);
+                }
+            }
+        } else {
+            // SAFETY: clamped to readable mappings by `AddressSpace::globals`.
+            unsafe { collector.range(&index, r.clone(), &[]) };
+        }
     }
     let globals = collector.take_sorted();
     let edges = scan_blocks(&index, &space, &mut collector);
@@ -166,6 +196,23 @@ pub fn capture<H: Heap>(
         pause,
         total: begin.elapsed(),
     })
+}
+
+/// Removes the blocks that words of `ranges` point into (blocks sorted by address).
+fn drop_referenced(blocks: &mut Vec<BlockInfo>, ranges: &[std::ops::Range<u64>]) {
+    let mut words: Vec<u64> = Vec::new();
+    for r in ranges {
+        // SAFETY: clamped to readable mappings; this thread's own TLS.
+        let slice = unsafe {
+            std::slice::from_raw_parts(r.start as *const u64, ((r.end - r.start) / 8) as usize)
+        };
+        words.extend_from_slice(slice);
+    }
+    words.sort_unstable();
+    blocks.retain(|b| {
+        let i = words.partition_point(|&w| w < b.addr);
+        words.get(i).is_none_or(|&w| w >= b.addr + b.size.max(1))
+    });
 }
 
 fn assemble<H: Heap>(
@@ -268,6 +315,9 @@ mod tests {
         }
         fn stack(&self, _: u32) -> Vec<u64> {
             Vec::new()
+        }
+        fn glibc_blocks(&self) -> bool {
+            false
         }
     }
 

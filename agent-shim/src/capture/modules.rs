@@ -344,12 +344,14 @@ impl AddressSpace {
     }
 
     /// The globals root: writable data of every module but the agent, clamped to readable
-    /// memory.
-    pub fn globals(&self) -> Vec<Range<u64>> {
+    /// memory. Each range says whether it is libc's (whose malloc state points at chunk
+    /// headers, see `scan::Collector::allocator_word`).
+    pub fn globals(&self) -> Vec<(Range<u64>, bool)> {
         let mut out = Vec::new();
         for m in self.modules.iter().filter(|m| !m.is_agent) {
+            let libc = m.name.starts_with("libc.so");
             for r in &m.writable {
-                out.extend(self.clamp(r.clone()));
+                out.extend(self.clamp(r.clone()).into_iter().map(|r| (r, libc)));
             }
         }
         out
@@ -444,7 +446,7 @@ mod tests {
         assert!(
             globals
                 .iter()
-                .any(|g| libc.writable.iter().any(|w| w.contains(&g.start)))
+                .any(|(g, is_libc)| *is_libc && libc.writable.iter().any(|w| w.contains(&g.start)))
         );
         // The current stack is mapped and readable.
         let local = 0u64;

@@ -145,6 +145,27 @@ impl Collector {
         }
     }
 
+    /// As [`Collector::word`], for a word of glibc's malloc state (libc's data): a pointer
+    /// to the chunk header that follows block `o` is the allocator's (its `top` or a bin),
+    /// not the program's, even though that header overlaps the last 8 bytes of `o`.
+    ///
+    /// # Safety
+    /// Every block of `index` must be a live glibc heap block (its header word readable).
+    pub unsafe fn allocator_word(&mut self, index: &BlockIndex, v: u64) {
+        let Some(o) = index.lookup(v) else { return };
+        let start = index.range(o).start;
+        // SAFETY: a live glibc block has its chunk's size word right below it.
+        let header = unsafe { std::ptr::read_volatile((start - 8) as *const u64) };
+        const IS_MMAPPED: u64 = 2;
+        if header & IS_MMAPPED == 0 && v == (start - 16).wrapping_add(header & !7) {
+            return;
+        }
+        if self.mark[o as usize] != self.holder {
+            self.mark[o as usize] = self.holder;
+            self.refs.push(o);
+        }
+    }
+
     /// Scans every aligned word of `range`, except the addresses in `skip` (sorted).
     ///
     /// # Safety

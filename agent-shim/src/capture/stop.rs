@@ -399,6 +399,47 @@ pub unsafe fn filter_mask(
     copy
 }
 
+/// `pthread_sigmask` semantics with the stop signal (and glibc's internal cancellation and
+/// setxid signals, as glibc itself does) never blocked: returns 0 or an errno value.
+///
+/// # Safety
+/// `set` and `old` are null or point at valid `sigset_t`s, as for `pthread_sigmask(3)`.
+pub unsafe fn sigmask(
+    how: libc::c_int,
+    set: *const libc::sigset_t,
+    old: *mut libc::sigset_t,
+) -> libc::c_int {
+    if !set.is_null()
+        && how != libc::SIG_BLOCK
+        && how != libc::SIG_UNBLOCK
+        && how != libc::SIG_SETMASK
+    {
+        return libc::EINVAL;
+    }
+    // SAFETY: a zeroed sigset_t is a valid empty set.
+    let mut copy: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is null or valid per the contract.
+    let filtered = unsafe { filter_mask(how, set, &mut copy) };
+    if !filtered.is_null() && how != libc::SIG_UNBLOCK {
+        let sigrtmin = libc::SIGRTMIN();
+        // SAFETY: `copy` is the set `filtered` points at; glibc keeps the two signals below
+        // SIGRTMIN (SIGCANCEL, SIGSETXID) unblockable the same way.
+        unsafe {
+            libc::sigdelset(&mut copy, sigrtmin - 2);
+            libc::sigdelset(&mut copy, sigrtmin - 1);
+        }
+    }
+    // SAFETY: the raw system call with valid (or null) pointers and the kernel's set size.
+    let r = unsafe { libc::syscall(libc::SYS_rt_sigprocmask, how, filtered, old, 8usize) };
+    if r == 0 {
+        0
+    } else {
+        std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EINVAL)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -481,6 +522,25 @@ mod tests {
         for h in handles {
             h.join().unwrap();
         }
+    }
+
+    #[test]
+    fn blocking_every_signal_keeps_the_stop_signal_deliverable() {
+        std::thread::spawn(|| {
+            // SAFETY: sigset manipulation on locals and this thread's own mask.
+            unsafe {
+                let mut all: libc::sigset_t = std::mem::zeroed();
+                libc::sigfillset(&mut all);
+                assert_eq!(sigmask(libc::SIG_SETMASK, &all, std::ptr::null_mut()), 0);
+                let mut now: libc::sigset_t = std::mem::zeroed();
+                assert_eq!(sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut now), 0);
+                assert_eq!(libc::sigismember(&now, stop_signal()), 0);
+                assert_eq!(libc::sigismember(&now, libc::SIGUSR1), 1);
+                assert_eq!(sigmask(99, &all, std::ptr::null_mut()), libc::EINVAL);
+            }
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]

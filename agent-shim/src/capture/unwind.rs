@@ -42,7 +42,7 @@ const CALLEE_SAVED: [usize; 6] = [RBX, RBP, R12, R12 + 1, R12 + 2, R15];
 pub const RED_ZONE: u64 = 128;
 
 /// Size of glibc's thread descriptor (`struct pthread`) that the thread pointer points at.
-const THREAD_DESCRIPTOR: u64 = 2304;
+pub const THREAD_DESCRIPTOR: u64 = 2304;
 
 /// A stopped thread's registers in DWARF order (0..=16, 16 being rip), and its thread
 /// pointer.
