@@ -182,3 +182,41 @@ pub unsafe extern "C" fn heaptui_counters(out: *mut counters::CCounters) -> c_in
     unsafe { out.write(counters::counters().into()) };
     0
 }
+
+// ---- capture ----
+
+/// `pthread_sigmask(3)`, except that the agent's stop signal stays deliverable, so a thread
+/// that blocks every signal can still be stopped for a capture.
+///
+/// # Safety
+/// As `pthread_sigmask(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pthread_sigmask(
+    how: c_int,
+    set: *const libc::sigset_t,
+    old: *mut libc::sigset_t,
+) -> c_int {
+    // SAFETY: the caller's arguments, as pthread_sigmask(3) requires.
+    unsafe { crate::capture::stop::sigmask(how, set, old) }
+}
+
+/// `sigprocmask(2)`, with the stop signal kept deliverable as in [`pthread_sigmask`].
+///
+/// # Safety
+/// As `sigprocmask(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sigprocmask(
+    how: c_int,
+    set: *const libc::sigset_t,
+    old: *mut libc::sigset_t,
+) -> c_int {
+    // SAFETY: the caller's arguments, as sigprocmask(2) requires.
+    match unsafe { crate::capture::stop::sigmask(how, set, old) } {
+        0 => 0,
+        e => {
+            // SAFETY: errno is this thread's.
+            unsafe { *libc::__errno_location() = e };
+            -1
+        }
+    }
+}
