@@ -313,7 +313,9 @@ impl Analysis {
                 GLOBAL_ONLY => vec![Sharer::Globals],
                 _ => {
                     let bits = sharer_sets.of((g - t0) as usize);
-                    let mut sharers = Vec::new();
+                    // Exact capacity: groups can be many and each set large.
+                    let count = bits.iter().map(|w| w.count_ones() as usize).sum();
+                    let mut sharers = Vec::with_capacity(count);
                     for (w, &word) in bits.iter().enumerate() {
                         let mut word = word;
                         while word != 0 {

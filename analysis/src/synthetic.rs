@@ -11,7 +11,8 @@
 //! - the globals alone (global-only configuration);
 //! - nobody (a leaked tree, or an unreachable cycle).
 //!
-//! Long doubly linked lists hang off frames, the first one a tenth of the heap long.
+//! Long doubly linked lists hang off frames, the first one a tenth of the heap long, and
+//! one thread-shared cache holds a fifth of the heap.
 //! About one object in a hundred also points into an earlier thread-shared structure (its
 //! root or its middle), and one in a hundred from frame data into a context of its own
 //! thread, as real programs' objects point into caches and sessions.
@@ -118,7 +119,7 @@ pub fn generate(config: &SyntheticConfig) -> HeapGraph {
     let frames_per_thread = config.frames_per_thread.max(1);
     let frame_count = threads * frames_per_thread;
     let mut rng = Rng::new(config.seed);
-    let extra_edges = (config.edges_per_object - 1.0).max(0.0);
+    let max_extra = (2.0 * config.edges_per_object).ceil() as usize;
 
     let structures = plan(n, threads, frames_per_thread, &mut rng);
 
@@ -220,12 +221,13 @@ pub fn generate(config: &SyntheticConfig) -> HeapGraph {
                 }
                 // A leaked tree stays a tree, so its root is the one definitely lost block.
                 if s.len > 1 && s.owner != Owner::Leak {
-                    let mut extra = extra_edges.floor() as u32;
-                    if rng.chance(extra_edges.fract()) {
-                        extra += 1;
-                    }
+                    // Trees make up for lists and leaks, which have fewer references,
+                    // so the whole graph gets close to the configured average.
+                    let want = ((o as f64 + 1.0) * config.edges_per_object) as usize;
+                    let deficit = want.saturating_sub(edges.len() + refs.len());
+                    let extra = deficit.min(max_extra);
                     for _ in 0..extra {
-                        refs.push(s.start + rng.below(s.len as u64) as u32);
+                        refs.push(s.start + nearby(r, s.len, s.branching, &mut rng));
                     }
                 }
             }
@@ -295,6 +297,41 @@ pub fn generate(config: &SyntheticConfig) -> HeapGraph {
     .expect("synthetic graphs are well formed")
 }
 
+/// A random node near `r` in a breadth-first tree of `len` nodes and branching `b`: its
+/// parent, or a node at about its depth under its parent or grandparent (a sibling or a
+/// cousin, as back pointers and neighbour links are in real data). Such references make
+/// diamonds — the target's immediate dominator becomes the shared ancestor — while a
+/// pointer into the middle of a structure still cuts off only the path above it, as in
+/// real heaps; uniformly random targets would make every large structure one tangle.
+fn nearby(r: u32, len: u32, b: u32, rng: &mut Rng) -> u32 {
+    let (r, len, b) = (r as u64, len as u64, b as u64);
+    if r == 0 {
+        return (1 + rng.below((len - 1).min(b))) as u32;
+    }
+    let parent = (r - 1) / b;
+    if rng.chance(0.3) {
+        return parent as u32;
+    }
+    let (mut ancestor, mut up) = (parent, 1);
+    if ancestor > 0 && rng.chance(0.5) {
+        ancestor = (ancestor - 1) / b;
+        up = 2;
+    }
+    // Descendants of `ancestor` `up` levels down are one contiguous range; go one level
+    // further down half of the time.
+    let levels = up + rng.below(2);
+    let (mut lo, mut hi) = (ancestor, ancestor + 1);
+    for _ in 0..levels {
+        lo = lo * b + 1;
+        hi = hi * b + 1;
+    }
+    let hi = hi.min(len);
+    if lo >= hi {
+        return parent as u32;
+    }
+    (lo + rng.below(hi - lo)) as u32
+}
+
 /// Cuts `0..n` into structures and chooses their owners.
 fn plan(n: usize, threads: usize, frames_per_thread: usize, rng: &mut Rng) -> Vec<Structure> {
     let frames = (threads * frames_per_thread) as u64;
@@ -306,6 +343,10 @@ fn plan(n: usize, threads: usize, frames_per_thread: usize, rng: &mut Rng) -> Ve
         let (len, branching, owner) = if count == 0 && n >= 100 {
             // One long list, a tenth of the heap.
             (n / 10, 1, frame(rng))
+        } else if count == 6 && n >= 100 {
+            // One process-wide cache, a fifth of the heap: what makes one search per
+            // root expensive in real heaps.
+            (n / 5, 4, Owner::Shared)
         } else if count % 1000 == 999 {
             (1000 + rng.below(9000) as usize, 1, frame(rng))
         } else {
