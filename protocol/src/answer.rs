@@ -485,7 +485,7 @@ impl<'a> Answerer<'a> {
 
     fn object_page(
         &self,
-        mut objects: Vec<ObjectIndex>,
+        objects: Vec<ObjectIndex>,
         sort: Sort<ObjectKey>,
         page: Page,
     ) -> ObjectPage {
@@ -510,10 +510,20 @@ impl<'a> Answerer<'a> {
                 ObjectKey::Index => u64::from(o),
             }
         };
-        let window = select_page(&mut objects, page, |&a, &b| {
-            directed(key(a).cmp(&key(b)), sort.direction).then(a.cmp(&b))
-        });
-        let rows = fill(window, |&o| self.object_row(o));
+        // Keys are read once, in index order (the lists come ascending, so the column reads
+        // are sequential), into (key, index) pairs; selecting then compares plain integers
+        // instead of chasing columns at random. A descending key is stored complemented so
+        // that one ascending order serves both directions, ties by index ascending.
+        let descending = sort.direction == Direction::Descending;
+        let mut keyed: Vec<(u64, ObjectIndex)> = objects
+            .into_iter()
+            .map(|o| {
+                let k = key(o);
+                (if descending { !k } else { k }, o)
+            })
+            .collect();
+        let window = select_page(&mut keyed, page, |a, b| a.cmp(b));
+        let rows = fill(window, |&(_, o)| self.object_row(o));
         ObjectPage {
             snapshot: self.snapshot,
             page: info(page, total),
