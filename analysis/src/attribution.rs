@@ -570,3 +570,88 @@ fn group_id(numbering: &Numbering, g: u32) -> GroupId {
         number: g - numbering.kind_start[k] + 1,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::{Edges, Frame, ObjectRecord, Objects, Process, Thread};
+
+    /// A doubly linked list of `n` blocks of 8 bytes; `heads` lists (tid, object) roots.
+    fn list(n: u32, heads: &[(u32, u32)]) -> HeapGraph {
+        let mut objects = Objects::with_capacity(n as usize);
+        let mut edges = Edges::with_capacity(n as usize, 2 * n as usize);
+        for o in 0..n {
+            objects.push(ObjectRecord {
+                id: o as u64 + 1,
+                addr: 0x1000 + 16 * o as u64,
+                size: 8,
+                site: crate::graph::NO_SITE,
+                ..Default::default()
+            });
+            let next = (o + 1 < n).then_some(o + 1);
+            let prev = o.checked_sub(1);
+            edges.push(next.into_iter().chain(prev));
+        }
+        let threads = heads
+            .iter()
+            .map(|&(tid, o)| Thread {
+                tid,
+                frames: vec![Frame {
+                    refs: vec![o],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            })
+            .collect();
+        HeapGraph::new(Process::default(), vec![], objects, edges, threads, vec![])
+            .expect("a well-formed list")
+    }
+
+    #[test]
+    fn a_million_long_list_under_one_frame_is_proprietary() {
+        let n = 1_000_000;
+        let g = list(n, &[(1, 0)]);
+        let a = Analysis::new(&g);
+        assert_eq!(a.threads()[0].proprietary, 8 * n as u64);
+        assert_eq!(a.threads()[0].frames[0].proprietary, 8 * n as u64);
+        assert!(a.groups().is_empty());
+        assert_eq!(a.dominator(n - 1), Some(n - 2));
+        assert_eq!(a.release(&[1]), Ok(8 * n as u64));
+    }
+
+    #[test]
+    fn a_long_list_held_at_both_ends_by_two_threads_is_one_cycle_of_groups() {
+        // Every block is reached from both ends, so each heads its own thread-shared
+        // group, and the groups refer to each other in one long cycle.
+        let n = 200_000;
+        let g = list(n, &[(1, 0), (2, n - 1)]);
+        let a = Analysis::new(&g);
+        assert_eq!(a.groups().len(), n as usize);
+        assert!(
+            a.groups()
+                .iter()
+                .all(|g| g.id.kind == GroupKind::ThreadShared
+                    && g.sharers == [Sharer::Thread(1), Sharer::Thread(2)])
+        );
+        assert_eq!(a.threads()[0].shared, 8 * n as u64);
+        assert_eq!(a.threads()[1].proprietary, 0);
+        assert_eq!(a.release(&[1]), Ok(0));
+        assert_eq!(a.release(&[2, 1]), Ok(8 * n as u64));
+        assert_eq!(a.release(&[3]), Err(UnknownThread(3)));
+    }
+
+    #[test]
+    fn node_layout_round_trips() {
+        let g = list(3, &[(5, 0), (6, 1)]);
+        let layout = Layout::new(&g);
+        assert_eq!(layout.node(2), Node::Object(2));
+        assert_eq!(layout.node(layout.globals()), Node::Globals);
+        assert_eq!(layout.node(layout.thread(1)), Node::Thread(1));
+        assert_eq!(layout.node(layout.frame(1)), Node::Frame(1));
+        assert_eq!(layout.node(layout.super_root()), Node::SuperRoot);
+        assert_eq!(layout.frame_position(1), (1, 0));
+        assert_eq!(layout.flat_frame(1, 0), Some(1));
+        assert_eq!(layout.flat_frame(1, 1), None);
+        assert_eq!(layout.flat_frame(2, 0), None);
+    }
+}
