@@ -10,6 +10,28 @@
 //!
 //! No I/O policy lives here (no sockets, threads, timeouts or async runtime): the agent uses
 //! the blocking helpers from its own threads, the tokio client feeds the [`FrameDecoder`].
+//!
+//! A client with any I/O model — write the hello, feed whatever bytes arrive to a decoder
+//! limited to the handshake size, check the welcome, then accept full-size frames:
+//!
+//! ```
+//! use heaptui_protocol::*;
+//!
+//! let hello = to_frame(&Hello::new("token-from-the-token-file", "heaptui 0.1.0")).unwrap();
+//! // … write `hello` to the socket; the agent answers with a welcome:
+//! # let received = to_frame(&Welcome::accepted(AgentInfo::default())).unwrap();
+//! let mut decoder = FrameDecoder::new(HANDSHAKE_MAX_FRAME_LEN);
+//! decoder.push(&received).unwrap();
+//! let payload = decoder.next_frame().unwrap().expect("one whole frame");
+//! let agent = check_welcome(&decode_welcome(&payload).unwrap()).unwrap().clone();
+//! decoder.set_max_len(MAX_FRAME_LEN);
+//!
+//! let request = Request { id: RequestId(1), body: RequestBody::ProcessInfo };
+//! let bytes = to_frame(&request).unwrap();
+//! // … write `bytes`; push what arrives; pop `ServerMessage`s with `decode_payload`,
+//! // matching `ServerMessage::Response { id, .. }` to the request and taking pushes apart.
+//! # let _ = (agent, bytes);
+//! ```
 
 pub mod answer;
 pub mod codec;
