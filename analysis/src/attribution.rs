@@ -641,6 +641,17 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_graph_has_empty_figures() {
+        let a = Analysis::new(&HeapGraph::default());
+        assert_eq!(a.totals(), Totals::default());
+        assert_eq!(a.leaks(), Leaks::default());
+        assert!(a.threads().is_empty() && a.groups().is_empty() && a.ranking().is_empty());
+        assert_eq!(a.release(&[]), Ok(0));
+        assert_eq!(a.release(&[1]), Err(UnknownThread(1)));
+        assert!(a.frame_members(0, 0).is_empty());
+    }
+
+    #[test]
     fn node_layout_round_trips() {
         let g = list(3, &[(5, 0), (6, 1)]);
         let layout = Layout::new(&g);
