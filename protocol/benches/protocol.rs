@@ -203,6 +203,16 @@ fn main() {
             .unwrap()
     });
     println!("1M group, page of 100 by site label: {}", ms(t));
+    let t = time(9, || a.object(0, Page::new(0, 100)).unwrap());
+    println!(
+        "1M group, object detail of the entry (1M outgoing refs), 100 per list: {}",
+        ms(t)
+    );
+    let t = time(9, || a.object(n / 2, Page::new(0, 100)).unwrap());
+    println!(
+        "1M group, object detail of a member (incoming scan of all refs): {}",
+        ms(t)
+    );
     let page = Response::Objects(
         a.group_objects(group, Sort::desc(ObjectKey::Size), Page::new(0, 10_000))
             .unwrap(),
