@@ -214,6 +214,40 @@ fn duplicate_object_id_is_named() {
 }
 
 #[test]
+fn duplicate_and_unknown_ids_are_named_when_ids_are_scattered() {
+    // Ids too far apart for a table go through a hash map; same errors.
+    let objects = r#"[{"id": 7, "size": 8, "refs": [1099511627776]},
+                      {"id": 1099511627776, "size": 4, "refs": [6]}]"#;
+    assert_eq!(
+        error_of(&doc(objects, "[]")),
+        "objects[1].refs[0]: reference to unknown object id 6"
+    );
+    let objects = r#"[{"id": 7, "size": 8, "refs": []},
+                      {"id": 1099511627776, "size": 4, "refs": []},
+                      {"id": 1099511627776, "size": 4, "refs": []}]"#;
+    assert_eq!(
+        error_of(&doc(objects, "[]")),
+        "objects[2].id: duplicate object id 1099511627776"
+    );
+}
+
+#[test]
+fn references_outside_the_id_range_are_unknown() {
+    // Below the smallest id and above the largest, with ids packed in a table.
+    for (bad, at) in [(2, 0), (u64::MAX, 1)] {
+        let objects = format!(
+            r#"[{{"id": 7, "size": 8, "refs": [{}]}}, {{"id": 9, "size": 4, "refs": [{}]}}]"#,
+            if at == 0 { bad } else { 9 },
+            if at == 1 { bad } else { 7 }
+        );
+        assert_eq!(
+            error_of(&doc(&objects, "[]")),
+            format!("objects[{at}].refs[0]: reference to unknown object id {bad}")
+        );
+    }
+}
+
+#[test]
 fn dangling_reference_is_named() {
     let objects = r#"[{"id": 7, "size": 8, "refs": [9, 99]}, {"id": 9, "size": 4, "refs": []}]"#;
     assert_eq!(
@@ -393,8 +427,14 @@ fn arb_graph() -> impl Strategy<Value = HeapGraph> {
             prop::collection::vec(prop::collection::vec("\\PC{0,12}", 0..3), n),
         )
     });
-    let objects = prop::collection::hash_set(any::<u64>(), 0..30).prop_flat_map(|ids| {
-        let ids: Vec<u64> = ids.into_iter().collect();
+    // Ids either scattered over all of u64 or packed in a small range in descending order
+    // (the reader indexes the two differently).
+    let ids = prop_oneof![
+        prop::collection::hash_set(any::<u64>(), 0..30).prop_map(|ids| ids.into_iter().collect()),
+        (0..u64::MAX / 2, 0u64..30)
+            .prop_map(|(base, n)| (0..n).rev().map(|i| base + 2 * i).collect()),
+    ];
+    let objects = ids.prop_flat_map(|ids: Vec<u64>| {
         let n = ids.len();
         let row = (
             any::<u64>(),
@@ -519,4 +559,31 @@ proptest! {
             prop_assert!(read.validate().is_ok());
         }
     }
+}
+
+#[test]
+fn json_is_written_one_object_a_line() {
+    // Each object, site and thread on a line of its own, the rest of the outline pretty.
+    let text = String::from_utf8(json_of(&fixture())).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[..4],
+        [
+            "{",
+            r#"  "format": "heaptui-snapshot","#,
+            r#"  "version": 1,"#,
+            r#"  "process": {"#
+        ]
+    );
+    assert!(
+        lines.contains(&r#"    {"id": 7, "addr": 67328, "size": 76, "site": 7, "refs": [8, 5]},"#)
+    );
+    assert!(lines.contains(&r#"    {"id": 16, "frames": ["Registry"]}"#));
+    assert!(lines.contains(&r#"    {"tid": 4, "name": "thread-n", "state": "stopped", "frames": [{"function": "Class1.methodF", "module": "app", "kind": "user", "refs": [10, 12, 16]}]}"#));
+    assert_eq!(
+        lines[lines.len() - 4..],
+        ["  \"globals\": {", "    \"refs\": [15, 16]", "  }", "}"]
+    );
+    // {, format and version, process (4 lines), sites (18), objects (18), threads (6), globals (3), }
+    assert_eq!(lines.len(), 1 + 2 + 4 + 18 + 18 + 6 + 3 + 1);
 }

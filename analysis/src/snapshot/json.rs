@@ -37,24 +37,32 @@ pub const JSON_VERSION: u64 = 1;
 
 /// Reads a JSON snapshot.
 pub fn read_json(bytes: &[u8]) -> Result<HeapGraph, SnapshotError> {
-    // The header is checked on its own first, so that a file of another format or version
-    // is named as such instead of failing on whatever field changed shape.
-    let header: Header = parse(bytes)?;
-    if header.format != JSON_FORMAT {
-        return Err(SnapshotError::Format {
-            found: format!("{:?}", header.format),
-        });
+    // The fast path parses once without tracking paths. Only a file that fails is parsed
+    // again, tracking where, and its header first, so that a file of another format or
+    // version is named as such instead of failing on whatever field changed shape.
+    if let Ok(doc) = serde_json::from_slice::<Doc>(bytes) {
+        check_header(&doc.format, doc.version)?;
+        return build(doc);
     }
-    if header.version != JSON_VERSION {
-        return Err(SnapshotError::JsonVersion {
-            found: header.version,
-        });
-    }
-    let doc: Doc = parse(bytes)?;
+    let header: Header = parse_tracked(bytes)?;
+    check_header(&header.format, header.version)?;
+    let doc: Doc = parse_tracked(bytes)?;
     build(doc)
 }
 
-fn parse<'de, T: Deserialize<'de>>(bytes: &'de [u8]) -> Result<T, SnapshotError> {
+fn check_header(format: &str, version: u64) -> Result<(), SnapshotError> {
+    if format != JSON_FORMAT {
+        return Err(SnapshotError::Format {
+            found: format!("{format:?}"),
+        });
+    }
+    if version != JSON_VERSION {
+        return Err(SnapshotError::JsonVersion { found: version });
+    }
+    Ok(())
+}
+
+fn parse_tracked<'de, T: Deserialize<'de>>(bytes: &'de [u8]) -> Result<T, SnapshotError> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut de).map_err(json_error)?;
     de.end().map_err(|e| SnapshotError::Json {
@@ -86,6 +94,8 @@ struct Header {
 
 #[derive(Deserialize)]
 struct Doc {
+    format: String,
+    version: u64,
     #[serde(default)]
     process: JsonProcess,
     #[serde(default)]
@@ -213,26 +223,14 @@ fn build(doc: Doc) -> Result<HeapGraph, SnapshotError> {
         });
     }
 
-    let mut index: HashMap<u64, ObjectIndex> = HashMap::with_capacity(n);
-    for (i, o) in doc.objects.iter().enumerate() {
-        if index.insert(o.id, i as ObjectIndex).is_some() {
-            return Err(SnapshotError::DuplicateObject {
-                path: format!("objects[{i}].id"),
-                id: o.id,
-            });
-        }
-    }
+    let index = IdIndex::build(doc.objects.iter().map(|o| o.id))?;
     let resolve = |ids: &[u64], path: &dyn Fn(usize) -> String| {
         ids.iter()
             .enumerate()
-            .map(|(k, id)| {
+            .map(|(k, &id)| {
                 index
                     .get(id)
-                    .copied()
-                    .ok_or_else(|| SnapshotError::UnknownObject {
-                        path: path(k),
-                        id: *id,
-                    })
+                    .ok_or_else(|| SnapshotError::UnknownObject { path: path(k), id })
             })
             .collect::<Result<Vec<ObjectIndex>, _>>()
     };
@@ -258,15 +256,7 @@ fn build(doc: Doc) -> Result<HeapGraph, SnapshotError> {
             thread: o.thread.unwrap_or(NO_THREAD),
             seq: o.seq.unwrap_or(NO_SEQ),
         });
-        for (k, id) in o.refs.iter().enumerate() {
-            if !index.contains_key(id) {
-                return Err(SnapshotError::UnknownObject {
-                    path: format!("objects[{i}].refs[{k}]"),
-                    id: *id,
-                });
-            }
-        }
-        edges.push(o.refs.iter().map(|id| index[id]));
+        edges.push(resolve(&o.refs, &|k| format!("objects[{i}].refs[{k}]"))?);
     }
 
     let mut threads = Vec::with_capacity(doc.threads.len());
@@ -308,7 +298,63 @@ fn build(doc: Doc) -> Result<HeapGraph, SnapshotError> {
     )?)
 }
 
-/// Writes `graph` as a JSON snapshot (pretty-printed, objects and sites by their ids).
+/// Object id → dense index. Ids in a compact range (sequence numbers, `1..=n`, what agents
+/// and generators write) go through a table, which is several times faster than hashing
+/// for millions of references; scattered ids go through a hash map.
+enum IdIndex {
+    Table { min: u64, slots: Vec<ObjectIndex> },
+    Map(HashMap<u64, ObjectIndex>),
+}
+
+impl IdIndex {
+    const FREE: ObjectIndex = ObjectIndex::MAX;
+
+    /// Indexes the ids in order; fails on the first id seen twice.
+    fn build(ids: impl ExactSizeIterator<Item = u64> + Clone) -> Result<IdIndex, SnapshotError> {
+        let n = ids.len();
+        let duplicate = |i: usize, id: u64| SnapshotError::DuplicateObject {
+            path: format!("objects[{i}].id"),
+            id,
+        };
+        let (min, max) = ids
+            .clone()
+            .fold((u64::MAX, 0), |(lo, hi), id| (lo.min(id), hi.max(id)));
+        // A table of up to four slots per object (16 bytes) costs less than a hash map's
+        // entry, and n is below u32::MAX, so the span fits in usize.
+        if n > 0 && max - min < 4 * n as u64 {
+            let mut slots = vec![Self::FREE; (max - min + 1) as usize];
+            for (i, id) in ids.enumerate() {
+                let slot = &mut slots[(id - min) as usize];
+                if *slot != Self::FREE {
+                    return Err(duplicate(i, id));
+                }
+                *slot = i as ObjectIndex;
+            }
+            return Ok(IdIndex::Table { min, slots });
+        }
+        let mut map = HashMap::with_capacity(n);
+        for (i, id) in ids.enumerate() {
+            if map.insert(id, i as ObjectIndex).is_some() {
+                return Err(duplicate(i, id));
+            }
+        }
+        Ok(IdIndex::Map(map))
+    }
+
+    fn get(&self, id: u64) -> Option<ObjectIndex> {
+        match self {
+            IdIndex::Table { min, slots } => id
+                .checked_sub(*min)
+                .and_then(|k| slots.get(usize::try_from(k).ok()?))
+                .copied()
+                .filter(|&o| o != Self::FREE),
+            IdIndex::Map(map) => map.get(&id).copied(),
+        }
+    }
+}
+
+/// Writes `graph` as a JSON snapshot, objects and sites by their ids, one object, site or
+/// thread a line (see [`LineFormatter`]).
 ///
 /// Fails when two objects or two sites share an id: JSON refers to them by id, so such a
 /// graph (possible in memory, where objects are addressed by index) has no JSON form.
@@ -328,7 +374,8 @@ pub fn write_json(graph: &HeapGraph, out: impl Write) -> Result<(), SnapshotErro
             refs: OutRefs(graph, &graph.globals),
         },
     };
-    serde_json::to_writer_pretty(&mut out, &doc).map_err(|e| {
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, LineFormatter::default());
+    doc.serialize(&mut ser).map_err(|e| {
         if e.is_io() {
             SnapshotError::Io(e.into())
         } else {
@@ -458,5 +505,113 @@ impl Serialize for OutThreads<'_> {
                     .collect(),
             }
         }))
+    }
+}
+
+/// Pretty-prints the outer two levels of a document and writes everything deeper on one
+/// line: each object, site and thread of a snapshot gets a line of its own. Fully pretty
+/// JSON puts every reference on its own line, which made files several times larger and
+/// no easier to read.
+#[derive(Default)]
+struct LineFormatter {
+    depth: usize,
+    /// Whether the container open at each broken level has had a value yet.
+    has_value: [bool; LineFormatter::BROKEN + 1],
+}
+
+impl LineFormatter {
+    /// Containers nested this deep or less are broken into lines.
+    const BROKEN: usize = 2;
+
+    fn open(&mut self, w: &mut (impl ?Sized + Write), bracket: &[u8]) -> std::io::Result<()> {
+        self.depth += 1;
+        if self.depth <= Self::BROKEN {
+            self.has_value[self.depth] = false;
+        }
+        w.write_all(bracket)
+    }
+
+    fn close(&mut self, w: &mut (impl ?Sized + Write), bracket: &[u8]) -> std::io::Result<()> {
+        let closed = self.depth;
+        self.depth -= 1;
+        if closed <= Self::BROKEN && self.has_value[closed] {
+            self.newline(w, self.depth)?;
+        }
+        w.write_all(bracket)
+    }
+
+    fn item(&mut self, w: &mut (impl ?Sized + Write), first: bool) -> std::io::Result<()> {
+        if self.depth <= Self::BROKEN {
+            if !first {
+                w.write_all(b",")?;
+            }
+            self.newline(w, self.depth)
+        } else if first {
+            Ok(())
+        } else {
+            w.write_all(b", ")
+        }
+    }
+
+    fn item_done(&mut self) {
+        if self.depth <= Self::BROKEN {
+            self.has_value[self.depth] = true;
+        }
+    }
+
+    fn newline(&self, w: &mut (impl ?Sized + Write), depth: usize) -> std::io::Result<()> {
+        w.write_all(b"\n")?;
+        for _ in 0..depth {
+            w.write_all(b"  ")?;
+        }
+        Ok(())
+    }
+}
+
+impl serde_json::ser::Formatter for LineFormatter {
+    fn begin_array<W: ?Sized + Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.open(w, b"[")
+    }
+
+    fn end_array<W: ?Sized + Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.close(w, b"]")
+    }
+
+    fn begin_array_value<W: ?Sized + Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.item(w, first)
+    }
+
+    fn end_array_value<W: ?Sized + Write>(&mut self, _w: &mut W) -> std::io::Result<()> {
+        self.item_done();
+        Ok(())
+    }
+
+    fn begin_object<W: ?Sized + Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.open(w, b"{")
+    }
+
+    fn end_object<W: ?Sized + Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.close(w, b"}")
+    }
+
+    fn begin_object_key<W: ?Sized + Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.item(w, first)
+    }
+
+    fn begin_object_value<W: ?Sized + Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        w.write_all(b": ")
+    }
+
+    fn end_object_value<W: ?Sized + Write>(&mut self, _w: &mut W) -> std::io::Result<()> {
+        self.item_done();
+        Ok(())
     }
 }
