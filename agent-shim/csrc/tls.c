@@ -12,6 +12,7 @@ struct heaptui_thread {
     uint32_t busy;      /* re-entrancy depth of the hooks on this thread */
     uintptr_t stack_lo; /* the mapping that holds this thread's stack, 0 until looked up */
     uintptr_t stack_hi;
+    uint32_t agent;     /* 1 on the agent's own threads (their calls are also counted apart) */
 };
 
 static __thread struct heaptui_thread heaptui_thread_state

@@ -43,12 +43,19 @@ pub extern "C" fn init() {
         remove_self_from_ld_preload();
     }
     crate::dump::start();
+    crate::policy::start();
 }
 
 /// Writes the exit summary line.
 pub extern "C" fn fini() {
     crate::dump::at_exit();
-    crate::agent_log!("exit summary: {}", counters::counters());
+    crate::agent_log!(
+        "exit summary: {} table_bytes={} stacks={} agent_heap_bytes={}",
+        counters::counters(),
+        blocks::table_bytes(),
+        stacks::len(),
+        AGENT_ALLOC.mapped_bytes()
+    );
 }
 
 extern "C" fn prepare() {

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 static LOG_FD: AtomicI32 = AtomicI32::new(2);
 
 /// Longest line written; longer ones are cut (and end with `…`).
-const LINE_MAX: usize = 1024;
+const LINE_MAX: usize = 4096;
 
 /// A `fmt::Write` into a fixed byte buffer that silently truncates.
 pub struct BufWriter<'a> {

@@ -17,6 +17,8 @@ pub struct ThreadState {
     /// The mapping holding this thread's stack, `0..0` until looked up.
     pub stack_lo: usize,
     pub stack_hi: usize,
+    /// 1 on the agent's own threads.
+    pub agent: u32,
 }
 
 unsafe extern "C" {

@@ -68,13 +68,19 @@ fn check(depth: Option<&str>) {
     let empty = compile_c(&dir, "empty", EMPTY_C, &[]);
     // -fno-builtin: gcc would turn realloc(NULL, n) into malloc(n) and drop free(NULL).
     let target = compile_c(&dir, "every", EVERY_FUNCTION, &["-fno-builtin"]);
-    let env: Vec<(&str, &str)> = depth.map(|d| ("HEAPTUI_STACK_DEPTH", d)).into_iter().collect();
+    let env: Vec<(&str, &str)> = depth
+        .map(|d| ("HEAPTUI_STACK_DEPTH", d))
+        .into_iter()
+        .collect();
     let base = run_preloaded(&dir, &empty, &[], &env);
     assert_eq!(base.code, Some(0), "{}", base.stderr);
     let run = run_preloaded(&dir, &target, &[], &env);
     assert_eq!(run.stdout, "ok\n", "stderr: {}", run.stderr);
     assert_eq!(run.code, Some(7));
-    assert_eq!(run.stderr, "", "nothing on stderr (the summary goes to HEAPTUI_LOG)");
+    assert_eq!(
+        run.stderr, "",
+        "nothing on stderr (the summary goes to HEAPTUI_LOG)"
+    );
     let summary = run.summary();
     let d = summary.minus(&base.summary());
 
@@ -107,8 +113,12 @@ fn check(depth: Option<&str>) {
         assert_eq!(d[key], want, "{key}: summary {:?}", summary.values);
     }
     // When `big` was allocated, a, b, r, pm, al, m, v and pv were live too.
-    let at_big = big as u64 + 50 + 100 + 32 + 200 + 512 + 100 + 10 + 8192;
-    assert!(summary.get("peak_live_bytes") >= at_big, "{:?}", summary.values);
+    let at_big = big + 50 + 100 + 32 + 200 + 512 + 100 + 10 + 8192;
+    assert!(
+        summary.get("peak_live_bytes") >= at_big,
+        "{:?}",
+        summary.values
+    );
     assert!(summary.get("peak_live_bytes") >= summary.get("live_bytes"));
 }
 
@@ -147,7 +157,12 @@ int main(void) {
     let target = compile_c(&dir, "unknown", src, &[]);
     let base = run_preloaded(&dir, &empty, &[], &[]).summary();
     let run = run_preloaded(&dir, &target, &[], &[]);
-    assert_eq!((run.code, run.stdout.as_str()), (Some(0), "done\n"), "{}", run.stderr);
+    assert_eq!(
+        (run.code, run.stdout.as_str()),
+        (Some(0), "done\n"),
+        "{}",
+        run.stderr
+    );
     let d = run.summary().minus(&base);
     assert_eq!(d["unknown_frees"], 1);
     assert_eq!(d["unknown_reallocs"], 1);
@@ -167,14 +182,33 @@ fn malformed_environment_gives_one_line_each_and_the_target_still_runs() {
         &dir,
         &target,
         &[],
-        &[("HEAPTUI_STACK_DEPTH", "deep"), ("HEAPTUI_BOGUS", "1"), ("HEAPTUI_LISTEN", "nowhere")],
+        &[
+            ("HEAPTUI_STACK_DEPTH", "deep"),
+            ("HEAPTUI_BOGUS", "1"),
+            ("HEAPTUI_LISTEN", "nowhere"),
+        ],
     );
     assert_eq!((run.code, run.stdout.as_str()), (Some(7), "ok\n"));
     let lines: Vec<&str> = run.stderr.lines().collect();
     assert_eq!(lines.len(), 3, "stderr: {}", run.stderr);
-    assert!(lines.iter().any(|l| l.contains("HEAPTUI_STACK_DEPTH=\"deep\"")), "{lines:?}");
-    assert!(lines.iter().any(|l| l.contains("unknown variable HEAPTUI_BOGUS")), "{lines:?}");
-    assert!(lines.iter().any(|l| l.contains("HEAPTUI_LISTEN=\"nowhere\"")), "{lines:?}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("HEAPTUI_STACK_DEPTH=\"deep\"")),
+        "{lines:?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("unknown variable HEAPTUI_BOGUS")),
+        "{lines:?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("HEAPTUI_LISTEN=\"nowhere\"")),
+        "{lines:?}"
+    );
     // Defaults in force: the summary is still written.
     assert_eq!(run.summary().get("posix_memalign"), 2);
 }

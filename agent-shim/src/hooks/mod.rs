@@ -67,6 +67,26 @@ impl Drop for Busy {
     }
 }
 
+/// True on the agent's own threads: their calls are also counted apart (`AgentShare`).
+#[inline]
+fn on_agent_thread() -> bool {
+    sys::thread_state().agent != 0
+}
+
+/// The agent-share bookkeeping of one hooked call on an agent thread.
+#[inline]
+fn agent_share(op: Op, block_in: Option<u64>, block_out: Option<u64>) {
+    if on_agent_thread() {
+        counters::agent_call(op);
+        if let Some(size) = block_in {
+            counters::agent_block_in(size);
+        }
+        if let Some(size) = block_out {
+            counters::agent_block_out(size);
+        }
+    }
+}
+
 #[inline]
 fn untracked(op: Op) {
     counters::count_call(op);
@@ -147,6 +167,7 @@ unsafe fn resize(p: *mut c_void, size: usize, op: Op, ret: usize, fp: usize) -> 
         return q;
     }
     let Some(busy) = Busy::enter() else {
+        agent_share(op, None, None);
         untracked(op);
         // SAFETY: forwarding.
         return unsafe { __libc_realloc(p, size) };
@@ -158,21 +179,25 @@ unsafe fn resize(p: *mut c_void, size: usize, op: Op, ret: usize, fp: usize) -> 
     }
     // SAFETY: forwarding the caller's block.
     let q = unsafe { __libc_realloc(p, size) };
+    let old_size = old.map(|r| r.size);
     if q.is_null() {
         if size == 0 {
             // glibc's realloc(p, 0) frees p and returns NULL: a release, not a failure.
             counters::count_call(op);
+            agent_share(op, None, old_size);
         } else {
             // p is untouched: put it back.
             if let Some(old) = old {
                 blocks::restore(&old);
             }
             failed(op);
+            agent_share(op, None, None);
         }
         return q;
     }
     let stack = stack_id(ret, fp);
-    blocks::insert(q as u64, size as u64, busy.tid, stack, op);
+    let tracked = blocks::insert(q as u64, size as u64, busy.tid, stack, op);
+    agent_share(op, tracked.then_some(size as u64), old_size);
     q
 }
 
@@ -201,6 +226,7 @@ pub(crate) unsafe extern "C" fn reallocarray(
         // SAFETY: __errno_location returns this thread's errno slot.
         unsafe { *libc::__errno_location() = libc::ENOMEM };
         failed(Op::Reallocarray);
+        agent_share(Op::Reallocarray, None, None);
         return std::ptr::null_mut();
     };
     // SAFETY: as the caller's reallocarray, whose product did not overflow.
@@ -213,16 +239,22 @@ pub(crate) unsafe fn free(p: *mut c_void) {
     if p.is_null() {
         counters::count_call(Op::Free);
         counters::count_rare(Rare::FreeNull);
+        agent_share(Op::Free, None, None);
         return;
     }
     match Busy::enter() {
-        Some(_busy) => {
-            if blocks::remove(p as u64, Some(Op::Free)).is_none() {
+        Some(_busy) => match blocks::remove(p as u64, Some(Op::Free)) {
+            Some(rec) => agent_share(Op::Free, None, Some(rec.size)),
+            None => {
                 counters::count_call(Op::Free);
                 counters::count_rare(Rare::UnknownFree);
+                agent_share(Op::Free, None, None);
             }
+        },
+        None => {
+            untracked(Op::Free);
+            agent_share(Op::Free, None, None);
         }
-        None => untracked(Op::Free),
     }
     // SAFETY: forwarding the caller's block (after it left the table).
     unsafe { __libc_free(p) }
@@ -243,12 +275,14 @@ pub(crate) unsafe extern "C" fn posix_memalign(
 ) -> i32 {
     if !valid_alignment(align) {
         failed(Op::PosixMemalign);
+        agent_share(Op::PosixMemalign, None, None);
         return libc::EINVAL;
     }
     // SAFETY: forwarding with a valid alignment.
     let p = unsafe { __libc_memalign(align, size) };
     if p.is_null() {
         failed(Op::PosixMemalign);
+        agent_share(Op::PosixMemalign, None, None);
         return libc::ENOMEM;
     }
     // SAFETY: the caller passes a writable pointer slot (posix_memalign's contract).

@@ -2,11 +2,15 @@
 //! records it in the thread registry and arms a thread-specific-data destructor that removes
 //! it when it ends (return, `pthread_exit` or cancellation alike).
 //!
+//! A thread whose start routine lies in the agent's own object (every thread the agent
+//! spawns, e.g. with `std::thread`) is marked as an agent thread before any of its code runs,
+//! so even the allocations of its runtime start-up count in the agent's share.
+//!
 //! The trampoline uses the "C-unwind" ABI and holds no value with drop glue while the user's
 //! start routine runs, so `pthread_exit`/`pthread_cancel` unwind through it as through C.
 
 use std::ffi::{CStr, c_int, c_void};
-use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 
 use crate::registry::threads;
 
@@ -25,6 +29,35 @@ static EXIT_KEY: AtomicU32 = AtomicU32::new(u32::MAX);
 struct Start {
     routine: StartRoutine,
     arg: *mut c_void,
+    agent: bool,
+}
+
+/// Load address of the agent's own object, 0 until known.
+static OWN_BASE: AtomicUsize = AtomicUsize::new(0);
+
+/// The load address of the object containing `addr` (0 if none).
+fn object_base(addr: usize) -> usize {
+    let mut info = libc::Dl_info {
+        dli_fname: std::ptr::null(),
+        dli_fbase: std::ptr::null_mut(),
+        dli_sname: std::ptr::null(),
+        dli_saddr: std::ptr::null_mut(),
+    };
+    // SAFETY: dladdr only reads loader data and fills `info`.
+    if unsafe { libc::dladdr(addr as *const c_void, &mut info) } == 0 {
+        return 0;
+    }
+    info.dli_fbase as usize
+}
+
+/// True when `routine` is code of the agent itself.
+fn is_agent_code(routine: usize) -> bool {
+    let mut own = OWN_BASE.load(Ordering::Relaxed);
+    if own == 0 {
+        own = object_base(trampoline as usize);
+        OWN_BASE.store(own, Ordering::Relaxed);
+    }
+    own != 0 && object_base(routine) == own
 }
 
 fn real_create() -> Option<CreateFn> {
@@ -55,6 +88,7 @@ fn real_create() -> Option<CreateFn> {
 /// Creates the exit key (the agent's constructor; lazily if a thread starts earlier).
 pub fn init() {
     let _ = real_create();
+    let _ = is_agent_code(init as usize);
     exit_key();
 }
 
@@ -84,8 +118,16 @@ unsafe extern "C" fn on_thread_exit(value: *mut c_void) {
 
 unsafe extern "C-unwind" fn trampoline(start: *mut c_void) -> *mut c_void {
     // SAFETY: `start` is the Box<Start> that pthread_create leaked for this thread.
-    let Start { routine, arg } = *unsafe { Box::from_raw(start.cast::<Start>()) };
-    threads::register_current();
+    let Start {
+        routine,
+        arg,
+        agent,
+    } = *unsafe { Box::from_raw(start.cast::<Start>()) };
+    if agent {
+        threads::mark_current_as_agent();
+    } else {
+        threads::register_current();
+    }
     if let Some(key) = exit_key() {
         let tid = crate::sys::current_tid() as usize;
         // SAFETY: key is live; the value is a non-null tag, never dereferenced.
@@ -107,10 +149,23 @@ pub unsafe fn pthread_create(
         crate::agent_log!("cannot find libc's pthread_create: {:?}", dl_error());
         return libc::EAGAIN;
     };
-    let start = Box::into_raw(Box::new(Start { routine, arg }));
+    let agent = is_agent_code(routine as usize);
+    let start = Box::into_raw(Box::new(Start {
+        routine,
+        arg,
+        agent,
+    }));
     // SAFETY: the caller's arguments, with our trampoline and its record in place of the
     // routine and argument.
+    // What libc allocates to create an agent thread (its TLS vector) is the agent's share too.
+    let state = crate::sys::thread_state();
+    let was_agent = state.agent;
+    if agent {
+        state.agent = 1;
+    }
+    // SAFETY: (as above).
     let rc = unsafe { real(thread, attr, trampoline, start.cast()) };
+    crate::sys::thread_state().agent = was_agent;
     if rc != 0 {
         // SAFETY: the thread was not created; the record is still ours.
         drop(unsafe { Box::from_raw(start) });

@@ -117,6 +117,8 @@ static SEQ: AtomicU64 = AtomicU64::new(0);
 /// Tid of the thread that holds every shard lock (freeze or fork), 0 if none: its own hooks
 /// must not try to lock a shard again.
 static HOLDER: AtomicU32 = AtomicU32::new(0);
+/// Bytes mapped by all shard tables (for the agent-memory figure).
+static TABLE_BYTES: AtomicU64 = AtomicU64::new(0);
 /// Cleared when a table could not grow: the agent stops tracking new blocks (counted).
 static TRACKING: AtomicBool = AtomicBool::new(true);
 
@@ -184,10 +186,12 @@ impl Table {
                 bigger.set(j, e);
             }
         }
+        TABLE_BYTES.fetch_add(mapped as u64, Ordering::Relaxed);
         let old = std::mem::replace(self, bigger);
         if old.mapped > 0 {
             // SAFETY: the old slots were copied out; nothing refers to them any more.
             unsafe { sys::unmap(old.slots.cast(), old.mapped) };
+            TABLE_BYTES.fetch_sub(old.mapped as u64, Ordering::Relaxed);
         }
         true
     }
@@ -312,6 +316,18 @@ pub fn remove(addr: u64, op: Option<Op>) -> Option<BlockRecord> {
     Some(rec)
 }
 
+/// The record of the live block at `addr` (its start), if tracked.
+pub fn lookup(addr: u64) -> Option<BlockRecord> {
+    let h = hash(addr);
+    let mut shard = Locked::new(shard_of(h));
+    let table = shard.table();
+    if table.cap == 0 {
+        return None;
+    }
+    let e = table.slot(table.probe(addr, h));
+    (e.w[0] != 0).then(|| e.unpack())
+}
+
 /// Puts back a block that `remove` took out for a realloc that then failed.
 pub fn restore(rec: &BlockRecord) {
     let h = hash(rec.addr);
@@ -332,6 +348,11 @@ pub fn restore(rec: &BlockRecord) {
 /// The last allocation sequence number handed out.
 pub fn current_seq() -> u64 {
     SEQ.load(Ordering::Relaxed)
+}
+
+/// Bytes of memory held by the block table (every shard's mapping).
+pub fn table_bytes() -> u64 {
+    TABLE_BYTES.load(Ordering::Relaxed)
 }
 
 /// False once a table failed to grow and the agent stopped tracking new blocks.

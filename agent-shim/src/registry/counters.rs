@@ -125,6 +125,12 @@ const RARES: usize = 7;
 static RARE: [AtomicU64; RARES] = [const { AtomicU64::new(0) }; RARES];
 /// Calls that did not reach a shard (NULL results, free(NULL), unknown pointers, untracked).
 static RARE_CALLS: [AtomicU64; OPS] = [const { AtomicU64::new(0) }; OPS];
+/// What the agent's own threads did through libc (a share of the totals, not in addition).
+static AGENT_CALLS: [AtomicU64; OPS] = [const { AtomicU64::new(0) }; OPS];
+static AGENT_BYTES_IN: AtomicU64 = AtomicU64::new(0);
+static AGENT_BYTES_OUT: AtomicU64 = AtomicU64::new(0);
+static AGENT_BLOCKS_IN: AtomicU64 = AtomicU64::new(0);
+static AGENT_BLOCKS_OUT: AtomicU64 = AtomicU64::new(0);
 static LIVE_BYTES: AtomicI64 = AtomicI64::new(0);
 static PEAK_BYTES: AtomicI64 = AtomicI64::new(0);
 
@@ -137,6 +143,26 @@ pub fn count_rare(what: Rare) {
 #[inline]
 pub fn count_call(op: Op) {
     RARE_CALLS[op as usize].fetch_add(1, Ordering::Relaxed);
+}
+
+/// Counts a call made on an agent thread (on top of its normal counting).
+#[inline]
+pub fn agent_call(op: Op) {
+    AGENT_CALLS[op as usize].fetch_add(1, Ordering::Relaxed);
+}
+
+/// A block tracked on an agent thread.
+#[inline]
+pub fn agent_block_in(size: u64) {
+    AGENT_BYTES_IN.fetch_add(size, Ordering::Relaxed);
+    AGENT_BLOCKS_IN.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A block released on an agent thread.
+#[inline]
+pub fn agent_block_out(size: u64) {
+    AGENT_BYTES_OUT.fetch_add(size, Ordering::Relaxed);
+    AGENT_BLOCKS_OUT.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Adds `delta` to the live bytes and raises the peak if the new value exceeds it.
@@ -170,6 +196,18 @@ pub struct Counters {
     pub untracked: u64,
     pub stale_entries: u64,
     pub stacks_dropped: u64,
+    /// The share of the agent's own threads in the figures above.
+    pub agent: AgentShare,
+}
+
+/// Calls, blocks and bytes of the agent's own threads (included in the totals).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AgentShare {
+    pub calls: [u64; OPS],
+    pub allocated_bytes: u64,
+    pub freed_bytes: u64,
+    pub blocks_in: u64,
+    pub blocks_out: u64,
 }
 
 impl Counters {
@@ -193,6 +231,13 @@ pub fn counters() -> Counters {
     c.untracked = rare(Rare::Untracked);
     c.stale_entries = rare(Rare::StaleEntry);
     c.stacks_dropped = rare(Rare::StackDropped);
+    for (i, calls) in AGENT_CALLS.iter().enumerate() {
+        c.agent.calls[i] = calls.load(Ordering::Relaxed);
+    }
+    c.agent.allocated_bytes = AGENT_BYTES_IN.load(Ordering::Relaxed);
+    c.agent.freed_bytes = AGENT_BYTES_OUT.load(Ordering::Relaxed);
+    c.agent.blocks_in = AGENT_BLOCKS_IN.load(Ordering::Relaxed);
+    c.agent.blocks_out = AGENT_BLOCKS_OUT.load(Ordering::Relaxed);
     c.live_bytes = LIVE_BYTES.load(Ordering::Relaxed).max(0) as u64;
     c.peak_live_bytes = PEAK_BYTES.load(Ordering::Relaxed).max(0) as u64;
     c
@@ -229,9 +274,35 @@ impl std::fmt::Display for Counters {
             self.untracked,
             self.stale_entries,
             self.stacks_dropped,
+        )?;
+        let a = &self.agent;
+        for (name, calls) in OP_NAMES.iter().zip(a.calls) {
+            write!(f, " agent.{name}={calls}")?;
+        }
+        write!(
+            f,
+            " agent.allocated_bytes={} agent.freed_bytes={} agent.live_blocks={} agent.live_bytes={}",
+            a.allocated_bytes,
+            a.freed_bytes,
+            a.blocks_in.wrapping_sub(a.blocks_out) as i64,
+            a.allocated_bytes.wrapping_sub(a.freed_bytes) as i64
         )
     }
 }
+
+/// Names of the hooked functions, in [`Op`] order.
+pub const OP_NAMES: [&str; OPS] = [
+    "malloc",
+    "calloc",
+    "realloc",
+    "reallocarray",
+    "free",
+    "posix_memalign",
+    "aligned_alloc",
+    "memalign",
+    "valloc",
+    "pvalloc",
+];
 
 /// `struct heaptui_counters` of include/heaptui.h (same order; append only).
 #[repr(C)]

@@ -68,6 +68,7 @@ pub fn pthread_of(tid: u32) -> Option<libc::pthread_t> {
 /// Marks the calling thread as the agent's own: never stopped, never listed, its libc
 /// allocations still tracked normally.
 pub fn mark_current_as_agent() {
+    sys::thread_state().agent = 1;
     let tid = sys::current_tid();
     if is_agent_thread(tid) {
         return;
@@ -148,7 +149,6 @@ mod tests {
         let named = std::thread::Builder::new()
             .name("reg-worker".into())
             .spawn({
-                let ready_tx = ready_tx.clone();
                 let stop_rx = stop_rx;
                 move || {
                     register_current();
@@ -158,13 +158,14 @@ mod tests {
             })
             .unwrap();
         let (agent_stop_tx, agent_stop_rx) = mpsc::channel::<()>();
+        let (agent_ready_tx, agent_ready_rx) = mpsc::channel();
         let agent = std::thread::spawn(move || {
             mark_current_as_agent();
-            ready_tx.send(sys::current_tid()).unwrap();
+            agent_ready_tx.send(sys::current_tid()).unwrap();
             let _ = agent_stop_rx.recv();
         });
         let worker_tid = ready_rx.recv().unwrap();
-        let agent_tid = ready_rx.recv().unwrap();
+        let agent_tid = agent_ready_rx.recv().unwrap();
         let threads = list();
         let worker = threads
             .iter()

@@ -5,15 +5,22 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::time::Duration;
 
-/// The agent shared object built for this test run: the test executable is
-/// target/<profile>/deps/<test>-<hash>, the cdylib target/<profile>/libheaptui_agent.so.
+/// The agent shared object built for this test run. The test executable is
+/// target/<profile>/deps/<test>-<hash>; cargo builds the cdylib next to it in deps/ (and
+/// copies it to target/<profile>/ only on `cargo build`, so that copy may be stale).
 pub fn agent_path() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
-    let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>");
-    let so = profile_dir.join("libheaptui_agent.so");
+    let deps = exe.parent().expect("target/<profile>/deps");
+    let fresh = deps.join("libheaptui_agent.so");
+    if fresh.exists() {
+        return fresh;
+    }
+    let so = deps.parent().expect("target/<profile>").join("libheaptui_agent.so");
     assert!(so.exists(), "agent not built at {}", so.display());
     so
 }
@@ -45,7 +52,9 @@ impl Drop for TempDir {
 }
 
 fn build(cmd: &mut Command, what: &str) {
-    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run the compiler for {what}: {e}"));
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run the compiler for {what}: {e}"));
     assert!(
         out.status.success(),
         "compiling {what} failed:\n{}",
@@ -64,7 +73,14 @@ pub fn compile_cpp(dir: &TempDir, name: &str, src: &str, extra: &[&str]) -> Path
     compile_with("g++", "cpp", dir, name, src, extra)
 }
 
-fn compile_with(cc: &str, ext: &str, dir: &TempDir, name: &str, src: &str, extra: &[&str]) -> PathBuf {
+fn compile_with(
+    cc: &str,
+    ext: &str,
+    dir: &TempDir,
+    name: &str,
+    src: &str,
+    extra: &[&str],
+) -> PathBuf {
     let src_path = dir.path().join(format!("{name}.{ext}"));
     std::fs::write(&src_path, src).expect("write source");
     let exe = dir.path().join(name);
@@ -132,7 +148,12 @@ impl Run {
     /// The only exit summary of the run.
     pub fn summary(&self) -> Summary {
         let mut all = self.summaries();
-        assert_eq!(all.len(), 1, "expected one exit summary in the log:\n{}", self.log);
+        assert_eq!(
+            all.len(),
+            1,
+            "expected one exit summary in the log:\n{}",
+            self.log
+        );
         all.remove(0)
     }
 }
@@ -141,37 +162,86 @@ impl Run {
 #[derive(Debug, Clone)]
 pub struct Summary {
     pub pid: u32,
-    pub values: BTreeMap<String, u64>,
+    pub values: BTreeMap<String, i64>,
 }
 
 impl Summary {
-    pub fn get(&self, key: &str) -> u64 {
-        *self.values.get(key).unwrap_or_else(|| panic!("no {key} in summary {:?}", self.values))
+    pub fn get(&self, key: &str) -> i64 {
+        *self
+            .values
+            .get(key)
+            .unwrap_or_else(|| panic!("no {key} in summary {:?}", self.values))
     }
 
-    /// `self[key] - base[key]` for every key (signed).
+    /// A figure without the share of the agent's own threads (`agent.<key>`), which run
+    /// concurrently with the target and would make exact comparisons depend on timing.
+    pub fn user(&self, key: &str) -> i64 {
+        let agent = self
+            .values
+            .get(&format!("agent.{key}"))
+            .copied()
+            .unwrap_or(0);
+        self.get(key) - agent
+    }
+
+    /// `self.user(key) - base.user(key)` for every figure.
     pub fn minus(&self, base: &Summary) -> BTreeMap<String, i64> {
         self.values
-            .iter()
-            .map(|(k, &v)| (k.clone(), v as i64 - base.values.get(k).copied().unwrap_or(0) as i64))
+            .keys()
+            .filter(|k| !k.starts_with("agent."))
+            .map(|k| (k.clone(), self.user(k) - base.user(k)))
             .collect()
     }
+}
+
+/// A target still running after this long is killed and the test fails (never hangs CI).
+pub const TARGET_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Runs `cmd` to completion with captured output, killing it after `limit`.
+pub fn output_within(mut cmd: Command, limit: Duration) -> Output {
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start target");
+    let pid = child.id();
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        if done_rx.recv_timeout(limit).is_err() {
+            // Our own child, not yet reaped (wait_with_output below), so the pid is still its.
+            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+            return true;
+        }
+        false
+    });
+    let out = child.wait_with_output().expect("wait for target");
+    let _ = done_tx.send(());
+    let timed_out = watchdog.join().unwrap();
+    assert!(!timed_out, "target did not finish within {limit:?}");
+    out
 }
 
 /// Runs `exe` with the agent preloaded, `env` added, the agent log in `dir`.
 pub fn run_preloaded(dir: &TempDir, exe: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
     static N: AtomicUsize = AtomicUsize::new(0);
-    let log = dir.path().join(format!("agent-{}.log", N.fetch_add(1, Ordering::Relaxed)));
+    let log = dir
+        .path()
+        .join(format!("agent-{}.log", N.fetch_add(1, Ordering::Relaxed)));
     let mut cmd = Command::new(exe);
     cmd.args(args)
         .env("LD_PRELOAD", agent_path())
         .env("HEAPTUI_LOG", &log)
+        // Any free port: targets of parallel tests must not compete for the default 8000.
+        .env("HEAPTUI_LISTEN", "127.0.0.1:0")
+        // A socket of its own: parallel tests never compete for the default TCP port.
+        .env("HEAPTUI_LISTEN", format!("unix:{}.sock", log.display()))
         .env_remove("HEAPTUI_STACK_DEPTH")
         .env_remove("HEAPTUI_FOLLOW_EXEC");
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let out = cmd.output().expect("run target");
+    let out = output_within(cmd, TARGET_TIMEOUT);
     Run {
         code: out.status.code(),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -183,3 +253,8 @@ pub fn run_preloaded(dir: &TempDir, exe: &Path, args: &[&str], env: &[(&str, &st
 /// A C program that does nothing: its summary is the start-up/exit noise of the C runtime
 /// under the agent, subtracted from a target's summary to get exact figures.
 pub const EMPTY_C: &str = "int main(void) { return 0; }\n";
+
+/// `-I` flag for agent-shim/include (heaptui.h).
+pub fn include_flag() -> String {
+    format!("-I{}/include", env!("CARGO_MANIFEST_DIR"))
+}
