@@ -43,7 +43,6 @@ pub extern "C" fn init() {
         remove_self_from_ld_preload();
     }
     crate::dump::start();
-    crate::policy::start();
 }
 
 /// Writes the exit summary line.
