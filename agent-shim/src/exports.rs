@@ -183,6 +183,31 @@ pub unsafe extern "C" fn heaptui_counters(out: *mut counters::CCounters) -> c_in
     0
 }
 
+/// `size_t heaptui_allocation_stack(const void *block, uint64_t *frames, size_t max)`: copies
+/// up to `max` return addresses of the allocation stack of the live block starting at
+/// `block` (innermost first) into `frames`; returns how many the stack has (0 for an unknown
+/// block or with stacks off).
+///
+/// # Safety
+/// `frames` is NULL (with `max == 0`) or writable for `max` values.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn heaptui_allocation_stack(
+    block: *const c_void,
+    frames: *mut u64,
+    max: usize,
+) -> usize {
+    let Some(rec) = blocks::lookup(block as u64) else {
+        return 0;
+    };
+    let stack = stacks::frames(rec.stack);
+    let n = stack.len().min(max);
+    if n > 0 && !frames.is_null() {
+        // SAFETY: the caller guarantees room for `max` >= n values.
+        unsafe { std::ptr::copy_nonoverlapping(stack.as_ptr(), frames, n) };
+    }
+    stack.len()
+}
+
 // ---- capture ----
 
 /// `pthread_sigmask(3)`, except that the agent's stop signal stays deliverable, so a thread
@@ -219,54 +244,4 @@ pub unsafe extern "C" fn sigprocmask(
             -1
         }
     }
-}
-
-/// `size_t heaptui_allocation_stack(const void *block, uint64_t *frames, size_t max)`: copies
-/// up to `max` return addresses of the allocation stack of the live block starting at
-/// `block` (innermost first) into `frames`; returns how many the stack has (0 for an unknown
-/// block or with stacks off).
-///
-/// # Safety
-/// `frames` is NULL (with `max == 0`) or writable for `max` values.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn heaptui_allocation_stack(
-    block: *const c_void,
-    frames: *mut u64,
-    max: usize,
-) -> usize {
-    let Some(rec) = blocks::lookup(block as u64) else {
-        return 0;
-    };
-    let stack = stacks::frames(rec.stack);
-    let n = stack.len().min(max);
-    if n > 0 && !frames.is_null() {
-        // SAFETY: the caller guarantees room for `max` >= n values.
-        unsafe { std::ptr::copy_nonoverlapping(stack.as_ptr(), frames, n) };
-    }
-    stack.len()
-}
-
-// ---- policy ----
-
-/// `int heaptui_on_cancel(void (*handler)(void *), void *arg)`: registers the calling thread's
-/// cancel handler (NULL removes it); it runs once, on this thread, at its next
-/// `heaptui_cancel_requested()` poll after a cancel was requested. 0, or -1 when the agent's
-/// handler table is full.
-///
-/// # Safety
-/// `handler`, when not NULL, must be safe to call with `arg` on this thread at any later
-/// `heaptui_cancel_requested()` poll.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn heaptui_on_cancel(
-    handler: Option<crate::policy::cancel::Handler>,
-    arg: *mut c_void,
-) -> c_int {
-    crate::policy::cancel::on_cancel(handler, arg)
-}
-
-/// `int heaptui_cancel_requested(void)`: 1 when a cancel of the calling thread was requested
-/// (and from then on), else 0; the first poll that sees it runs the thread's handler.
-#[unsafe(no_mangle)]
-pub extern "C" fn heaptui_cancel_requested() -> c_int {
-    crate::policy::cancel::poll()
 }
