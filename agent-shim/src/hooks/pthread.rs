@@ -54,7 +54,7 @@ fn object_base(addr: usize) -> usize {
 fn is_agent_code(routine: usize) -> bool {
     let mut own = OWN_BASE.load(Ordering::Relaxed);
     if own == 0 {
-        own = object_base(trampoline as usize);
+        own = object_base(trampoline as *const () as usize);
         OWN_BASE.store(own, Ordering::Relaxed);
     }
     own != 0 && object_base(routine) == own
@@ -88,7 +88,7 @@ fn real_create() -> Option<CreateFn> {
 /// Creates the exit key (the agent's constructor; lazily if a thread starts earlier).
 pub fn init() {
     let _ = real_create();
-    let _ = is_agent_code(init as usize);
+    let _ = is_agent_code(init as *const () as usize);
     exit_key();
 }
 
