@@ -53,8 +53,12 @@ pub fn snapshot_chunk(
     })
 }
 
-/// Bytes an answer's rows may take: the frame maximum less room for the envelope.
-pub const ANSWER_BUDGET: usize = MAX_FRAME_LEN - (64 << 10);
+/// Wire bytes an answer's rows may take. Not the frame maximum: bincode's decoding limit
+/// counts what decoding allocates, and a value can cost up to 8 times its wire size (a `u64`
+/// sent as a one-byte varint is charged 8 bytes), so only answers of at most an eighth of
+/// [`MAX_FRAME_LEN`] are sure to decode whatever their shape. A further 64 KiB is left for the
+/// envelope and the fields around the rows.
+pub const ANSWER_BUDGET: usize = MAX_FRAME_LEN / 8 - (64 << 10);
 
 /// Longest string (function, module, label, thread name) sent in a row, in bytes; longer ones
 /// (C++ template names can run to kilobytes) are cut at a character boundary and end in `…`.
@@ -649,11 +653,16 @@ fn fill_within<T, R: Serialize>(
 
 /// `s` cut to at most [`MAX_TEXT_LEN`] bytes at a character boundary.
 pub fn clip(s: &str) -> String {
-    if s.len() <= MAX_TEXT_LEN {
+    clip_to(s, MAX_TEXT_LEN)
+}
+
+/// `s` cut to at most `max` bytes (at least 3) at a character boundary, ending in `…` when cut.
+pub fn clip_to(s: &str, max: usize) -> String {
+    if s.len() <= max {
         return s.to_string();
     }
     const ELLIPSIS: &str = "…";
-    let mut end = MAX_TEXT_LEN - ELLIPSIS.len();
+    let mut end = max.saturating_sub(ELLIPSIS.len());
     while !s.is_char_boundary(end) {
         end -= 1;
     }

@@ -29,6 +29,15 @@ pub type WireConfig = Configuration<LittleEndian, Varint, Limit<MAX_FRAME_LEN>>;
 /// The one configuration both ends use.
 pub const CONFIG: WireConfig = bincode::config::standard().with_limit::<MAX_FRAME_LEN>();
 
+/// The same encoding with the decoding limit of the handshake: what an unauthenticated peer
+/// can make the decoder allocate is bounded by the handshake frame size, not by the full one
+/// (a 4 KiB hello claiming a 16 MiB string must not cost 16 MiB).
+pub(crate) const HANDSHAKE_CONFIG: Configuration<
+    LittleEndian,
+    Varint,
+    Limit<HANDSHAKE_MAX_FRAME_LEN>,
+> = bincode::config::standard().with_limit::<HANDSHAKE_MAX_FRAME_LEN>();
+
 /// Why a payload is not a valid message.
 #[derive(Debug, Error)]
 pub enum DecodeError {
@@ -60,7 +69,15 @@ pub enum ProtocolError {
 
 /// Decodes one payload as `M`; the whole payload must be consumed.
 pub fn decode_payload<M: DeserializeOwned>(payload: &[u8]) -> Result<M, DecodeError> {
-    let (message, used) = bincode::serde::decode_from_slice(payload, CONFIG)?;
+    decode_with(payload, CONFIG)
+}
+
+/// [`decode_payload`] under another configuration (the handshake's smaller limit).
+pub(crate) fn decode_with<M: DeserializeOwned, C: bincode::config::Config>(
+    payload: &[u8],
+    config: C,
+) -> Result<M, DecodeError> {
+    let (message, used) = bincode::serde::decode_from_slice(payload, config)?;
     if used != payload.len() {
         return Err(DecodeError::TrailingBytes {
             used,

@@ -17,7 +17,7 @@ use std::io::{Read, Write};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::codec::{self, DecodeError, HANDSHAKE_MAX_FRAME_LEN, ProtocolError};
+use crate::codec::{self, DecodeError, HANDSHAKE_CONFIG, HANDSHAKE_MAX_FRAME_LEN, ProtocolError};
 use crate::frame::{FrameError, read_frame};
 use crate::message::Request;
 
@@ -100,8 +100,15 @@ pub struct Welcome {
     pub admission: Admission,
 }
 
+/// Longest command line a welcome carries, so that the welcome stays well inside
+/// [`HANDSHAKE_MAX_FRAME_LEN`] (Java and Python command lines run to kilobytes).
+pub const MAX_WELCOME_COMMAND_LEN: usize = 1024;
+
 impl Welcome {
-    pub fn accepted(agent: AgentInfo) -> Self {
+    /// Admits the client; the command line is clipped to [`MAX_WELCOME_COMMAND_LEN`] bytes
+    /// (the full one is in the process info).
+    pub fn accepted(mut agent: AgentInfo) -> Self {
+        agent.command = crate::answer::clip_to(&agent.command, MAX_WELCOME_COMMAND_LEN);
         Welcome {
             magic: MAGIC,
             version: PROTOCOL_VERSION,
@@ -195,7 +202,7 @@ impl HandshakeError {
 fn prefix_version(payload: &[u8]) -> Option<u32> {
     // Decoded without the trailing-bytes rule: the rest is whatever that version sends.
     let ((magic, version), _): (([u8; 8], u32), usize) =
-        bincode::serde::decode_from_slice(payload, codec::CONFIG).ok()?;
+        bincode::serde::decode_from_slice(payload, HANDSHAKE_CONFIG).ok()?;
     (magic == MAGIC).then_some(version)
 }
 
@@ -203,12 +210,14 @@ fn prefix_version(payload: &[u8]) -> Option<u32> {
 /// first is [`HandshakeError::NotHello`]; anything else without the magic is `BadMagic`.
 pub fn decode_hello(payload: &[u8]) -> Result<Hello, HandshakeError> {
     let Some(version) = prefix_version(payload) else {
-        return Err(match codec::decode_payload::<Request>(payload) {
-            Ok(request) => HandshakeError::NotHello {
-                got: request.body.kind(),
+        return Err(
+            match codec::decode_with::<Request, _>(payload, HANDSHAKE_CONFIG) {
+                Ok(request) => HandshakeError::NotHello {
+                    got: request.body.kind(),
+                },
+                Err(_) => HandshakeError::BadMagic(Peer::Client),
             },
-            Err(_) => HandshakeError::BadMagic(Peer::Client),
-        });
+        );
     };
     if version != PROTOCOL_VERSION {
         return Err(HandshakeError::VersionMismatch {
@@ -217,7 +226,7 @@ pub fn decode_hello(payload: &[u8]) -> Result<Hello, HandshakeError> {
             peer: Peer::Client,
         });
     }
-    codec::decode_payload(payload).map_err(|error| HandshakeError::Malformed {
+    codec::decode_with(payload, HANDSHAKE_CONFIG).map_err(|error| HandshakeError::Malformed {
         peer: Peer::Client,
         error,
     })
@@ -272,7 +281,7 @@ pub fn decode_welcome(payload: &[u8]) -> Result<Welcome, HandshakeError> {
             peer: Peer::Agent,
         });
     }
-    codec::decode_payload(payload).map_err(|error| HandshakeError::Malformed {
+    codec::decode_with(payload, HANDSHAKE_CONFIG).map_err(|error| HandshakeError::Malformed {
         peer: Peer::Agent,
         error,
     })

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use heaptui_analysis::{
     self as engine, Analysis, Edges, HeapGraph, NO_SITE, ObjectRecord, Objects, Process, Site,
 };
-use heaptui_protocol::answer::{Answerer, MAX_TEXT_LEN, select_page};
+use heaptui_protocol::answer::{ANSWER_BUDGET, Answerer, MAX_TEXT_LEN, select_page};
 use heaptui_protocol::*;
 use proptest::prelude::*;
 
@@ -624,13 +624,20 @@ fn a_page_of_long_rows_is_cut_by_the_byte_budget() {
             Page::new(0, MAX_PAGE_ROWS),
         )
         .unwrap();
-    let len = encoded_len(&ServerMessage::Response {
+    let message = ServerMessage::Response {
         id: RequestId(1),
         body: Box::new(Response::Objects(page.clone())),
-    });
-    assert!(len <= MAX_FRAME_LEN, "{len}");
-    assert!(page.rows.len() < MAX_PAGE_ROWS as usize);
-    assert!(page.rows.len() > 1000, "{}", page.rows.len());
+    };
+    let frame = to_frame(&message).unwrap();
+    assert!(frame.len() <= ANSWER_BUDGET + (64 << 10), "{}", frame.len());
+    assert!(frame.len() > ANSWER_BUDGET * 9 / 10, "{}", frame.len());
+    assert_eq!(
+        decode_payload::<ServerMessage>(&frame[4..]).unwrap(),
+        message
+    );
+    // Rows of about 4 KiB (clipped labels): a few hundred fit, not ten thousand.
+    assert!(page.rows.len() > 300, "{}", page.rows.len());
+    assert!(page.rows.len() < 1000, "{}", page.rows.len());
     // The next page starts where this one stopped.
     let next = a
         .group_objects(

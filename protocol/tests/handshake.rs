@@ -304,3 +304,40 @@ fn a_peer_that_hangs_up_is_a_closed_connection() {
     let mut rest = Vec::new();
     let _ = server.read_to_end(&mut rest);
 }
+
+#[test]
+fn a_hello_claiming_a_huge_token_is_refused_before_allocating_it() {
+    // Magic, version 1, then a token length of 10 MiB (varint tag 252 = u32 follows) and a
+    // few bytes: under the full-size limit the decoder would allocate 10 MiB before finding
+    // the bytes missing; under the handshake limit the claim itself is refused.
+    let mut payload = MAGIC.to_vec();
+    payload.push(PROTOCOL_VERSION as u8);
+    payload.push(252);
+    payload.extend_from_slice(&(10u32 << 20).to_le_bytes());
+    payload.extend_from_slice(b"abc");
+    let err = decode_hello(&payload).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            HandshakeError::Malformed {
+                peer: Peer::Client,
+                error: DecodeError::Bincode(bincode::error::DecodeError::LimitExceeded)
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_long_command_line_is_clipped_in_the_welcome() {
+    let welcome = Welcome::accepted(AgentInfo {
+        command: "java -cp ".to_string() + &"lib/x.jar:".repeat(2000),
+        ..agent()
+    });
+    let Admission::Accepted(info) = &welcome.admission else {
+        unreachable!()
+    };
+    assert!(info.command.len() <= heaptui_protocol::handshake::MAX_WELCOME_COMMAND_LEN);
+    assert!(info.command.starts_with("java -cp lib/x.jar:"));
+    assert!(to_frame(&welcome).unwrap().len() < HANDSHAKE_MAX_FRAME_LEN);
+}

@@ -233,3 +233,68 @@ fn an_oversized_message_is_refused_when_encoding() {
     assert!(encode_frame(&huge, &mut out).is_err());
     assert_eq!(out, [9], "a refused message leaves the buffer as it was");
 }
+
+/// A frame row as heavy in integers as rows get: full id lists, whose ids cost 2 bytes on the
+/// wire and 8 when decoded.
+fn heavy_frame_row(index: u32) -> FrameRow {
+    let ids = |kind| IdList {
+        ids: vec![GroupId { kind, number: 1 }; MAX_IDS_PER_ROW],
+        total: u32::MAX,
+    };
+    FrameRow {
+        index,
+        function: "f".into(),
+        module: "m".into(),
+        kind: FrameKind::User,
+        proprietary: 1,
+        frame_shared: ids(GroupKind::FrameShared),
+        thread_shared: ids(GroupKind::ThreadShared),
+        developed: ids(GroupKind::GlobalOnly),
+    }
+}
+
+fn frame_page_of(wire_bytes: usize) -> ServerMessage {
+    let row_len = encoded_len(&heavy_frame_row(0));
+    let rows = (0..(wire_bytes / row_len) as u32)
+        .map(heavy_frame_row)
+        .collect();
+    ServerMessage::Response {
+        id: RequestId(1),
+        body: Box::new(Response::Frames(FramePage {
+            snapshot: SnapshotId(1),
+            tid: 1,
+            page: PageInfo::default(),
+            rows,
+        })),
+    }
+}
+
+#[test]
+fn an_answer_filling_the_budget_decodes_whatever_its_shape() {
+    use heaptui_protocol::answer::ANSWER_BUDGET;
+    let message = frame_page_of(ANSWER_BUDGET);
+    let frame = to_frame(&message).unwrap();
+    assert!(frame.len() > ANSWER_BUDGET * 9 / 10, "{}", frame.len());
+    assert_eq!(
+        decode_payload::<ServerMessage>(&frame[4..]).unwrap(),
+        message
+    );
+    // Why the budget is an eighth of the frame: a legal 4.5 MB frame of one-byte tids is
+    // charged four bytes a tid when decoded, over the limit.
+    let big = to_frame(&ServerMessage::Response {
+        id: RequestId(1),
+        body: Box::new(Response::Release(ReleaseAnswer {
+            snapshot: SnapshotId(1),
+            tids: vec![1; 4_500_000],
+            bytes: 0,
+        })),
+    })
+    .unwrap();
+    assert!(big.len() < MAX_FRAME_LEN);
+    assert!(matches!(
+        decode_payload::<ServerMessage>(&big[4..]),
+        Err(DecodeError::Bincode(
+            bincode::error::DecodeError::LimitExceeded
+        ))
+    ));
+}
