@@ -8,8 +8,10 @@ pub mod dominators;
 pub mod figures;
 pub mod graph;
 mod groups;
+pub mod recording;
 pub mod snapshot;
 pub mod synthetic;
+pub mod views;
 
 pub use attribution::{Analysis, UnknownThread};
 pub use figures::*;
