@@ -7,11 +7,12 @@
 //! taking a snapshot, the policy, cancel) are not answered here — [`Answerer::answer`] returns
 //! `None` for them and the server answers from its own state.
 //!
-//! Built for big heaps: a page of a million-object group selects its window with two
-//! `select_nth_unstable` passes and sorts only the window (`O(n + limit·log limit)` per
-//! request, never per row); every answer stays under the frame maximum by a byte budget
-//! (rows stop when the next one would not fit; the client continues from
-//! `offset + rows.len()`), and every string and list inside a row is capped.
+//! Built for big heaps: a page of a million-object group reads the sort keys once and selects
+//! its window with two `select_nth_unstable` passes, sorting only the window
+//! (`O(n + limit·log limit)` per request, never per row); every answer stays within
+//! [`ANSWER_BUDGET`] (rows stop when the next one would not fit; the client continues from
+//! `offset + rows.len()`), so that it always fits a frame and always decodes, and every
+//! string and list inside a row is capped.
 
 use std::cmp::Ordering;
 
