@@ -245,3 +245,28 @@ pub unsafe extern "C" fn sigprocmask(
         }
     }
 }
+
+// ---- policy ----
+
+/// `int heaptui_on_cancel(void (*handler)(void *), void *arg)`: registers the calling thread's
+/// cancel handler (NULL removes it); it runs once, on this thread, at its next
+/// `heaptui_cancel_requested()` poll after a cancel was requested. 0, or -1 when the agent's
+/// handler table is full.
+///
+/// # Safety
+/// `handler`, when not NULL, must be safe to call with `arg` on this thread at any later
+/// `heaptui_cancel_requested()` poll.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn heaptui_on_cancel(
+    handler: Option<crate::policy::cancel::Handler>,
+    arg: *mut c_void,
+) -> c_int {
+    crate::policy::cancel::on_cancel(handler, arg)
+}
+
+/// `int heaptui_cancel_requested(void)`: 1 when a cancel of the calling thread was requested
+/// (and from then on), else 0; the first poll that sees it runs the thread's handler.
+#[unsafe(no_mangle)]
+pub extern "C" fn heaptui_cancel_requested() -> c_int {
+    crate::policy::cancel::poll()
+}

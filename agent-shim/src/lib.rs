@@ -27,6 +27,7 @@ mod exports;
 pub mod hooks;
 pub mod lifecycle;
 pub mod log;
+pub mod policy;
 pub mod registry;
 pub mod sync;
 pub mod sys;

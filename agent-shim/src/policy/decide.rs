@@ -1,0 +1,357 @@
+//! The decision (SPEC §7), as pure functions of a policy and a fresh snapshot: may this thread
+//! be cancelled ([`evaluate`]), and which threads should the autonomous mode cancel
+//! ([`choose`]). Acting on the answer is `policy::mod`'s job; nothing here has effects.
+//!
+//! Never trusts a number from outside: the release is always the engine's
+//! [`Analysis::release`] over the snapshot the agent just took.
+
+use heaptui_analysis::{Analysis, FrameKind, HeapGraph, Thread, ThreadState};
+
+use super::parse::{Permit, Policy};
+
+/// Why a request is refused before anything is done. Each has its own text prefix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    NoPolicy,
+    PolicyInvalid(String),
+    UnknownTid,
+    AgentThread,
+    AlreadyGone,
+    NotStoppable(String),
+    NotPermitted { name: String },
+    BelowMinRelease { predicted: u64, min: u64 },
+    Cleanup(String),
+    NoPthread,
+    MainThread,
+    SnapshotFailed(String),
+    RequestTableFull,
+}
+
+impl Refusal {
+    /// The one-line reason sent to the client and written to the audit log.
+    pub fn reason(&self, tid: u32) -> String {
+        match self {
+            Refusal::NoPolicy => {
+                "no policy: the agent runs without HEAPTUI_POLICY, so every cancel is \
+                                  refused (start the target with HEAPTUI_POLICY=FILE)"
+                    .into()
+            }
+            Refusal::PolicyInvalid(e) => format!("policy invalid: {e}"),
+            Refusal::UnknownTid => format!("unknown tid {tid}: no such thread in this process"),
+            Refusal::AgentThread => {
+                format!("unknown tid {tid}: it is one of the agent's own threads")
+            }
+            Refusal::AlreadyGone => {
+                format!("thread {tid} already gone: it ended before the cancel")
+            }
+            Refusal::NotStoppable(why) => {
+                format!("thread {tid} could not be stopped to predict its release: {why}")
+            }
+            Refusal::NotPermitted { name } => format!(
+                "not permitted: no [[permit]] rule matches thread {tid} ({name:?}) or a function on its stack"
+            ),
+            Refusal::BelowMinRelease { predicted, min } => format!(
+                "below min_release: cancelling thread {tid} would free {predicted} bytes, \
+                 the policy's min_release is {min} bytes"
+            ),
+            Refusal::Cleanup(what) => format!(
+                "cleanup code on the stack: {what}; pthread_cancel would unwind through it \
+                 (use a cooperative rule and heaptui_on_cancel instead)"
+            ),
+            Refusal::NoPthread => format!(
+                "pthread_cancel impossible: thread {tid} was not started by pthread_create under the agent"
+            ),
+            Refusal::MainThread => format!(
+                "pthread_cancel refused: thread {tid} is the main thread (the process would lose main)"
+            ),
+            Refusal::SnapshotFailed(e) => format!("no fresh snapshot to decide on: {e}"),
+            Refusal::RequestTableFull => {
+                "cooperative cancel table full: too many outstanding requests".into()
+            }
+        }
+    }
+}
+
+/// A permitted candidate, before the mechanism's own checks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Permitted<'p> {
+    pub permit: &'p Permit,
+    pub predicted: u64,
+    pub name: String,
+}
+
+/// The functions on a thread's stack, innermost first.
+fn functions(t: &Thread) -> impl Iterator<Item = &str> {
+    t.frames.iter().map(|f| f.function.as_str())
+}
+
+/// The first rule permitting thread `t`.
+pub fn permit_of<'p>(policy: &'p Policy, t: &Thread) -> Option<&'p Permit> {
+    policy
+        .permits
+        .iter()
+        .find(|p| p.matches(&t.name, functions(t)))
+}
+
+/// May thread `tid` be cancelled, on this snapshot? (Liveness, the mechanism's checks and
+/// dry-run come after.)
+pub fn evaluate<'p>(
+    policy: &'p Policy,
+    graph: &HeapGraph,
+    analysis: &Analysis,
+    tid: u32,
+) -> Result<Permitted<'p>, Refusal> {
+    let Some(t) = graph.threads.iter().find(|t| t.tid == tid) else {
+        return Err(Refusal::AlreadyGone);
+    };
+    if let ThreadState::NotStoppable(why) = &t.state {
+        return Err(Refusal::NotStoppable(why.clone()));
+    }
+    let Some(permit) = permit_of(policy, t) else {
+        return Err(Refusal::NotPermitted {
+            name: t.name.clone(),
+        });
+    };
+    let predicted = analysis.release(&[tid]).map_err(|_| Refusal::AlreadyGone)?;
+    if predicted < policy.min_release {
+        return Err(Refusal::BelowMinRelease {
+            predicted,
+            min: policy.min_release,
+        });
+    }
+    Ok(Permitted {
+        permit,
+        predicted,
+        name: t.name.clone(),
+    })
+}
+
+/// A thread the autonomous mode may cancel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Candidate<'p> {
+    pub tid: u32,
+    pub name: String,
+    pub permit: &'p Permit,
+    /// Its release alone.
+    pub release: u64,
+    /// Whether its stack has program (user) frames.
+    pub user: bool,
+}
+
+/// The permitted, stoppable threads, ranked: largest release first, then threads with user
+/// frames before threads with system frames only, then by tid. `exclude` are left out
+/// (threads already being cancelled, or found unfit by a mechanism check).
+pub fn candidates<'p>(
+    policy: &'p Policy,
+    graph: &HeapGraph,
+    analysis: &Analysis,
+    exclude: &[u32],
+) -> Vec<Candidate<'p>> {
+    let mut out: Vec<Candidate<'p>> = graph
+        .threads
+        .iter()
+        .filter(|t| t.state == ThreadState::Stopped && !exclude.contains(&t.tid))
+        .filter_map(|t| {
+            let permit = permit_of(policy, t)?;
+            Some(Candidate {
+                tid: t.tid,
+                name: t.name.clone(),
+                permit,
+                release: analysis.release(&[t.tid]).ok()?,
+                user: t.frames.iter().any(|f| f.kind == FrameKind::User),
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        b.release
+            .cmp(&a.release)
+            .then(b.user.cmp(&a.user))
+            .then(a.tid.cmp(&b.tid))
+    });
+    out
+}
+
+/// The set the autonomous mode cancels: the smallest set of ranked candidates whose release
+/// (SPEC §3, shared memory included) is at least `target`, with its release; `None` when even
+/// all of them together do not reach it.
+///
+/// One thread: the best-ranked single thread that suffices (exact). More: greedy, adding at
+/// each step the candidate that raises the set's release most (ties by rank) — choosing the
+/// truly smallest cover is NP-hard, and the greedy set is within a log factor of it.
+pub fn choose<'c, 'p>(
+    ranked: &'c [Candidate<'p>],
+    analysis: &Analysis,
+    target: u64,
+) -> Option<(Vec<&'c Candidate<'p>>, u64)> {
+    let target = target.max(1);
+    if let Some(c) = ranked.iter().find(|c| c.release >= target) {
+        return Some((vec![c], c.release));
+    }
+    let mut chosen: Vec<&Candidate> = Vec::new();
+    let mut tids: Vec<u32> = Vec::new();
+    let mut have = 0u64;
+    while have < target {
+        let mut best: Option<(usize, u64)> = None;
+        for (i, c) in ranked.iter().enumerate() {
+            if tids.contains(&c.tid) {
+                continue;
+            }
+            tids.push(c.tid);
+            let r = analysis.release(&tids).unwrap_or(0);
+            tids.pop();
+            if r > have && best.is_none_or(|(_, b)| r > b) {
+                best = Some((i, r));
+            }
+        }
+        let (i, r) = best?;
+        chosen.push(&ranked[i]);
+        tids.push(ranked[i].tid);
+        have = r;
+    }
+    Some((chosen, have))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::parse::parse;
+    use heaptui_analysis::snapshot::json::read_json;
+
+    /// Threads 1 "report-a" (user frames), 2 "worker", 3 "report-b" (system frames only),
+    /// 4 "report-c" (user). Objects: 1 (100) held by thread 1 alone; 2 (40) by 3 alone;
+    /// 3 (60) shared by 1 and 4; 4 (30) by thread 4 alone; 5 (500) by worker 2; 6 (40) held
+    /// by thread 4 alone via frame `build_report`.
+    fn graph() -> (HeapGraph, Analysis) {
+        let json = r#"{ "format": "heaptui-snapshot", "version": 1,
+          "objects": [
+            {"id": 1, "size": 100, "refs": []},
+            {"id": 2, "size": 40, "refs": []},
+            {"id": 3, "size": 60, "refs": []},
+            {"id": 4, "size": 30, "refs": []},
+            {"id": 5, "size": 500, "refs": []},
+            {"id": 6, "size": 40, "refs": []}
+          ],
+          "threads": [
+            {"tid": 1, "name": "report-a", "frames": [
+               {"function": "loop", "kind": "user", "refs": [1, 3]}]},
+            {"tid": 2, "name": "worker", "frames": [
+               {"function": "serve", "kind": "user", "refs": [5]}]},
+            {"tid": 3, "name": "report-b", "frames": [
+               {"function": "nanosleep", "kind": "system", "refs": [2]}]},
+            {"tid": 4, "name": "report-c", "frames": [
+               {"function": "build_report", "kind": "user", "refs": [3, 4, 6]}]}
+          ],
+          "globals": {"refs": []} }"#;
+        let g = read_json(json.as_bytes()).unwrap();
+        let a = Analysis::new(&g);
+        (g, a)
+    }
+
+    #[test]
+    fn evaluate_gives_each_refusal_its_reason() {
+        let (g, a) = graph();
+        let p = parse("min_release = 90\n[[permit]]\nthread = \"report-*\"\n").unwrap();
+        let ok = evaluate(&p, &g, &a, 1).unwrap();
+        assert_eq!((ok.predicted, ok.permit.index), (100, 1));
+        assert_eq!(
+            evaluate(&p, &g, &a, 2),
+            Err(Refusal::NotPermitted {
+                name: "worker".into()
+            })
+        );
+        assert_eq!(
+            evaluate(&p, &g, &a, 3),
+            Err(Refusal::BelowMinRelease {
+                predicted: 40,
+                min: 90
+            })
+        );
+        assert_eq!(evaluate(&p, &g, &a, 99), Err(Refusal::AlreadyGone));
+        let reasons: Vec<String> = [
+            Refusal::NoPolicy,
+            Refusal::PolicyInvalid("x".into()),
+            Refusal::UnknownTid,
+            Refusal::AlreadyGone,
+            Refusal::NotPermitted { name: "w".into() },
+            Refusal::BelowMinRelease {
+                predicted: 1,
+                min: 2,
+            },
+            Refusal::Cleanup("frame #1".into()),
+        ]
+        .iter()
+        .map(|r| r.reason(7))
+        .collect();
+        for (r, prefix) in reasons.iter().zip([
+            "no policy",
+            "policy invalid",
+            "unknown tid 7",
+            "thread 7 already gone",
+            "not permitted",
+            "below min_release",
+            "cleanup code on the stack",
+        ]) {
+            assert!(r.starts_with(prefix), "{r}");
+        }
+    }
+
+    #[test]
+    fn function_rules_match_frames() {
+        let (g, a) = graph();
+        let p =
+            parse("[[permit]]\nfunction = \"build_*\"\nmechanism = \"pthread_cancel\"").unwrap();
+        let ok = evaluate(&p, &g, &a, 4).unwrap();
+        assert_eq!(ok.predicted, 70);
+        assert!(matches!(
+            evaluate(&p, &g, &a, 1),
+            Err(Refusal::NotPermitted { .. })
+        ));
+    }
+
+    #[test]
+    fn candidates_are_ranked_and_the_smallest_set_is_chosen() {
+        let (g, a) = graph();
+        let p = parse("[[permit]]\nthread = \"report-*\"\n").unwrap();
+        let ranked = candidates(&p, &g, &a, &[]);
+        let order: Vec<(u32, u64)> = ranked.iter().map(|c| (c.tid, c.release)).collect();
+        // report-a 100, report-b 40 (system), report-c 70; worker never a candidate.
+        assert_eq!(order, vec![(1, 100), (4, 70), (3, 40)]);
+
+        // One thread suffices: the best ranked.
+        let (set, r) = choose(&ranked, &a, 90).unwrap();
+        assert_eq!(
+            (set.iter().map(|c| c.tid).collect::<Vec<_>>(), r),
+            (vec![1], 100)
+        );
+        let (set, r) = choose(&ranked, &a, 70).unwrap();
+        assert_eq!((set[0].tid, r), (1, 100));
+        // 1 and 4 together free their shared object too: 100 + 70 + 60 = 230.
+        let (set, r) = choose(&ranked, &a, 200).unwrap();
+        let mut tids: Vec<u32> = set.iter().map(|c| c.tid).collect();
+        tids.sort();
+        assert_eq!((tids, r), (vec![1, 4], 230));
+        let (set, r) = choose(&ranked, &a, 260).unwrap();
+        assert_eq!((set.len(), r), (3, 270));
+        // Nothing permitted suffices.
+        assert!(choose(&ranked, &a, 271).is_none());
+        // Excluded threads are not candidates.
+        let ranked = candidates(&p, &g, &a, &[1]);
+        assert_eq!(ranked.iter().map(|c| c.tid).collect::<Vec<_>>(), vec![4, 3]);
+    }
+
+    #[test]
+    fn user_frames_break_ties() {
+        let json = r#"{ "format": "heaptui-snapshot", "version": 1,
+          "objects": [{"id": 1, "size": 50, "refs": []}, {"id": 2, "size": 50, "refs": []}],
+          "threads": [
+            {"tid": 1, "name": "r1", "frames": [{"function": "poll", "kind": "system", "refs": [1]}]},
+            {"tid": 2, "name": "r2", "frames": [{"function": "run", "kind": "user", "refs": [2]}]}
+          ] }"#;
+        let g = read_json(json.as_bytes()).unwrap();
+        let a = Analysis::new(&g);
+        let p = parse("[[permit]]\nthread = \"r*\"\n").unwrap();
+        let ranked = candidates(&p, &g, &a, &[]);
+        assert_eq!(ranked[0].tid, 2);
+        assert!(ranked[0].user && !ranked[1].user);
+    }
+}
