@@ -58,6 +58,19 @@ impl AgentAlloc {
         self.mapped.load(Ordering::Relaxed)
     }
 
+    /// Whether no class lock is held at this instant. The capture checks it with the world
+    /// stopped: a stopped thread holding a class lock would deadlock the capture's own
+    /// allocations, so the capture then resumes and tries again.
+    pub fn idle(&self) -> bool {
+        self.lists.iter().all(|l| {
+            let free = l.raw().try_lock();
+            if free {
+                l.raw().unlock();
+            }
+            free
+        })
+    }
+
     /// Takes every class lock (fork prepare).
     pub fn lock_all(&self) {
         for l in &self.lists {

@@ -155,7 +155,7 @@ fn agent_thread(read_fd: i32, prefix: PathBuf, ready: std::sync::mpsc::Sender<()
 
 /// Captures and writes one snapshot file; returns its path.
 pub fn dump_once(prefix: &std::path::Path) -> Result<PathBuf, String> {
-    let cap = capture::take().map_err(|e| format!("the captured graph is invalid: {e}"))?;
+    let cap = capture::take().map_err(|e| e.to_string())?;
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     let mut name = prefix.as_os_str().to_owned();
     name.push(format!(".{}.{n}.hsnap", std::process::id()));
@@ -177,14 +177,18 @@ pub fn dump_once(prefix: &std::path::Path) -> Result<PathBuf, String> {
         return Err(e);
     }
     crate::agent_log!(
-        "snapshot {}: {} objects, {} bytes, {} threads; pause_ms={:.3} capture_ms={:.3} write_ms={:.3}",
+        "snapshot {}: {} objects, {} bytes, {} threads; pause_ms={:.3} capture_ms={:.3} write_ms={:.3} (pause: stop_ms={:.3} index_ms={:.3} roots_ms={:.3} blocks_ms={:.3})",
         path.display(),
         cap.graph.object_count(),
         cap.graph.total_bytes(),
         cap.graph.threads.len(),
         cap.pause.as_secs_f64() * 1e3,
         cap.total.as_secs_f64() * 1e3,
-        started.elapsed().as_secs_f64() * 1e3
+        started.elapsed().as_secs_f64() * 1e3,
+        cap.phases.stop.as_secs_f64() * 1e3,
+        cap.phases.index.as_secs_f64() * 1e3,
+        cap.phases.roots.as_secs_f64() * 1e3,
+        cap.phases.blocks.as_secs_f64() * 1e3,
     );
     Ok(path)
 }

@@ -11,13 +11,15 @@ pub mod stop;
 pub mod symbolize;
 pub mod unwind;
 
-use heaptui_analysis::GraphError;
-
 use crate::registry::{blocks, stacks, threads};
-pub use build::{BlockInfo, Capture, Heap, ThreadInfo};
+pub use build::{BlockInfo, Capture, CaptureError, Heap, Phases, ThreadInfo};
 
 /// The agent's block table as the capture sees it.
-pub struct Registry;
+#[derive(Default)]
+pub struct Registry {
+    /// The last `(tid, is an agent thread)` looked up.
+    last: std::cell::Cell<(u32, bool)>,
+}
 
 impl Heap for Registry {
     type Frozen = blocks::Frozen;
@@ -46,14 +48,27 @@ impl Heap for Registry {
         stacks::frames(id).to_vec()
     }
 
+    fn allocator_idle(&self) -> bool {
+        crate::alloc::AGENT_ALLOC.idle()
+    }
+
     fn agent_block(&self, b: &BlockInfo) -> bool {
-        threads::is_agent_thread(b.tid) || crate::dump::started_agent_thread(b.seq)
+        // Most blocks come from a handful of threads: remember the last answer.
+        let (last_tid, last_agent) = self.last.get();
+        let agent = if b.tid == last_tid {
+            last_agent
+        } else {
+            let agent = threads::is_agent_thread(b.tid);
+            self.last.set((b.tid, agent));
+            agent
+        };
+        agent || crate::dump::started_agent_thread(b.seq)
     }
 }
 
 /// Captures this process now, from the calling (agent) thread: every listed thread, every
 /// tracked block.
-pub fn take() -> Result<Capture, GraphError> {
+pub fn take() -> Result<Capture, CaptureError> {
     let list: Vec<ThreadInfo> = threads::list()
         .into_iter()
         .map(|t| ThreadInfo {
@@ -61,5 +76,5 @@ pub fn take() -> Result<Capture, GraphError> {
             name: t.name,
         })
         .collect();
-    build::capture(&Registry, &list, stop::Timeouts::default())
+    build::capture(&Registry::default(), &list, stop::Timeouts::default())
 }

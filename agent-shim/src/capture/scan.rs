@@ -50,6 +50,9 @@ impl BlockIndex {
             chunks: HashMap::default(),
             pages: Vec::new(),
         };
+        // Blocks come in address order, so consecutive pages mostly fall in the same chunk:
+        // remember the last one instead of hashing every page.
+        let mut last: Option<(u64, usize)> = None;
         for (i, (addr, size)) in blocks.enumerate() {
             let end = addr.saturating_add(size.max(1));
             index.starts.push(addr);
@@ -60,13 +63,19 @@ impl BlockIndex {
             let last_page = (end - 1) >> PAGE_SHIFT;
             for page in first_page..=last_page {
                 let chunk = page >> (CHUNK_SHIFT - PAGE_SHIFT);
-                let slot = (page as usize) & (PAGES_PER_CHUNK - 1);
-                let pages = &mut index.pages;
-                let c = *index.chunks.entry(chunk).or_insert_with(|| {
-                    pages.push([NONE; PAGES_PER_CHUNK]);
-                    (pages.len() - 1) as u32
-                });
-                let entry = &mut index.pages[c as usize][slot];
+                let c = match last {
+                    Some((k, c)) if k == chunk => c,
+                    _ => {
+                        let pages = &mut index.pages;
+                        let c = *index.chunks.entry(chunk).or_insert_with(|| {
+                            pages.push([NONE; PAGES_PER_CHUNK]);
+                            (pages.len() - 1) as u32
+                        }) as usize;
+                        last = Some((chunk, c));
+                        c
+                    }
+                };
+                let entry = &mut index.pages[c][(page as usize) & (PAGES_PER_CHUNK - 1)];
                 if *entry == NONE {
                     *entry = i as u32;
                 }
@@ -91,11 +100,25 @@ impl BlockIndex {
     /// The block containing `v` (at its start or inside), if any.
     #[inline]
     pub fn lookup(&self, v: u64) -> Option<ObjectIndex> {
+        self.lookup_cached(v, &mut (u64::MAX, 0))
+    }
+
+    /// As [`BlockIndex::lookup`], remembering the last chunk found in `cache` (pointers
+    /// found near each other mostly fall in the same 2 MiB chunk).
+    #[inline]
+    pub fn lookup_cached(&self, v: u64, cache: &mut (u64, u32)) -> Option<ObjectIndex> {
         if v < self.min || v >= self.max {
             return None;
         }
         let page = v >> PAGE_SHIFT;
-        let &c = self.chunks.get(&(page >> (CHUNK_SHIFT - PAGE_SHIFT)))?;
+        let chunk = page >> (CHUNK_SHIFT - PAGE_SHIFT);
+        let c = if cache.0 == chunk {
+            cache.1
+        } else {
+            let &c = self.chunks.get(&chunk)?;
+            *cache = (chunk, c);
+            c
+        };
         let first = self.pages[c as usize][(page as usize) & (PAGES_PER_CHUNK - 1)];
         if first == NONE {
             return None;
@@ -113,6 +136,7 @@ pub struct Collector {
     /// `mark[o]` is the id of the last holder that referred to `o`.
     mark: Vec<u32>,
     holder: u32,
+    cache: (u64, u32),
     pub refs: Vec<ObjectIndex>,
 }
 
@@ -121,6 +145,7 @@ impl Collector {
         Collector {
             mark: vec![0; objects],
             holder: 0,
+            cache: (u64::MAX, 0),
             refs: Vec::with_capacity(1024),
         }
     }
@@ -137,7 +162,7 @@ impl Collector {
 
     #[inline]
     pub fn word(&mut self, index: &BlockIndex, v: u64) {
-        if let Some(o) = index.lookup(v)
+        if let Some(o) = index.lookup_cached(v, &mut self.cache)
             && self.mark[o as usize] != self.holder
         {
             self.mark[o as usize] = self.holder;
@@ -225,7 +250,8 @@ pub fn scan_blocks(index: &BlockIndex, space: &AddressSpace, c: &mut Collector) 
                         unsafe { c.range(index, part, &[]) };
                     }
                     c.refs.retain(|&t| t != o);
-                    edges.push(c.take_sorted());
+                    c.refs.sort_unstable();
+                    edges.push(c.refs.iter().copied());
                     continue;
                 }
             };
@@ -233,7 +259,8 @@ pub fn scan_blocks(index: &BlockIndex, space: &AddressSpace, c: &mut Collector) 
         // SAFETY: the whole block lies in one readable mapping.
         unsafe { c.range(index, r, &[]) };
         c.refs.retain(|&t| t != o);
-        edges.push(c.take_sorted());
+        c.refs.sort_unstable();
+        edges.push(c.refs.iter().copied());
     }
     edges
 }

@@ -152,7 +152,7 @@ pub enum Outcome {
     /// Stopped; its registers at the stop.
     Stopped(Registers),
     /// Not stopped by the deadline, with the reason.
-    NotStoppable(String),
+    NotStoppable(&'static str),
     /// The thread had exited before the signal reached it.
     Gone,
 }
@@ -180,11 +180,12 @@ pub struct World {
     pub threads: Vec<(u32, Outcome)>,
     /// When the first signal was sent.
     pub started: Instant,
+    resumed: bool,
 }
 
 /// Why a thread did not answer, from its `/proc/self/task/<tid>/status` (read with raw
 /// syscalls into a stack buffer: no allocation while the world is stopped).
-fn why_not_stopped(tid: u32, sig: libc::c_int) -> String {
+fn why_not_stopped(tid: u32, sig: libc::c_int) -> &'static str {
     let mut path = [0u8; 64];
     let prefix = b"/proc/self/task/";
     path[..prefix.len()].copy_from_slice(prefix);
@@ -209,7 +210,7 @@ fn why_not_stopped(tid: u32, sig: libc::c_int) -> String {
     // SAFETY: `path` is NUL-terminated (zero-filled beyond the copied bytes).
     let fd = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
     if fd < 0 {
-        return "exited".into();
+        return "exited";
     }
     // SAFETY: reads into our stack buffer of the given length.
     let len = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
@@ -232,13 +233,13 @@ fn why_not_stopped(tid: u32, sig: libc::c_int) -> String {
             .is_some_and(|v| v & (1 << (bit % 4)) != 0)
     };
     if field(b"SigBlk:").is_some_and(bit_set) {
-        return "stop signal blocked".into();
+        return "stop signal blocked";
     }
     match field(b"State:").and_then(|s| s.first().copied()) {
-        Some(b'D') => "in uninterruptible sleep (vfork or I/O)".into(),
-        Some(b'T') | Some(b't') => "stopped or traced".into(),
-        Some(b'Z') | Some(b'X') => "exited".into(),
-        _ => "did not answer the stop signal".into(),
+        Some(b'D') => "in uninterruptible sleep (vfork or I/O)",
+        Some(b'T') | Some(b't') => "stopped or traced",
+        Some(b'Z') | Some(b'X') => "exited",
+        _ => "did not answer the stop signal",
     }
 }
 
@@ -267,7 +268,11 @@ pub fn stop(tids: &[u32], timeouts: Timeouts) -> World {
     let pid = std::process::id() as libc::pid_t;
     let sig = stop_signal();
     let started = Instant::now();
+    // Everything the wait needs is allocated before the first signal: a stopped thread may
+    // hold a lock of the agent's allocator.
     let mut gone = vec![false; t.slots.len()];
+    let mut pending: Vec<usize> = Vec::with_capacity(t.slots.len());
+    let mut threads: Vec<(u32, Outcome)> = Vec::with_capacity(t.slots.len());
     let send = |i: usize, gone: &mut Vec<bool>| {
         // SAFETY: tgkill to a thread of our own process with our own signal.
         let r = unsafe { libc::syscall(libc::SYS_tgkill, pid, t.slots[i].tid, sig) };
@@ -281,9 +286,11 @@ pub fn stop(tids: &[u32], timeouts: Timeouts) -> World {
     let mut last_send = Instant::now();
     loop {
         let acks = t.acks.load(Ordering::SeqCst);
-        let pending: Vec<usize> = (0..t.slots.len())
-            .filter(|&i| !gone[i] && t.slots[i].state.load(Ordering::Acquire) == REQUESTED)
-            .collect();
+        pending.clear();
+        pending.extend(
+            (0..t.slots.len())
+                .filter(|&i| !gone[i] && t.slots[i].state.load(Ordering::Acquire) == REQUESTED),
+        );
         if pending.is_empty() || started.elapsed() >= timeouts.deadline {
             break;
         }
@@ -297,46 +304,48 @@ pub fn stop(tids: &[u32], timeouts: Timeouts) -> World {
         }
         futex_wait(&t.acks, acks, Some(Duration::from_millis(1)));
     }
-    let threads = (0..t.slots.len())
-        .map(|i| {
-            let slot = &t.slots[i];
-            let outcome = if gone[i] {
-                Outcome::Gone
-            } else if slot.state.load(Ordering::Acquire) == SAVED {
-                // SAFETY: SAVED was observed with acquire: the handler's write is visible and
-                // it will not write again.
+    threads.extend((0..t.slots.len()).map(|i| {
+        let slot = &t.slots[i];
+        let outcome = if gone[i] {
+            Outcome::Gone
+        } else if slot.state.load(Ordering::Acquire) == SAVED {
+            // SAFETY: SAVED was observed with acquire: the handler's write is visible and
+            // it will not write again.
+            Outcome::Stopped(unsafe { *slot.regs.get() })
+        } else {
+            // Never answered: make sure a late signal does not stop it after the fact.
+            slot.state.store(IDLE, Ordering::Release);
+            if slot.state.load(Ordering::Acquire) == SAVED {
+                // SAFETY: as above.
                 Outcome::Stopped(unsafe { *slot.regs.get() })
             } else {
-                // Never answered: make sure a late signal does not stop it after the fact.
-                slot.state.store(IDLE, Ordering::Release);
-                if slot.state.load(Ordering::Acquire) == SAVED {
-                    // SAFETY: as above.
-                    Outcome::Stopped(unsafe { *slot.regs.get() })
-                } else {
-                    Outcome::NotStoppable(why_not_stopped(slot.tid, sig))
-                }
-            };
-            (slot.tid, outcome)
-        })
-        .collect();
+                Outcome::NotStoppable(why_not_stopped(slot.tid, sig))
+            }
+        };
+        (slot.tid, outcome)
+    }));
     World {
         table,
         threads,
         started,
+        resumed: false,
     }
 }
 
 impl World {
-    /// Resumes every stopped thread (also done on drop).
+    /// Resumes every stopped thread and frees the slot table (also done on drop).
     pub fn resume(mut self) {
-        self.release();
+        self.finish();
     }
 
-    fn release(&mut self) {
-        if self.table.is_null() {
+    /// Releases every stopped thread (they run again as soon as this returns). Freeing the
+    /// slot table waits for the handlers to leave it, which happens on drop.
+    pub fn wake(&mut self) {
+        if self.table.is_null() || self.resumed {
             return;
         }
-        // SAFETY: the table is alive until freed below.
+        self.resumed = true;
+        // SAFETY: the table is alive until freed in `finish`.
         let t = unsafe { &*self.table };
         // A slot still REQUESTED (its thread never answered) must not stop on a late signal.
         for s in &t.slots {
@@ -346,6 +355,15 @@ impl World {
         }
         t.resume.fetch_add(1, Ordering::SeqCst);
         futex_wake(&t.resume);
+    }
+
+    fn finish(&mut self) {
+        self.wake();
+        if self.table.is_null() {
+            return;
+        }
+        // SAFETY: the table is alive until freed below.
+        let t = unsafe { &*self.table };
         // Wait (bounded) until every handler has left the table before freeing it.
         let deadline = Instant::now() + Duration::from_secs(2);
         loop {
@@ -375,7 +393,7 @@ impl World {
 
 impl Drop for World {
     fn drop(&mut self) {
-        self.release();
+        self.finish();
     }
 }
 
@@ -503,10 +521,7 @@ mod tests {
         );
         for (tid, outcome) in &world.threads {
             if *tid == blocked {
-                assert_eq!(
-                    outcome,
-                    &Outcome::NotStoppable("stop signal blocked".into())
-                );
+                assert_eq!(outcome, &Outcome::NotStoppable("stop signal blocked"));
             } else {
                 let Outcome::Stopped(regs) = outcome else {
                     panic!("{tid}: {outcome:?}")
@@ -515,7 +530,7 @@ mod tests {
                 assert_ne!(regs.fs_base, 0);
             }
         }
-        world.resume();
+        drop(world);
         std::thread::sleep(Duration::from_millis(20));
         assert!(counter.load(Ordering::SeqCst) > before, "threads run again");
         quit.store(true, Ordering::SeqCst);
