@@ -341,6 +341,8 @@ pub struct ThreadRow {
     pub tid: u32,
     pub name: String,
     pub state: ThreadState,
+    /// `Σ size(o) : T(o) = {t}` — also the release of this thread alone (SPEC §3), so a
+    /// single-thread release ranking needs no [`RequestBody::Release`] per thread.
     pub proprietary: u64,
     pub shared: u64,
     pub total: u64,
