@@ -638,6 +638,14 @@ on_malloc_failure = true
     }
 
     #[test]
+    fn the_shipped_example_parses() {
+        let p = parse(include_str!("../../../examples/policy.toml")).unwrap();
+        assert_eq!(p.permits.len(), 3);
+        assert_eq!(p.permits[2].mechanism, Mechanism::PthreadCancel);
+        assert_eq!(p.trigger.unwrap().live_bytes, Some(512 << 20));
+    }
+
+    #[test]
     fn defaults_permit_nothing() {
         let p = parse("").unwrap();
         assert_eq!(
