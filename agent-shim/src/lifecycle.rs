@@ -43,18 +43,18 @@ pub extern "C" fn init() {
         remove_self_from_ld_preload();
     }
     crate::dump::start();
-    crate::policy::start();
 }
 
 /// Writes the exit summary line.
 pub extern "C" fn fini() {
     crate::dump::at_exit();
     crate::agent_log!(
-        "exit summary: {} table_bytes={} stacks={} agent_heap_bytes={}",
+        "exit summary: {} table_bytes={} stacks={} agent_heap_bytes={} tracking_stopped={}",
         counters::counters(),
         blocks::table_bytes(),
         stacks::len(),
-        AGENT_ALLOC.mapped_bytes()
+        AGENT_ALLOC.mapped_bytes(),
+        u8::from(!blocks::tracking())
     );
 }
 

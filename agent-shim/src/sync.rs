@@ -99,6 +99,18 @@ fn futex_wake(word: &AtomicU32) {
     }
 }
 
+/// A value alone on its cache line: a counter written by every hook does not slow down the
+/// reads of a read-mostly flag that would otherwise share its line.
+#[repr(align(64))]
+pub struct CacheLine<T>(pub T);
+
+impl<T> Deref for CacheLine<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
 /// Data guarded by a [`RawLock`].
 pub struct SpinLock<T> {
     raw: RawLock,

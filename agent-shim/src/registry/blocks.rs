@@ -15,7 +15,7 @@ use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use super::counters::{self, Op, Rare, ShardStats};
-use crate::sync::RawLock;
+use crate::sync::{CacheLine, RawLock};
 use crate::sys;
 
 pub const SHARDS: usize = 64;
@@ -113,14 +113,14 @@ static SHARD: [Shard; SHARDS] = [const {
 }; SHARDS];
 
 /// The global allocation sequence number (the last one handed out).
-static SEQ: AtomicU64 = AtomicU64::new(0);
+static SEQ: CacheLine<AtomicU64> = CacheLine(AtomicU64::new(0));
 /// Tid of the thread that holds every shard lock (freeze or fork), 0 if none: its own hooks
 /// must not try to lock a shard again.
-static HOLDER: AtomicU32 = AtomicU32::new(0);
+static HOLDER: CacheLine<AtomicU32> = CacheLine(AtomicU32::new(0));
 /// Bytes mapped by all shard tables (for the agent-memory figure).
 static TABLE_BYTES: AtomicU64 = AtomicU64::new(0);
 /// Cleared when a table could not grow: the agent stops tracking new blocks (counted).
-static TRACKING: AtomicBool = AtomicBool::new(true);
+static TRACKING: CacheLine<AtomicBool> = CacheLine(AtomicBool::new(true));
 
 #[inline]
 fn hash(addr: u64) -> u64 {

@@ -15,6 +15,8 @@
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
+use crate::sync::CacheLine;
+
 /// The hooked functions, as counter indexes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(usize)]
@@ -131,8 +133,8 @@ static AGENT_BYTES_IN: AtomicU64 = AtomicU64::new(0);
 static AGENT_BYTES_OUT: AtomicU64 = AtomicU64::new(0);
 static AGENT_BLOCKS_IN: AtomicU64 = AtomicU64::new(0);
 static AGENT_BLOCKS_OUT: AtomicU64 = AtomicU64::new(0);
-static LIVE_BYTES: AtomicI64 = AtomicI64::new(0);
-static PEAK_BYTES: AtomicI64 = AtomicI64::new(0);
+static LIVE_BYTES: CacheLine<AtomicI64> = CacheLine(AtomicI64::new(0));
+static PEAK_BYTES: CacheLine<AtomicI64> = CacheLine(AtomicI64::new(0));
 
 #[inline]
 pub fn count_rare(what: Rare) {

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 
 use super::counters::{self, Rare};
 use crate::config::MAX_STACK_DEPTH;
-use crate::sync::RawLock;
+use crate::sync::{CacheLine, RawLock};
 use crate::sys;
 
 const INDEX_BITS: u32 = 22;
@@ -30,7 +30,7 @@ const ARENA_WORDS: usize = 1 << 26;
 
 /// Frames captured per allocation; 0 = off. Set from the configuration at init (stays 0
 /// until the table exists).
-static DEPTH: AtomicUsize = AtomicUsize::new(0);
+static DEPTH: CacheLine<AtomicUsize> = CacheLine(AtomicUsize::new(0));
 
 #[derive(Clone, Copy)]
 #[repr(C)]

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Hook-overhead and agent-memory benchmark (BENCHMARKS.md "Hook overhead", "Agent memory").
+#
+# Runs bench/stress.c (4 threads, 2M operations in total, sizes 16..4096, 10k live blocks
+# per thread, allocations 10 calls deep) side by side: bare, under the agent with
+# HEAPTUI_STACK_DEPTH=0, under the agent with stacks on (default depth 16), under heaptrack
+# and under valgrind memcheck. Prints the median wall time of each (RUNS runs of the first
+# three, interleaved; SLOW_RUNS of heaptrack and valgrind) and its ratio to bare, then the
+# agent's block-table bytes per tracked block from its exit summary.
+#
+# Usage: bench/hooks.sh            (RUNS=5 SLOW_RUNS=1 THREADS=4 OPS=2000000 by default)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RUNS=${RUNS:-5}
+SLOW_RUNS=${SLOW_RUNS:-1}
+THREADS=${THREADS:-4}
+OPS=${OPS:-2000000}
+
+cargo build --release -p heaptui-agent >&2
+AGENT=${CARGO_TARGET_DIR:-$PWD/target}/release/libheaptui_agent.so
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+# Frame pointers kept: the agent's allocation-stack unwinder follows them.
+gcc -O2 -fno-omit-frame-pointer -pthread bench/stress.c -o "$work/stress"
+STRESS=("$work/stress" "$THREADS" "$OPS")
+
+# Wall seconds of one run of "$@" (output discarded).
+wall() {
+    local start=$EPOCHREALTIME
+    "$@" >/dev/null 2>>"$work/stderr"
+    awk -v s="$start" -v e="$EPOCHREALTIME" 'BEGIN { printf "%.3f\n", e - s }'
+}
+
+median() {
+    sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+agent() {
+    env LD_PRELOAD="$AGENT" HEAPTUI_LOG="$work/agent.log" HEAPTUI_LISTEN="unix:$work/agent.sock" "$@"
+}
+
+declare -A times
+for ((i = 0; i < RUNS; i++)); do
+    times[bare]+="$(wall "${STRESS[@]}") "
+    times[stacks_off]+="$(wall agent env HEAPTUI_STACK_DEPTH=0 "${STRESS[@]}") "
+    times[stacks_on]+="$(wall agent "${STRESS[@]}") "
+done
+names=(bare stacks_off stacks_on)
+if command -v heaptrack >/dev/null; then
+    for ((i = 0; i < SLOW_RUNS; i++)); do
+        times[heaptrack]+="$(wall heaptrack -o "$work/heaptrack.$i" "${STRESS[@]}") "
+    done
+    names+=(heaptrack)
+fi
+if command -v valgrind >/dev/null; then
+    for ((i = 0; i < SLOW_RUNS; i++)); do
+        times[valgrind]+="$(wall valgrind --tool=memcheck -q "${STRESS[@]}") "
+    done
+    names+=(valgrind)
+fi
+
+bare=$(tr ' ' '\n' <<<"${times[bare]}" | grep . | median)
+echo "stress: $THREADS threads, $OPS operations in total; medians of $RUNS runs ($SLOW_RUNS for heaptrack/valgrind)"
+printf '| %-28s | %10s | %8s |\n' run "wall (s)" "vs bare"
+printf '|%s|%s|%s|\n' "------------------------------" "------------" "----------"
+for n in "${names[@]}"; do
+    m=$(tr ' ' '\n' <<<"${times[$n]}" | grep . | median)
+    case $n in
+        bare) label="bare" ;;
+        stacks_off) label="agent, HEAPTUI_STACK_DEPTH=0" ;;
+        stacks_on) label="agent, stacks on (depth 16)" ;;
+        heaptrack) label="heaptrack" ;;
+        valgrind) label="valgrind memcheck" ;;
+    esac
+    printf '| %-28s | %10s | %7.2fx |\n' "$label" "$m" "$(awk -v a="$m" -v b="$bare" 'BEGIN { print a / b }')"
+done
+
+# Agent memory: the last agent run's exit summary (stacks on), with every block still live.
+summary=$(grep 'exit summary' "$work/agent.log" | tail -1)
+get() { sed -n "s/.* $1=\([0-9]*\).*/\1/p" <<<"$summary"; }
+blocks=$(get live_blocks)
+table=$(get table_bytes)
+echo
+echo "agent memory at exit (stacks on): $blocks tracked blocks, block table $table bytes" \
+    "= $(awk -v t="$table" -v b="$blocks" 'BEGIN { printf "%.1f", t / b }') bytes/block;" \
+    "$(get stacks) distinct stacks; agent heap $(get agent_heap_bytes) bytes"
