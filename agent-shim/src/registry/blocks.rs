@@ -453,6 +453,55 @@ mod tests {
     }
 
     #[test]
+    fn concurrent_inserts_and_removes_leave_an_exact_frozen_table() {
+        // Addresses of this test only (other tests of the process may use the table too).
+        const BASE: u64 = 0x5500_0000_0000;
+        let workers: Vec<_> = (0..4u64)
+            .map(|t| {
+                std::thread::spawn(move || {
+                    for i in 0..20_000u64 {
+                        let addr = BASE + (t << 32) + i * 32;
+                        assert!(insert(addr, i, t as u32 + 1, 0, Op::Malloc));
+                        if i % 4 == 0 {
+                            assert_eq!(remove(addr, Some(Op::Free)).map(|r| r.size), Some(i));
+                        }
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().unwrap();
+        }
+        let frozen = freeze();
+        let mut mine = 0;
+        let mut bytes = 0;
+        frozen.for_each(|r| {
+            if (BASE..BASE + (4 << 32)).contains(&r.addr) {
+                mine += 1;
+                bytes += r.size;
+                assert_eq!(r.tid as u64, ((r.addr - BASE) >> 32) + 1);
+                assert!(r.seq > 0);
+            }
+        });
+        assert_eq!(mine, 4 * 15_000);
+        assert_eq!(
+            bytes,
+            4 * (0..20_000u64).filter(|i| i % 4 != 0).sum::<u64>()
+        );
+        assert!(frozen.len() >= mine);
+        // The freezing thread's own hooks must not lock again: the table says so.
+        assert!(!usable_by(sys::current_tid()));
+        drop(frozen);
+        assert!(usable_by(sys::current_tid()));
+        assert_eq!(lookup(BASE + 32).map(|r| r.size), Some(1));
+        assert_eq!(lookup(BASE), None);
+        // A removed block put back by a failed realloc is found again.
+        let rec = remove(BASE + 32, None).unwrap();
+        restore(&rec);
+        assert_eq!(lookup(BASE + 32), Some(rec));
+    }
+
+    #[test]
     fn table_inserts_finds_and_deletes_through_growth() {
         let mut t = Table {
             slots: std::ptr::null_mut(),
