@@ -20,9 +20,18 @@ pub enum Command {
     /// Print the analysis of a snapshot: threads ranked by the memory they hold, their frames,
     /// the shared groups, leaks.
     Report(ReportArgs),
+    /// Open the terminal UI on a saved snapshot file (offline).
+    Open(OpenArgs),
     /// Print the absolute path of the agent shared object, for
     /// `LD_PRELOAD=$(heaptui agent-path) prog`.
     AgentPath,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct OpenArgs {
+    /// A snapshot file (JSON `heaptui-snapshot` or the binary form, told apart by content).
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
 }
 
 #[derive(Debug, clap::Args)]

@@ -3,13 +3,14 @@
 //! Parses the command line and hands each command to its module. Exit codes: 0 success,
 //! 1 runtime failure (one line on stderr, `heaptui: …`), 2 usage error (clap's own message).
 
+mod app;
 mod cli;
 mod embedded;
 mod offline;
 mod size;
-// Used by the TUI (issue 5) and the live client, which land next.
-#[allow(dead_code)]
 mod source;
+mod tui;
+mod ui;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -23,6 +24,7 @@ fn main() -> ExitCode {
     let mut stdout = std::io::stdout().lock();
     let result = match cli.command {
         Command::Report(args) => offline::report::run(&args, &mut stdout),
+        Command::Open(args) => tui::open(&args.file),
         Command::AgentPath => embedded::agent_path()
             .and_then(|path| Ok(writeln!(stdout, "{}", path.display())?)),
     };

@@ -25,10 +25,12 @@ pub enum SourceEvent {
     /// The answer to a request made through [`SourceHandle::request`].
     Answer { id: RequestId, body: Response },
     /// Unsolicited (live counters).
+    #[allow(dead_code, reason = "sent by the live client only")]
     Push(Push),
     /// (Re)connected: the agent's/file's description, e.g. "pid 4242 ./server (agent 0.1.0)".
     Connected { description: String },
     /// Lost the agent; the source keeps trying to reconnect (live only). `reason` is one line.
+    #[allow(dead_code, reason = "sent by the live client only")]
     Disconnected { reason: String },
 }
 
@@ -105,7 +107,11 @@ pub fn offline(graph: HeapGraph, description: String) -> (SourceHandle, SourceEv
 
 /// The offline answer to one request: snapshot requests from the answerer, the process from the
 /// file, and an honest refusal for what only a live agent can do.
-fn answer_offline(answerer: &Answerer<'_>, graph: &HeapGraph, body: &RequestBody) -> Response {
+pub(crate) fn answer_offline(
+    answerer: &Answerer<'_>,
+    graph: &HeapGraph,
+    body: &RequestBody,
+) -> Response {
     if let Some(answer) = answerer.answer(body) {
         return answer;
     }

@@ -1,0 +1,178 @@
+//! A test harness: an [`App`] over a fixture or a synthetic graph, its requests answered in
+//! the test's own thread by the same code the offline source runs, and every request logged,
+//! so tests can say what was asked as well as what is shown.
+
+use heaptui_analysis::{
+    Analysis, Edges, Frame, FrameKind, HeapGraph, ObjectRecord, Objects, Process, Site, Thread,
+    ThreadState,
+};
+use heaptui_protocol::answer::Answerer;
+use heaptui_protocol::message::{Request, RequestBody};
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use ratatui::layout::Rect;
+use tokio::sync::mpsc;
+
+use crate::app::App;
+use crate::source::{OFFLINE_SNAPSHOT, SourceEvent, SourceHandle, answer_offline};
+
+pub const WIDTH: u16 = 120;
+pub const HEIGHT: u16 = 36;
+
+pub fn fixture() -> HeapGraph {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/fixtures/patent-example.json"
+    );
+    heaptui_analysis::snapshot::read_file(std::path::Path::new(path)).expect("the fixture")
+}
+
+/// `threads` workers that each hold a private buffer and all share one cache of `members`
+/// entries: one thread-shared group with `members + 1` objects (the big-group case).
+pub fn big_group_graph(threads: usize, members: usize) -> HeapGraph {
+    let n = members + 1 + threads;
+    let mut objects = Objects::with_capacity(n);
+    let mut edges = Edges::with_capacity(n, members);
+    let sites = vec![
+        Site {
+            id: 1,
+            frames: vec!["Cache::new (cache.rs:10)".into(), "main".into()],
+        },
+        Site {
+            id: 2,
+            frames: vec![
+                "Cache::insert (cache.rs:42)".into(),
+                "handle_request".into(),
+            ],
+        },
+        Site {
+            id: 3,
+            frames: vec!["alloc_buf (server.c:7)".into(), "handle_request".into()],
+        },
+    ];
+    let tid = |i: usize| 1000 + i as u32;
+    for o in 0..n {
+        let (site, size) = match o {
+            0 => (0, 4096),
+            o if o <= members => (1, 32 + (o as u64 * 7919) % 480),
+            _ => (2, 1 << 16),
+        };
+        objects.push(ObjectRecord {
+            id: o as u64 + 1,
+            addr: 0x7f00_0000_0000 + o as u64 * 512,
+            size,
+            site,
+            thread: tid(o % threads),
+            seq: o as u64 + 1,
+        });
+        if o == 0 {
+            edges.push(1..=members as u32);
+        } else {
+            edges.push([]);
+        }
+    }
+    let threads = (0..threads)
+        .map(|i| Thread {
+            tid: tid(i),
+            name: format!("worker-{i}"),
+            state: ThreadState::Stopped,
+            frames: vec![
+                Frame {
+                    function: "handle_request".into(),
+                    module: "server".into(),
+                    kind: FrameKind::User,
+                    refs: vec![(members + 1 + i) as u32, 0],
+                },
+                Frame {
+                    function: "worker_main".into(),
+                    module: "server".into(),
+                    kind: FrameKind::User,
+                    refs: Vec::new(),
+                },
+            ],
+        })
+        .collect();
+    let process = Process {
+        pid: 4242,
+        command: "./server".into(),
+    };
+    HeapGraph::new(process, sites, objects, edges, threads, Vec::new()).expect("a valid graph")
+}
+
+pub struct Harness {
+    pub app: App,
+    requests: mpsc::UnboundedReceiver<Request>,
+    graph: HeapGraph,
+    analysis: Analysis,
+    /// Every request the app made, in order.
+    pub log: Vec<RequestBody>,
+    /// Requests are held (not answered) while false.
+    pub answering: bool,
+}
+
+impl Harness {
+    pub fn new(graph: HeapGraph) -> Harness {
+        let (tx, requests) = mpsc::unbounded_channel();
+        let analysis = Analysis::new(&graph);
+        let app = App::new(
+            SourceHandle::new(tx, false),
+            "test".into(),
+            Rect::new(0, 0, WIDTH, HEIGHT),
+        );
+        let mut h = Harness {
+            app,
+            requests,
+            graph,
+            analysis,
+            log: Vec::new(),
+            answering: true,
+        };
+        h.app.on_source(SourceEvent::Connected {
+            description: "fixture (snapshot file)".into(),
+        });
+        h.pump();
+        h
+    }
+
+    /// Answers every queued request, and those the answers lead to.
+    pub fn pump(&mut self) {
+        if !self.answering {
+            return;
+        }
+        while let Ok(request) = self.requests.try_recv() {
+            self.log.push(request.body.clone());
+            let answerer = Answerer::new(OFFLINE_SNAPSHOT, &self.graph, &self.analysis);
+            let body = answer_offline(&answerer, &self.graph, &request.body);
+            self.app.on_source(SourceEvent::Answer {
+                id: request.id,
+                body,
+            });
+        }
+    }
+
+    /// Takes the queued requests without answering them.
+    pub fn take_requests(&mut self) -> Vec<Request> {
+        let mut out = Vec::new();
+        while let Ok(r) = self.requests.try_recv() {
+            self.log.push(r.body.clone());
+            out.push(r);
+        }
+        out
+    }
+
+    pub fn key(&mut self, code: KeyCode) {
+        self.app.on_key(KeyEvent::new(code, KeyModifiers::NONE));
+        self.pump();
+    }
+
+    pub fn keys(&mut self, codes: &[KeyCode]) {
+        for &c in codes {
+            self.key(c);
+        }
+    }
+
+    pub fn type_text(&mut self, text: &str) {
+        for c in text.chars() {
+            self.key(KeyCode::Char(c));
+        }
+    }
+}

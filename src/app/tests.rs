@@ -1,0 +1,366 @@
+//! State and action tests, without drawing: what keys do to the view stack, the tables and the
+//! requests sent, over the patent fixture and synthetic graphs.
+
+use heaptui_analysis::Analysis;
+use heaptui_protocol::GroupId;
+use heaptui_protocol::message::{Page, RequestBody};
+use ratatui::crossterm::event::KeyCode;
+
+use super::table::{PAGE_ROWS, TableModel};
+use super::testing::{Harness, big_group_graph, fixture};
+use super::views::{HomeTab, ObjectsOrigin, ViewKind};
+use super::*;
+
+fn thread_order(h: &Harness) -> Vec<u32> {
+    let t = &h.app.home().threads;
+    (0..t.len()).map(|i| t.row(i).unwrap().tid).collect()
+}
+
+fn selected_tid(h: &Harness) -> u32 {
+    h.app.home().threads.selected_row().unwrap().tid
+}
+
+#[test]
+fn home_ranks_threads_by_total() {
+    let h = Harness::new(fixture());
+    assert_eq!(thread_order(&h), [1, 3, 2, 4]);
+    assert_eq!(h.app.home().threads.row(0).unwrap().total, 264);
+    assert_eq!(h.app.screen(), Screen::Threads);
+    assert_eq!(h.app.snapshot.as_ref().unwrap().totals.bytes, 760);
+    assert_eq!(h.app.pending(), 0);
+}
+
+#[test]
+fn drilling_down_five_levels_and_back_restores_every_selection() {
+    let mut h = Harness::new(fixture());
+    h.keys(&[KeyCode::Down, KeyCode::Down]);
+    assert_eq!(selected_tid(&h), 2);
+
+    h.key(KeyCode::Enter);
+    let ViewKind::Frames(frames) = &h.app.top().kind else {
+        panic!("frames expected")
+    };
+    assert_eq!(frames.tid, 2);
+    assert_eq!(
+        frames.table.selected_row().unwrap().function,
+        "Class1.methodC"
+    );
+
+    h.key(KeyCode::Enter);
+    let ViewKind::Group(group) = &h.app.top().kind else {
+        panic!("group expected")
+    };
+    assert_eq!(group.id.to_string(), "F2");
+    assert_eq!(group.info.as_ref().unwrap().label, "Class2.Context");
+
+    // Entry, members, then the direct referent T1.
+    h.keys(&[KeyCode::Down, KeyCode::Down, KeyCode::Enter]);
+    let ViewKind::Group(group) = &h.app.top().kind else {
+        panic!("group expected")
+    };
+    assert_eq!(group.id.to_string(), "T1");
+    assert_eq!(group.info.as_ref().unwrap().sharers.len(), 3);
+
+    h.key(KeyCode::Enter);
+    let ViewKind::Object(object) = &h.app.top().kind else {
+        panic!("object expected")
+    };
+    let detail = object.detail.as_ref().unwrap();
+    assert_eq!(detail.object.id, 5);
+    assert_eq!(detail.object.size, 72);
+    assert_eq!(h.app.stack.len(), 5);
+
+    h.key(KeyCode::Esc);
+    assert!(matches!(&h.app.top().kind, ViewKind::Group(g) if g.id.to_string() == "T1"));
+    h.key(KeyCode::Esc);
+    let ViewKind::Group(group) = &h.app.top().kind else {
+        panic!("group expected")
+    };
+    assert_eq!(group.id.to_string(), "F2");
+    assert_eq!(group.selected, 2, "the referent row stays selected");
+    h.key(KeyCode::Esc);
+    assert!(matches!(&h.app.top().kind, ViewKind::Frames(f) if f.tid == 2));
+    h.key(KeyCode::Esc);
+    assert_eq!(h.app.stack.len(), 1);
+    assert_eq!(selected_tid(&h), 2, "home keeps its selection");
+    h.key(KeyCode::Esc);
+    assert_eq!(h.app.stack.len(), 1, "Esc on home stays home");
+    assert!(!h.app.quit);
+}
+
+#[test]
+fn objects_of_a_group_and_an_object_lead_back_to_its_holders() {
+    let mut h = Harness::new(fixture());
+    // Thread 1 → frame 0 → F1 → members → the object → its first holder, a frame.
+    h.keys(&[
+        KeyCode::Enter,
+        KeyCode::Enter,
+        KeyCode::Down,
+        KeyCode::Enter,
+    ]);
+    let ViewKind::Objects(objects) = &h.app.top().kind else {
+        panic!("objects expected")
+    };
+    assert_eq!(objects.table.total(), Some(1));
+    assert_eq!(objects.table.position_note(), "rows 1–1 of 1");
+    h.key(KeyCode::Enter);
+    let ViewKind::Object(object) = &h.app.top().kind else {
+        panic!("object expected")
+    };
+    let d = object.detail.as_ref().unwrap();
+    assert_eq!(d.object.site_label, "Class1.Session");
+    // Items: the group, then the two frames of thread 1 that hold it.
+    h.keys(&[KeyCode::Down, KeyCode::Down, KeyCode::Enter]);
+    let ViewKind::Frames(frames) = &h.app.top().kind else {
+        panic!("frames expected")
+    };
+    assert_eq!(frames.tid, 1);
+    assert_eq!(frames.table.selected_row().unwrap().index, 1);
+}
+
+#[test]
+fn the_filter_narrows_and_esc_clears_it() {
+    let mut h = Harness::new(fixture());
+    h.key(KeyCode::Char('/'));
+    assert!(h.app.input.is_some());
+    h.type_text("thn");
+    assert_eq!(thread_order(&h), [4], "fuzzy: t-h-n in thread-n only");
+    assert_eq!(h.app.home().threads.matches(0), [0, 1, 7]);
+    h.key(KeyCode::Enter);
+    assert!(h.app.input.is_none());
+    assert_eq!(thread_order(&h), [4], "Enter keeps the filter");
+    h.key(KeyCode::Char('/'));
+    assert_eq!(h.app.input.as_ref().unwrap().text, "thn");
+    h.key(KeyCode::Esc);
+    assert_eq!(thread_order(&h), [1, 3, 2, 4]);
+    assert_eq!(selected_tid(&h), 4, "the filtered row stays selected");
+}
+
+#[test]
+fn sort_keys_sort_by_column_and_again_reverse() {
+    let mut h = Harness::new(fixture());
+    h.key(KeyCode::Char('3'));
+    assert_eq!(
+        thread_order(&h),
+        [1, 2, 3, 4],
+        "proprietary 180, 120, 50, 30"
+    );
+    h.key(KeyCode::Char('3'));
+    assert_eq!(thread_order(&h), [4, 3, 2, 1]);
+    h.key(KeyCode::Char('4'));
+    assert_eq!(
+        thread_order(&h),
+        [3, 4, 1, 2],
+        "shared 204, 140, 84 (tid 1), 84 (tid 2)"
+    );
+    h.key(KeyCode::Char('1'));
+    assert_eq!(thread_order(&h), [1, 2, 3, 4], "tid ascending first");
+    h.key(KeyCode::Char('6'));
+    assert_eq!(
+        thread_order(&h),
+        [1, 2, 3, 4],
+        "the bar column does not sort"
+    );
+}
+
+#[test]
+fn marked_threads_get_their_set_release_from_the_source() {
+    let mut h = Harness::new(fixture());
+    h.key(KeyCode::Tab);
+    assert_eq!(h.app.screen(), Screen::Release);
+    // Release ranking: 1 (180), 2 (120), 3 (50), 4 (30).
+    h.key(KeyCode::Char(' '));
+    h.key(KeyCode::Down);
+    h.key(KeyCode::Char(' '));
+    assert!(h.log.contains(&RequestBody::Release { tids: vec![1, 2] }));
+    let home = h.app.home();
+    let set = home.set_release.as_ref().unwrap();
+    assert_eq!((set.tids.clone(), set.bytes), (vec![1, 2], Some(300)));
+
+    h.key(KeyCode::Char('x'));
+    assert!(h.app.home().set_release.is_none());
+    h.keys(&[
+        KeyCode::Down,
+        KeyCode::Char(' '),
+        KeyCode::Down,
+        KeyCode::Char(' '),
+    ]);
+    let home = h.app.home();
+    let set = home.set_release.as_ref().unwrap();
+    assert_eq!(set.tids, [3, 4]);
+    assert_eq!(set.bytes, Some(200), "T3 (120 B) is shared by 3 and 4 only");
+    assert_eq!(home.sum_of_singles(), 80, "so the release is not the sum");
+    assert!(home.release.rows().iter().filter(|r| r.marked).count() == 2);
+}
+
+#[test]
+fn sites_list_and_open_their_objects() {
+    let mut h = Harness::new(fixture());
+    assert!(!h.log.iter().any(|r| matches!(r, RequestBody::Sites { .. })));
+    h.keys(&[KeyCode::Tab, KeyCode::Tab]);
+    assert_eq!(h.app.home().tab, HomeTab::Sites);
+    let sites = &h.app.home().sites;
+    assert!(sites.len() > 3);
+    let first = sites.row(0).unwrap().clone();
+    assert!(first.live_bytes >= sites.row(1).unwrap().live_bytes);
+    h.key(KeyCode::Enter);
+    let ViewKind::Objects(objects) = &h.app.top().kind else {
+        panic!("objects expected")
+    };
+    assert_eq!(
+        objects.origin,
+        ObjectsOrigin::Site {
+            site: first.site,
+            label: first.label.clone()
+        }
+    );
+    assert_eq!(objects.table.total(), Some(first.blocks as usize));
+}
+
+#[test]
+fn offline_refresh_says_why_nothing_happens() {
+    let mut h = Harness::new(fixture());
+    let before = h.log.len();
+    h.key(KeyCode::Char('r'));
+    assert_eq!(h.log.len(), before, "no snapshot request to a file");
+    assert!(h.app.status.as_ref().unwrap().contains("live agent"));
+}
+
+#[test]
+fn help_opens_and_any_key_closes_it() {
+    let mut h = Harness::new(fixture());
+    h.key(KeyCode::Char('?'));
+    assert!(h.app.help);
+    h.key(KeyCode::Down);
+    assert!(!h.app.help);
+    assert_eq!(selected_tid(&h), 1, "the closing key does nothing else");
+    h.key(KeyCode::Char('q'));
+    assert!(h.app.quit);
+}
+
+#[test]
+fn a_disconnect_marks_the_data_stale_and_a_reconnect_reloads_it() {
+    let mut h = Harness::new(fixture());
+    h.app.on_source(SourceEvent::Disconnected {
+        reason: "connection reset".into(),
+    });
+    assert!(h.app.stale);
+    assert!(h.app.banner().unwrap().contains("connection reset"));
+    assert_eq!(thread_order(&h), [1, 3, 2, 4], "the last data is kept");
+    let before = h.log.len();
+    h.app.on_source(SourceEvent::Connected {
+        description: "again".into(),
+    });
+    h.pump();
+    assert!(!h.app.stale);
+    assert!(h.app.banner().is_none());
+    assert!(h.log[before..].contains(&RequestBody::ProcessInfo));
+    assert!(
+        h.log[before..]
+            .iter()
+            .any(|r| matches!(r, RequestBody::Threads { .. }))
+    );
+}
+
+/// The largest group of a graph.
+fn largest_group(graph: &heaptui_analysis::HeapGraph) -> (GroupId, u64) {
+    let analysis = Analysis::new(graph);
+    let g = analysis.groups().iter().max_by_key(|g| g.objects).unwrap();
+    (g.id.into(), g.objects)
+}
+
+fn object_pages(log: &[RequestBody]) -> Vec<u32> {
+    log.iter()
+        .filter_map(|r| match r {
+            RequestBody::GroupObjects { page, .. } => Some(page.offset),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_big_group_is_fetched_page_by_page_as_the_cursor_moves() {
+    let graph = big_group_graph(3, 20_000);
+    let (group, members) = largest_group(&graph);
+    assert_eq!(members, 20_001);
+    let mut h = Harness::new(graph);
+    h.log.clear();
+    h.app.open_objects(ObjectsOrigin::Group(group));
+    h.pump();
+    assert_eq!(object_pages(&h.log), [0], "only the first page at first");
+    let ViewKind::Objects(view) = &h.app.top().kind else {
+        panic!("objects")
+    };
+    assert_eq!(view.table.total(), Some(members as usize));
+    let note = view.table.position_note();
+    assert_eq!(note, "rows 1–28 of 20001");
+
+    // Scrolling a screen at a time asks for each page once, just ahead of the cursor.
+    for _ in 0..20 {
+        h.key(KeyCode::PageDown);
+    }
+    let pages = object_pages(&h.log);
+    let mut dedup = pages.clone();
+    dedup.dedup();
+    assert_eq!(pages, dedup, "no page asked twice");
+    assert!(pages.iter().all(|p| p % PAGE_ROWS == 0));
+    let ViewKind::Objects(view) = &h.app.top().kind else {
+        panic!("objects")
+    };
+    let selected = view.table.cursor().selected as u32;
+    assert!(*pages.last().unwrap() <= selected + 2 * PAGE_ROWS);
+    assert!(
+        view.table.selected_row().is_some(),
+        "the row in view has arrived"
+    );
+
+    // The end of the list: its last page only, not everything in between.
+    h.log.clear();
+    h.key(KeyCode::End);
+    let last = (members as u32 - 1) / PAGE_ROWS * PAGE_ROWS;
+    assert!(object_pages(&h.log).contains(&last));
+    assert!(
+        object_pages(&h.log).len() <= 2,
+        "{:?}",
+        object_pages(&h.log)
+    );
+
+    // A new sort starts over from the first page, in the server's new order.
+    h.log.clear();
+    h.key(KeyCode::Char('1'));
+    assert_eq!(object_pages(&h.log), [0]);
+    let sorted = h.log.iter().find_map(|r| match r {
+        RequestBody::GroupObjects { sort, page, .. } => Some((*sort, *page)),
+        _ => None,
+    });
+    let (sort, page) = sorted.unwrap();
+    assert_eq!(sort.key, heaptui_protocol::ObjectKey::Addr);
+    assert_eq!(page, Page::new(0, PAGE_ROWS));
+}
+
+#[test]
+fn answers_for_an_old_sort_are_dropped() {
+    let graph = big_group_graph(2, 2_000);
+    let (group, _) = largest_group(&graph);
+    let mut h = Harness::new(graph);
+    h.answering = false;
+    h.app.open_objects(ObjectsOrigin::Group(group));
+    let old = h.take_requests();
+    h.app.act(Action::Sort(1));
+    h.answering = true;
+    // The first page in the old order arrives late; then the new one.
+    let answerer_rows = {
+        h.pump();
+        let ViewKind::Objects(view) = &h.app.top().kind else {
+            panic!("objects")
+        };
+        view.table.row(0).unwrap().addr
+    };
+    assert_eq!(old.len(), 1);
+    // Rows are in address order (the new sort), whatever came first.
+    let ViewKind::Objects(view) = &h.app.top().kind else {
+        panic!("objects")
+    };
+    assert!(view.table.row(0).unwrap().addr <= view.table.row(1).unwrap().addr);
+    assert_eq!(answerer_rows, view.table.row(0).unwrap().addr);
+}

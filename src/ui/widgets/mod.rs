@@ -1,0 +1,5 @@
+//! Pieces shared by the screens: the generic table, the header with its sparkline, the footer.
+
+pub mod footer;
+pub mod header;
+pub mod table;
