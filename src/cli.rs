@@ -39,12 +39,40 @@ pub struct ReportArgs {
     /// A snapshot file (JSON `heaptui-snapshot` or the binary form, told apart by content).
     #[arg(value_name = "SOURCE")]
     pub source: PathBuf,
-    /// Print the report as JSON (`heaptui-report` version 1) instead of text tables.
-    #[arg(long)]
+    /// Print the report as JSON (`heaptui-report` version 1) instead of text tables; the same
+    /// as `--format json`.
+    #[arg(long, conflicts_with = "format")]
     pub json: bool,
+    /// Output format: text tables (default); json (`heaptui-report` version 1); csv (the
+    /// thread ranking); collapsed (live bytes by allocation stack, for inferno or
+    /// flamegraph.pl); pprof (gzipped pprof profile of live bytes and objects by allocation
+    /// stack, for `go tool pprof` or speedscope).
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub format: Option<ReportFormat>,
     /// Also print the bytes freed if all of these threads ended (comma-separated thread ids).
     #[arg(long, value_name = "TID,TID…", value_delimiter = ',', num_args = 1)]
     pub release: Option<Vec<u32>>,
+}
+
+/// What `heaptui report` prints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReportFormat {
+    Text,
+    Json,
+    Csv,
+    Collapsed,
+    Pprof,
+}
+
+impl ReportArgs {
+    /// The format asked for, `--json` included.
+    pub fn format(&self) -> ReportFormat {
+        match self.format {
+            Some(format) => format,
+            None if self.json => ReportFormat::Json,
+            None => ReportFormat::Text,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -69,5 +97,39 @@ mod tests {
         let e =
             Cli::try_parse_from(["heaptui", "report", "f.json", "--release", "1,x"]).unwrap_err();
         assert_eq!(e.exit_code(), 2);
+    }
+
+    #[test]
+    fn json_is_an_alias_of_format_json() {
+        let format = |args: &[&str]| {
+            let cli = Cli::try_parse_from(args.iter().copied()).unwrap();
+            let Command::Report(args) = cli.command else {
+                panic!("parsed as another command");
+            };
+            args.format()
+        };
+        assert_eq!(format(&["heaptui", "report", "f"]), ReportFormat::Text);
+        assert_eq!(
+            format(&["heaptui", "report", "f", "--json"]),
+            ReportFormat::Json
+        );
+        assert_eq!(
+            format(&["heaptui", "report", "f", "--format", "json"]),
+            ReportFormat::Json
+        );
+        assert_eq!(
+            format(&["heaptui", "report", "f", "--format", "pprof"]),
+            ReportFormat::Pprof
+        );
+        for bad in [
+            &["heaptui", "report", "f", "--format", "xml"][..],
+            &["heaptui", "report", "f", "--json", "--format", "csv"],
+        ] {
+            assert_eq!(
+                Cli::try_parse_from(bad).unwrap_err().exit_code(),
+                2,
+                "{bad:?}"
+            );
+        }
     }
 }

@@ -4,6 +4,7 @@
 //! This module owns turning a SOURCE argument into a heap graph. It never analyses (that is
 //! `heaptui_analysis`) and never talks to an agent.
 
+pub mod export;
 pub mod report;
 mod table;
 mod text;

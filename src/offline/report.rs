@@ -1,5 +1,6 @@
 //! `heaptui report SOURCE [--json] [--release TID,…]`: the whole analysis of one snapshot,
-//! as text tables or as the report JSON of SPEC §5.
+//! as text tables or as the report JSON of SPEC §5 (`--format` also offers the exports of
+//! `export/`).
 //!
 //! [`Report`] is the one model of a report: the JSON is its serialization and the text
 //! tables (`text`) are drawn from it, so the two cannot disagree. Building it reads the
@@ -13,7 +14,7 @@ use heaptui_analysis::{
 };
 use serde::Serialize;
 
-use crate::cli::ReportArgs;
+use crate::cli::{ReportArgs, ReportFormat};
 
 /// The report format name and version (SPEC §5).
 pub const REPORT_FORMAT: &str = "heaptui-report";
@@ -28,11 +29,15 @@ pub fn run(args: &ReportArgs, out: &mut impl Write) -> anyhow::Result<()> {
         None => None,
     };
     let report = Report::build(&graph, &analysis, release);
-    if args.json {
-        serde_json::to_writer_pretty(&mut *out, &report)?;
-        writeln!(out)?;
-    } else {
-        super::text::render(&report, &args.source, out)?;
+    match args.format() {
+        ReportFormat::Text => super::text::render(&report, &args.source, out)?,
+        ReportFormat::Json => {
+            serde_json::to_writer_pretty(&mut *out, &report)?;
+            writeln!(out)?;
+        }
+        ReportFormat::Csv => super::export::csv::write(&report, out)?,
+        ReportFormat::Collapsed => super::export::collapsed::write(&graph, out)?,
+        ReportFormat::Pprof => super::export::pprof::write(&graph, out)?,
     }
     Ok(())
 }
