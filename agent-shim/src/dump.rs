@@ -177,7 +177,7 @@ pub fn dump_once(prefix: &std::path::Path) -> Result<PathBuf, String> {
         return Err(e);
     }
     crate::agent_log!(
-        "snapshot {}: {} objects, {} bytes, {} threads; pause_ms={:.3} capture_ms={:.3} write_ms={:.3} (pause: stop_ms={:.3} index_ms={:.3} roots_ms={:.3} blocks_ms={:.3})",
+        "snapshot {}: {} objects, {} bytes, {} threads; pause_ms={:.3} capture_ms={:.3} write_ms={:.3} (stop_ms={:.3}; in the scanning child: index_ms={:.3} roots_ms={:.3} blocks_ms={:.3})",
         path.display(),
         cap.graph.object_count(),
         cap.graph.total_bytes(),

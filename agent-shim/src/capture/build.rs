@@ -1,10 +1,13 @@
 //! One capture, end to end: read the address space, freeze the block table, stop the world,
-//! unwind and scan, resume, then symbolize and assemble the [`HeapGraph`].
+//! fork a copy-on-write child of the stopped process and resume the world at once; the child
+//! lists, indexes and scans (unwinding every thread, scanning globals and blocks) and sends
+//! its findings back through a pipe; then the parent symbolizes and assembles the
+//! [`HeapGraph`]. If no child can be made, the scan runs while the world is stopped.
 //!
-//! Owns the order of those steps and what happens inside the stop window. Inside it: no libc
-//! malloc (the agent's allocator only), no loader calls, no stdio, and every read of target
-//! memory goes through the pre-read memory map or a live, frozen block. Symbolization and
-//! graph assembly happen after the resume.
+//! Owns the order of those steps and what happens inside the stop window and in the child.
+//! There: no libc malloc (the agent's allocator only, checked idle), no loader calls, no
+//! stdio, and every read of target memory goes through the pre-read memory map or a live,
+//! frozen block. Symbolization and graph assembly happen after the resume, in the parent.
 //!
 //! It does not know the block table's layout: the table is reached through [`Heap`], so the
 //! capture can be tested on any set of real memory blocks.
@@ -75,8 +78,8 @@ pub struct Capture {
     pub graph: HeapGraph,
     /// How long the threads were stopped (freeze to resume).
     pub pause: Duration,
-    /// Inside the pause: stopping the threads, indexing the blocks, unwinding and scanning
-    /// the roots, scanning the blocks.
+    /// Stopping the threads (inside the pause); indexing the blocks, unwinding and scanning
+    /// the roots, scanning the blocks (in the child, after the resume).
     pub phases: Phases,
     /// The whole capture, symbolization and graph assembly included.
     pub total: Duration,
@@ -90,6 +93,8 @@ const MAX_ATTEMPTS: u32 = 100;
 pub enum CaptureError {
     Graph(GraphError),
     Busy,
+    /// The copy-on-write child that scans died or sent something unreadable.
+    Child,
 }
 
 impl std::fmt::Display for CaptureError {
@@ -99,6 +104,7 @@ impl std::fmt::Display for CaptureError {
             CaptureError::Busy => f.write_str(
                 "the agent's allocator stayed busy in a stopped thread; no snapshot taken",
             ),
+            CaptureError::Child => f.write_str("the scanning child process failed"),
         }
     }
 }
@@ -182,82 +188,66 @@ pub fn capture<H: Heap>(
         std::thread::sleep(Duration::from_millis(1));
         world = stop::stop(&tids, timeouts);
     }
-    let mut phases = Phases {
-        stop: paused.elapsed(),
-        ..Phases::default()
+    let stop_time = paused.elapsed();
+    let mut scan = |world: &stop::World| {
+        scan_stopped(
+            heap,
+            &frozen,
+            world,
+            &space,
+            &mut unwinder,
+            &globals_ranges,
+            &own_tls,
+            (&mut blocks, &mut scratch),
+        )
     };
-    let mark = Instant::now();
-    heap.blocks(&frozen, &mut blocks);
-    blocks.retain(|b| !heap.agent_block(b));
-    sort_by_address(&mut blocks, &mut scratch);
-    drop_referenced(&mut blocks, &own_tls);
-    let index = BlockIndex::new(blocks.iter().map(|b| (b.addr, b.size)));
-    let mut collector = Collector::new(blocks.len());
-    phases.index = mark.elapsed();
-    let mark = Instant::now();
-    let mut raw: Vec<RawThread> = Vec::with_capacity(threads.len());
-    for (tid, outcome) in &world.threads {
-        let name = threads
-            .iter()
-            .find(|t| t.tid == *tid)
-            .map_or_else(String::new, |t| t.name.clone());
-        let (state, frames) = match outcome {
-            Outcome::Gone => continue,
-            Outcome::NotStoppable(why) => (ThreadState::NotStoppable((*why).into()), Vec::new()),
-            Outcome::Stopped(regs) => {
-                let unwound = unwinder.unwind(regs);
-                let frames = unwound
-                    .frames
-                    .iter()
-                    .map(|f| {
-                        collector.begin();
-                        for r in &f.ranges {
-                            // SAFETY: the unwinder clamped every range to readable mappings,
-                            // and the thread owning them is stopped.
-                            unsafe { collector.range(&index, r.clone(), &unwound.skip) };
-                        }
-                        for &v in &f.values {
-                            collector.word(&index, v);
-                        }
-                        (f.sort, f.pc, collector.take_sorted())
-                    })
-                    .collect();
-                (ThreadState::Stopped, frames)
-            }
-        };
-        raw.push(RawThread {
-            tid: *tid,
-            name,
-            state,
-            frames,
-        });
-    }
-    collector.begin();
-    for (r, libc) in &globals_ranges {
-        if *libc && heap.glibc_blocks() {
-            let words = (r.end - r.start) / 8;
-            for k in 0..words {
-                // SAFETY: clamped to readable mappings by `AddressSpace::globals`; the blocks
-                // are glibc's live blocks.
-                unsafe {
-                    let v = std::ptr::read_volatile((r.start + 8 * k) as *const u64);
-                    collector.allocator_word(&index, v);
-                }
-            }
-        } else {
-            // SAFETY: clamped to readable mappings by `AddressSpace::globals`.
-            unsafe { collector.range(&index, r.clone(), &[]) };
+    // The scan runs in a copy-on-write child of the stopped process, so the threads run
+    // again as soon as the child exists; without a child, it runs while they are stopped.
+    let (scanned, pause) = match fork_child() {
+        Fork::Child(fd) => {
+            let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let scanned = scan(&world);
+                write_all(fd, &encode(&scanned))
+            }))
+            .unwrap_or(false);
+            // SAFETY: the child ends here without running any exit handler of the program.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) }
         }
+        Fork::Parent(child, fd) => {
+            world.wake();
+            drop(frozen);
+            let pause = paused.elapsed();
+            drop(world);
+            let bytes = read_all(fd);
+            let mut status = 0;
+            // SAFETY: reaps our own child (it has no exit signal: __WALL finds it).
+            unsafe { libc::waitpid(child, &mut status, libc::__WALL) };
+            let scanned = decode(&bytes).ok_or(CaptureError::Child)?;
+            (scanned, pause)
+        }
+        Fork::Failed => {
+            let scanned = scan(&world);
+            world.wake();
+            drop(frozen);
+            let pause = paused.elapsed();
+            drop(world);
+            (scanned, pause)
+        }
+    };
+    let Scanned {
+        blocks,
+        mut raw,
+        globals,
+        edges,
+        mut phases,
+    } = scanned;
+    phases.stop = stop_time;
+    for t in &mut raw {
+        t.name = threads
+            .iter()
+            .find(|i| i.tid == t.tid)
+            .map_or_else(String::new, |i| i.name.clone());
     }
-    let globals = collector.take_sorted();
-    phases.roots = mark.elapsed();
-    let mark = Instant::now();
-    let edges = scan_blocks(&index, &space, &mut collector);
-    phases.blocks = mark.elapsed();
-    world.wake();
-    drop(frozen);
-    let pause = paused.elapsed();
-    drop(world);
     // ---- end of stop window ----
 
     let graph = assemble(heap, &space, process, &blocks, edges, raw, globals)?;
@@ -319,6 +309,308 @@ fn drop_referenced(blocks: &mut Vec<BlockInfo>, ranges: &[std::ops::Range<u64>])
         let i = words.partition_point(|&w| w < b.addr);
         words.get(i).is_none_or(|&w| w >= b.addr + b.size.max(1))
     });
+}
+
+/// What the scan of a stopped world found.
+struct Scanned {
+    blocks: Vec<BlockInfo>,
+    raw: Vec<RawThread>,
+    globals: Vec<ObjectIndex>,
+    edges: Edges,
+    phases: Phases,
+}
+
+/// Everything done while the world is stopped (or in the copy-on-write child): list, sort
+/// and index the blocks, unwind and scan every stopped thread, scan globals and blocks.
+#[allow(clippy::too_many_arguments)]
+fn scan_stopped<H: Heap>(
+    heap: &H,
+    frozen: &H::Frozen,
+    world: &stop::World,
+    space: &AddressSpace,
+    unwinder: &mut Unwinder<'_>,
+    globals_ranges: &[(std::ops::Range<u64>, bool)],
+    own_tls: &[std::ops::Range<u64>],
+    (blocks, scratch): (&mut Vec<BlockInfo>, &mut Vec<BlockInfo>),
+) -> Scanned {
+    let mut phases = Phases::default();
+    let mark = Instant::now();
+    heap.blocks(frozen, blocks);
+    blocks.retain(|b| !heap.agent_block(b));
+    sort_by_address(blocks, scratch);
+    drop_referenced(blocks, own_tls);
+    let index = BlockIndex::new(blocks.iter().map(|b| (b.addr, b.size)));
+    let mut collector = Collector::new(blocks.len());
+    phases.index = mark.elapsed();
+    let mark = Instant::now();
+    let mut raw: Vec<RawThread> = Vec::with_capacity(world.threads.len());
+    for (tid, outcome) in &world.threads {
+        let (state, frames) = match outcome {
+            Outcome::Gone => continue,
+            Outcome::NotStoppable(why) => (ThreadState::NotStoppable((*why).into()), Vec::new()),
+            Outcome::Stopped(regs) => {
+                let unwound = unwinder.unwind(regs);
+                let frames = unwound
+                    .frames
+                    .iter()
+                    .map(|f| {
+                        collector.begin();
+                        for r in &f.ranges {
+                            // SAFETY: the unwinder clamped every range to readable mappings,
+                            // and the thread owning them is stopped (or this is a frozen
+                            // copy of it).
+                            unsafe { collector.range(&index, r.clone(), &unwound.skip) };
+                        }
+                        for &v in &f.values {
+                            collector.word(&index, v);
+                        }
+                        (f.sort, f.pc, collector.take_sorted())
+                    })
+                    .collect();
+                (ThreadState::Stopped, frames)
+            }
+        };
+        raw.push(RawThread {
+            tid: *tid,
+            name: String::new(),
+            state,
+            frames,
+        });
+    }
+    collector.begin();
+    for (r, libc) in globals_ranges {
+        if *libc && heap.glibc_blocks() {
+            let words = (r.end - r.start) / 8;
+            for k in 0..words {
+                // SAFETY: clamped to readable mappings by `AddressSpace::globals`; the blocks
+                // are glibc's live blocks.
+                unsafe {
+                    let v = std::ptr::read_volatile((r.start + 8 * k) as *const u64);
+                    collector.allocator_word(&index, v);
+                }
+            }
+        } else {
+            // SAFETY: clamped to readable mappings by `AddressSpace::globals`.
+            unsafe { collector.range(&index, r.clone(), &[]) };
+        }
+    }
+    let globals = collector.take_sorted();
+    phases.roots = mark.elapsed();
+    let mark = Instant::now();
+    let edges = scan_blocks(&index, space, &mut collector);
+    phases.blocks = mark.elapsed();
+    Scanned {
+        blocks: std::mem::take(blocks),
+        raw,
+        globals,
+        edges,
+        phases,
+    }
+}
+
+enum Fork {
+    /// In the child, with the write end of the result pipe.
+    Child(i32),
+    /// In the parent: the child's pid and the read end.
+    Parent(libc::pid_t, i32),
+    /// No child could be made.
+    Failed,
+}
+
+/// Makes a copy-on-write child of this process (only the calling thread runs in it), with
+/// no exit signal, so the program's own `wait` calls never see it.
+fn fork_child() -> Fork {
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe2 writes two descriptors into `fds`.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Fork::Failed;
+    }
+    // SAFETY: a raw clone without CLONE_VM and without a new stack is a fork whose child
+    // gets a copy of this thread's stack; glibc's fork handlers are deliberately skipped
+    // (the child only runs the scan, raw system calls and _exit).
+    let pid = unsafe { libc::syscall(libc::SYS_clone, 0u64, 0u64, 0u64, 0u64, 0u64) };
+    match pid {
+        0 => {
+            // SAFETY: our own descriptor.
+            unsafe { libc::close(fds[0]) };
+            Fork::Child(fds[1])
+        }
+        p if p > 0 => {
+            // SAFETY: our own descriptor.
+            unsafe { libc::close(fds[1]) };
+            Fork::Parent(p as libc::pid_t, fds[0])
+        }
+        _ => {
+            // SAFETY: our own descriptors.
+            unsafe {
+                libc::close(fds[0]);
+                libc::close(fds[1]);
+            }
+            Fork::Failed
+        }
+    }
+}
+
+fn write_all(fd: i32, mut bytes: &[u8]) -> bool {
+    while !bytes.is_empty() {
+        // SAFETY: writes from a live slice.
+        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+        if n <= 0 {
+            if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return false;
+        }
+        bytes = &bytes[n as usize..];
+    }
+    // SAFETY: our own descriptor.
+    unsafe { libc::close(fd) };
+    true
+}
+
+fn read_all(fd: i32) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1 << 20);
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        // SAFETY: reads into a live buffer of the given length.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+            continue;
+        }
+        if n <= 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n as usize]);
+    }
+    // SAFETY: our own descriptor.
+    unsafe { libc::close(fd) };
+    out
+}
+
+/// The child's results, as little-endian words (both ends are this very program).
+fn encode(s: &Scanned) -> Vec<u8> {
+    let mut out: Vec<u8> = Vec::with_capacity(s.blocks.len() * 48 + s.edges.len() * 4 + 4096);
+    let u64s = |v: u64, out: &mut Vec<u8>| out.extend_from_slice(&v.to_le_bytes());
+    u64s(s.blocks.len() as u64, &mut out);
+    for b in &s.blocks {
+        for v in [b.addr, b.size, b.seq, u64::from(b.tid), u64::from(b.stack)] {
+            u64s(v, &mut out);
+        }
+    }
+    let refs = |r: &[ObjectIndex], out: &mut Vec<u8>| {
+        out.extend_from_slice(&(r.len() as u64).to_le_bytes());
+        for &o in r {
+            out.extend_from_slice(&o.to_le_bytes());
+        }
+    };
+    u64s(s.raw.len() as u64, &mut out);
+    for t in &s.raw {
+        u64s(u64::from(t.tid), &mut out);
+        let why = match &t.state {
+            ThreadState::Stopped => None,
+            ThreadState::NotStoppable(w) => Some(w.as_bytes()),
+        };
+        u64s(why.map_or(u64::MAX, |w| w.len() as u64), &mut out);
+        out.extend_from_slice(why.unwrap_or(&[]));
+        u64s(t.frames.len() as u64, &mut out);
+        for (sort, pc, r) in &t.frames {
+            let sort = match sort {
+                FrameSort::Call => 0,
+                FrameSort::Signal => 1,
+                FrameSort::Thread => 2,
+            };
+            u64s(sort, &mut out);
+            u64s(*pc, &mut out);
+            refs(r, &mut out);
+        }
+    }
+    refs(&s.globals, &mut out);
+    for o in 0..s.blocks.len() as ObjectIndex {
+        refs(s.edges.of(o), &mut out);
+    }
+    for d in [s.phases.index, s.phases.roots, s.phases.blocks] {
+        u64s(d.as_nanos() as u64, &mut out);
+    }
+    out
+}
+
+fn decode(bytes: &[u8]) -> Option<Scanned> {
+    let mut at = 0usize;
+    let u64_at = |at: &mut usize| -> Option<u64> {
+        let v = u64::from_le_bytes(bytes.get(*at..*at + 8)?.try_into().ok()?);
+        *at += 8;
+        Some(v)
+    };
+    let n = u64_at(&mut at)? as usize;
+    let mut blocks = Vec::with_capacity(n.min(bytes.len() / 40));
+    for _ in 0..n {
+        blocks.push(BlockInfo {
+            addr: u64_at(&mut at)?,
+            size: u64_at(&mut at)?,
+            seq: u64_at(&mut at)?,
+            tid: u64_at(&mut at)? as u32,
+            stack: u64_at(&mut at)? as u32,
+        });
+    }
+    let refs_at = |at: &mut usize| -> Option<Vec<ObjectIndex>> {
+        let k = u64_at(at)? as usize;
+        let raw = bytes.get(*at..*at + 4 * k)?;
+        *at += 4 * k;
+        Some(
+            raw.chunks_exact(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+        )
+    };
+    let threads = u64_at(&mut at)? as usize;
+    let mut raw = Vec::with_capacity(threads.min(1 << 20));
+    for _ in 0..threads {
+        let tid = u64_at(&mut at)? as u32;
+        let why = u64_at(&mut at)?;
+        let state = if why == u64::MAX {
+            ThreadState::Stopped
+        } else {
+            let w = bytes.get(at..at + why as usize)?;
+            at += why as usize;
+            ThreadState::NotStoppable(String::from_utf8_lossy(w).into_owned())
+        };
+        let frames_n = u64_at(&mut at)? as usize;
+        let mut frames = Vec::with_capacity(frames_n.min(1 << 16));
+        for _ in 0..frames_n {
+            let sort = match u64_at(&mut at)? {
+                0 => FrameSort::Call,
+                1 => FrameSort::Signal,
+                _ => FrameSort::Thread,
+            };
+            let pc = u64_at(&mut at)?;
+            frames.push((sort, pc, refs_at(&mut at)?));
+        }
+        raw.push(RawThread {
+            tid,
+            name: String::new(),
+            state,
+            frames,
+        });
+    }
+    let globals = refs_at(&mut at)?;
+    let mut edges = Edges::with_capacity(blocks.len(), blocks.len() * 2);
+    for _ in 0..blocks.len() {
+        edges.push(refs_at(&mut at)?);
+    }
+    let mut d = || u64_at(&mut at).map(Duration::from_nanos);
+    let phases = Phases {
+        stop: Duration::ZERO,
+        index: d()?,
+        roots: d()?,
+        blocks: d()?,
+    };
+    Some(Scanned {
+        blocks,
+        raw,
+        globals,
+        edges,
+        phases,
+    })
 }
 
 fn assemble<H: Heap>(
