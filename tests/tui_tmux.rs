@@ -1,0 +1,257 @@
+//! The TUI in a real terminal: `heaptui open` of the patent fixture runs in a detached tmux
+//! session of 120×36; keys go in with `send-keys`, the screen comes back with `capture-pane`.
+//! Every wait polls the pane against a deadline — no fixed sleeps.
+//!
+//! tmux is required (CI installs it); without it these tests fail and say so.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+const DEADLINE: Duration = Duration::from_secs(10);
+const PROMPT: &str = "ready> ";
+
+/// A tmux server of its own (its own socket), killed on drop.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn start() -> Tmux {
+        match Command::new("tmux").arg("-V").output() {
+            Ok(o) if o.status.success() => {}
+            _ => panic!(
+                "tmux is required for the terminal tests and was not found: install it \
+                 (apt-get install tmux; .ci/run does)"
+            ),
+        }
+        static N: AtomicU32 = AtomicU32::new(0);
+        let socket = format!(
+            "heaptui-test-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        let t = Tmux { socket };
+        // A plain shell with a known prompt, so that quitting can be seen to give it back.
+        t.run(&[
+            "new-session",
+            "-d",
+            "-x",
+            "120",
+            "-y",
+            "36",
+            &format!("env 'PS1={PROMPT}' sh"),
+        ]);
+        t.run(&["set-option", "-g", "escape-time", "0"]);
+        t.wait_for("the shell prompt", |s| s.contains(PROMPT.trim_end()));
+        t
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        let out = Command::new("tmux")
+            .arg("-L")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .expect("running tmux");
+        assert!(
+            out.status.success(),
+            "tmux {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", "0"];
+        args.extend(keys);
+        self.run(&args);
+    }
+
+    fn literal(&self, text: &str) {
+        self.run(&["send-keys", "-t", "0", "-l", text]);
+    }
+
+    fn screen(&self) -> String {
+        String::from_utf8_lossy(&self.run(&["capture-pane", "-p", "-t", "0"]).stdout).into_owned()
+    }
+
+    /// Polls the pane until `ok` holds; fails with the last screen after the deadline.
+    fn wait_for(&self, what: &str, ok: impl Fn(&str) -> bool) -> String {
+        let start = Instant::now();
+        loop {
+            let s = self.screen();
+            if ok(&s) {
+                return s;
+            }
+            if start.elapsed() > DEADLINE {
+                panic!("waited {DEADLINE:?} for {what}; the screen was:\n{s}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn open_fixture(&self) {
+        let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../shared/fixtures/patent-example.json");
+        self.literal(&format!(
+            "{} open {}",
+            env!("CARGO_BIN_EXE_heaptui"),
+            fixture.display()
+        ));
+        self.keys(&["Enter"]);
+        self.wait_for("the thread ranking", |s| {
+            s.contains("Threads by total") && s.contains("thread-n")
+        });
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .arg("-L")
+            .arg(&self.socket)
+            .arg("kill-server")
+            .output();
+    }
+}
+
+/// The line of the table that mentions `name`.
+fn row<'a>(screen: &'a str, name: &str) -> &'a str {
+    screen
+        .lines()
+        .find(|l| l.contains(name) && l.starts_with('│'))
+        .unwrap_or_else(|| panic!("no row for {name} in\n{screen}"))
+}
+
+/// The order in which the names appear on the screen.
+fn order(screen: &str, names: &[&str]) -> Vec<String> {
+    let mut found: Vec<(usize, String)> = names
+        .iter()
+        .filter_map(|n| screen.find(&format!(" {n} ")).map(|at| (at, n.to_string())))
+        .collect();
+    found.sort();
+    found.into_iter().map(|(_, n)| n).collect()
+}
+
+const THREADS: [&str; 4] = ["thread-1", "thread-2", "thread-3", "thread-n"];
+
+#[test]
+fn home_ranks_by_total_and_drills_to_an_object_and_back() {
+    let t = Tmux::start();
+    t.open_fixture();
+    let s = t.screen();
+    assert_eq!(
+        order(&s, &THREADS),
+        ["thread-1", "thread-3", "thread-2", "thread-n"]
+    );
+    let first = row(&s, "thread-1");
+    assert!(first.contains("264 B") && first.contains('▶'), "{first}");
+
+    t.keys(&["Enter"]);
+    t.wait_for("the frames of thread 1", |s| {
+        s.contains("Frames of thread 1") && s.contains("Class1.methodB")
+    });
+    t.keys(&["Enter"]);
+    t.wait_for("group F1", |s| {
+        s.contains("Group F1") && s.contains("Class1.Session")
+    });
+    t.keys(&["Down", "Enter"]);
+    t.wait_for("the objects of F1", |s| {
+        s.contains("Objects of group F1") && s.contains("rows 1–1 of 1")
+    });
+    t.keys(&["Enter"]);
+    let s = t.wait_for("the object", |s| s.contains("Object #"));
+    assert!(s.contains("frame-shared within thread 1"), "{s}");
+    assert!(
+        s.contains("held by  frame #0 Class1.methodB of thread 1"),
+        "{s}"
+    );
+
+    t.keys(&["Escape"]);
+    t.wait_for("back to the objects", |s| s.contains("Objects of group F1"));
+    t.keys(&["Escape"]);
+    let s = t.wait_for("back to the group", |s| s.contains("Group F1"));
+    assert!(
+        row(&s, "members").contains('▶'),
+        "the members line stays selected:\n{s}"
+    );
+    // One Escape at a time: two in one write read as Alt+Escape.
+    t.keys(&["Escape"]);
+    t.wait_for("back to the frames", |s| s.contains("Frames of thread 1"));
+    t.keys(&["Escape"]);
+    let s = t.wait_for("back home", |s| s.contains("Threads by total"));
+    assert!(row(&s, "thread-1").contains('▶'));
+}
+
+#[test]
+fn filter_and_sort() {
+    let t = Tmux::start();
+    t.open_fixture();
+    t.keys(&["/"]);
+    t.literal("thn");
+    let s = t.wait_for("the filter to narrow", |s| {
+        s.contains("rows 1–1 of 1 (of 4)")
+    });
+    assert_eq!(order(&s, &THREADS), ["thread-n"]);
+    assert!(s.contains("filter /thn"), "{s}");
+    t.keys(&["Escape"]);
+    t.wait_for("the filter to clear", |s| order(s, &THREADS).len() == 4);
+
+    t.keys(&["3"]);
+    let s = t.wait_for("sorted by proprietary", |s| s.contains("PROPRIETARY▼"));
+    assert_eq!(
+        order(&s, &THREADS),
+        ["thread-1", "thread-2", "thread-3", "thread-n"]
+    );
+    t.keys(&["3"]);
+    let s = t.wait_for("the order reversed", |s| s.contains("PROPRIETARY▲"));
+    assert_eq!(
+        order(&s, &THREADS),
+        ["thread-n", "thread-3", "thread-2", "thread-1"]
+    );
+}
+
+#[test]
+fn release_of_two_marked_threads() {
+    let t = Tmux::start();
+    t.open_fixture();
+    t.keys(&["Tab"]);
+    t.wait_for("the release ranking", |s| s.contains("RELEASE ALONE"));
+    t.keys(&["Space", "Down", "Space"]);
+    let s = t.wait_for("the release of {1, 2}", |s| {
+        s.contains("Ending threads {1, 2} frees 300 B")
+    });
+    assert!(row(&s, "thread-1").contains("[x]"));
+    assert!(row(&s, "thread-2").contains("[x]"));
+    assert!(row(&s, "thread-3").contains("[ ]"));
+}
+
+#[test]
+fn quitting_gives_the_terminal_back() {
+    let t = Tmux::start();
+    t.open_fixture();
+    let alternate = |t: &Tmux| {
+        String::from_utf8_lossy(
+            &t.run(&["display-message", "-p", "-t", "0", "#{alternate_on}"])
+                .stdout,
+        )
+        .trim()
+        .to_string()
+    };
+    assert_eq!(alternate(&t), "1", "the TUI runs on the alternate screen");
+    t.keys(&["q"]);
+    let s = t.wait_for("the shell again", |s| {
+        !s.contains("Threads by total") && s.matches(PROMPT.trim_end()).count() >= 2
+    });
+    assert!(
+        s.contains("open "),
+        "the command line is back on screen:\n{s}"
+    );
+    assert_eq!(alternate(&t), "0", "no alternate screen left");
+    // The shell reads keys normally again: no raw mode, no mouse reporting left on.
+    t.literal("echo still-here");
+    t.keys(&["Enter"]);
+    t.wait_for("the shell to answer", |s| s.contains("\nstill-here"));
+}
