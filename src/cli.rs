@@ -25,6 +25,34 @@ pub enum Command {
     /// Print the absolute path of the agent shared object, for
     /// `LD_PRELOAD=$(heaptui agent-path) prog`.
     AgentPath,
+    /// Take a snapshot of a running agent and save it as a binary snapshot file.
+    Snapshot(SnapshotArgs),
+    /// Start a program with the agent preloaded, print its report once the agent answers,
+    /// and wait for the program to end.
+    Run(RunArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct SnapshotArgs {
+    /// The agent's address: :PORT, HOST:PORT or unix:PATH.
+    #[arg(value_name = "ADDR")]
+    pub address: String,
+    /// The snapshot file to write.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: PathBuf,
+    /// The agent's token file (needed for agents on other machines).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Where the agent listens (:PORT, HOST:PORT or unix:PATH); default: a private Unix socket.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// The program and its arguments.
+    #[arg(last = true, required = true, value_name = "PROG [ARGS]…")]
+    pub program: Vec<std::ffi::OsString>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -36,7 +64,8 @@ pub struct OpenArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct ReportArgs {
-    /// A snapshot file (JSON `heaptui-snapshot` or the binary form, told apart by content).
+    /// A snapshot file (JSON `heaptui-snapshot` or the binary form, told apart by content), or
+    /// a live agent's address (:PORT, HOST:PORT or unix:PATH).
     #[arg(value_name = "SOURCE")]
     pub source: PathBuf,
     /// Print the report as JSON (`heaptui-report` version 1) instead of text tables; the same
@@ -52,6 +81,9 @@ pub struct ReportArgs {
     /// Also print the bytes freed if all of these threads ended (comma-separated thread ids).
     #[arg(long, value_name = "TID,TID…", value_delimiter = ',', num_args = 1)]
     pub release: Option<Vec<u32>>,
+    /// The agent's token file when SOURCE is the address of an agent on another machine.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
 }
 
 /// What `heaptui report` prints.

@@ -454,12 +454,12 @@ fn an_unknown_thread_in_release_exits_1_naming_the_threads() {
 }
 
 #[test]
-fn a_live_address_is_refused_honestly() {
+fn an_address_without_an_agent_is_refused_in_one_line() {
     let out = heaptui(&["report", ":8000"]);
     assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);
     assert!(
-        err.starts_with("heaptui: cannot connect to :8000: "),
+        err.starts_with("heaptui: cannot connect to 127.0.0.1:8000: "),
         "{err}"
     );
     assert_eq!(err.lines().count(), 1);

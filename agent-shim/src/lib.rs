@@ -29,5 +29,6 @@ pub mod lifecycle;
 pub mod log;
 pub mod policy;
 pub mod registry;
+pub mod server;
 pub mod sync;
 pub mod sys;

@@ -6,7 +6,8 @@
 //! tables (`text`) are drawn from it, so the two cannot disagree. Building it reads the
 //! engine's figures and the graph's names; it computes no figure itself.
 
-use std::io::Write;
+use std::io::{BufWriter, Write};
+use std::path::Path;
 
 use anyhow::bail;
 use heaptui_analysis::{
@@ -23,22 +24,51 @@ pub const REPORT_VERSION: u32 = 1;
 /// Runs the command: load, analyse, print.
 pub fn run(args: &ReportArgs, out: &mut impl Write) -> anyhow::Result<()> {
     let graph = super::load(&args.source)?;
-    let analysis = Analysis::new(&graph);
+    write(&graph, args, None, out)
+}
+
+/// Analyses `graph` and prints it in the format `args` asks for. The live report
+/// (`client::commands`) comes through here too, with its snapshot's timing.
+pub fn write(
+    graph: &HeapGraph,
+    args: &ReportArgs,
+    timing: Option<Timing>,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let analysis = Analysis::new(graph);
     let release = match &args.release {
-        Some(tids) => Some(release(&graph, &analysis, tids)?),
+        Some(tids) => Some(release(graph, &analysis, tids)?),
         None => None,
     };
-    let report = Report::build(&graph, &analysis, release);
+    let mut report = Report::build(graph, &analysis, release);
+    report.timing = timing;
     match args.format() {
-        ReportFormat::Text => super::text::render(&report, &args.source, out)?,
-        ReportFormat::Json => {
-            serde_json::to_writer_pretty(&mut *out, &report)?;
-            writeln!(out)?;
-        }
-        ReportFormat::Csv => super::export::csv::write(&report, out)?,
-        ReportFormat::Collapsed => super::export::collapsed::write(&graph, out)?,
-        ReportFormat::Pprof => super::export::pprof::write(&graph, out)?,
+        ReportFormat::Text => print(&report, false, &args.source, out),
+        ReportFormat::Json => print(&report, true, &args.source, out),
+        ReportFormat::Csv => Ok(super::export::csv::write(&report, out)?),
+        ReportFormat::Collapsed => Ok(super::export::collapsed::write(graph, out)?),
+        ReportFormat::Pprof => Ok(super::export::pprof::write(graph, out)?),
     }
+}
+
+/// Prints a report as JSON or as text tables (`source` names it in the text header); the
+/// live report (`client::commands`) prints through here too.
+pub fn print(
+    report: &Report,
+    json: bool,
+    source: &Path,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    // Stdout is line-buffered: a report of a million objects has millions of lines, and a
+    // write call each took most of the run.
+    let mut out = BufWriter::with_capacity(1 << 16, out);
+    if json {
+        serde_json::to_writer_pretty(&mut out, report)?;
+        writeln!(out)?;
+    } else {
+        super::text::render(report, source, &mut out)?;
+    }
+    out.flush()?;
     Ok(())
 }
 
@@ -56,6 +86,17 @@ pub struct Report {
     pub leaks: Leaks,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub release: Option<Release>,
+    /// A live report's snapshot timing (SPEC §5), absent for a file.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub timing: Option<Timing>,
+}
+
+/// How long the live snapshot of a report took, in milliseconds.
+#[derive(Debug, Serialize)]
+pub struct Timing {
+    pub pause_ms: f64,
+    pub capture_ms: f64,
+    pub analysis_ms: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -208,6 +249,7 @@ impl Report {
             groups,
             leaks: analysis.leaks(),
             release,
+            timing: None,
         }
     }
 }

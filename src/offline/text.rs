@@ -43,6 +43,13 @@ fn header(report: &Report, source: &Path, out: &mut impl Write) -> io::Result<()
     };
     writeln!(out, "heaptui report of {}", source.display())?;
     writeln!(out, "process  {command} (pid {})", p.pid)?;
+    if let Some(t) = &report.timing {
+        writeln!(
+            out,
+            "snapshot live: pause {:.1} ms, capture {:.1} ms, analysis {:.1} ms",
+            t.pause_ms, t.capture_ms, t.analysis_ms
+        )?;
+    }
     let t = &report.totals;
     writeln!(
         out,

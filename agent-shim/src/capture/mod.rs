@@ -62,7 +62,9 @@ impl Heap for Registry {
             self.last.set((b.tid, agent));
             agent
         };
-        agent || crate::dump::started_agent_thread(b.seq)
+        agent
+            || crate::dump::started_agent_thread(b.seq)
+            || crate::server::started_agent_thread(b.seq)
     }
 }
 

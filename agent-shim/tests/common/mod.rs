@@ -234,6 +234,8 @@ pub fn run_preloaded(dir: &TempDir, exe: &Path, args: &[&str], env: &[(&str, &st
         .env("HEAPTUI_LOG", &log)
         // Any free port: targets of parallel tests must not compete for the default 8000.
         .env("HEAPTUI_LISTEN", "127.0.0.1:0")
+        // Any free port: targets of parallel tests must not compete for the default 8000.
+        .env("HEAPTUI_LISTEN", "127.0.0.1:0")
         // A socket of its own: parallel tests never compete for the default TCP port.
         .env("HEAPTUI_LISTEN", format!("unix:{}.sock", log.display()))
         .env_remove("HEAPTUI_STACK_DEPTH")

@@ -1,0 +1,220 @@
+//! One client connection, on its own thread: the handshake, then requests answered in order,
+//! and live counters pushed about once a second while subscribed.
+//!
+//! Bounded by design: the hello must arrive within [`HANDSHAKE_TIMEOUT`] and be at most
+//! `HANDSHAKE_MAX_FRAME_LEN` bytes; afterwards a frame that has begun must keep arriving (a
+//! client that sends half a frame and stalls is closed after [`STALL_TIMEOUT`]); an answer that
+//! the client does not read within [`WRITE_TIMEOUT`] closes it. Memory per connection is one
+//! read buffer, the frame being received (at most `MAX_FRAME_LEN`) and the answer being sent;
+//! the kernel's socket buffer is the only queue. Every connection ends with one log line
+//! saying why.
+//!
+//! Never: block another connection or the target's threads, trust anything before the hello,
+//! or keep answering on a stream whose frame boundaries are lost.
+
+use std::io::{self, Read, Write};
+use std::time::{Duration, Instant};
+
+use heaptui_protocol::answer::snapshot_chunk;
+use heaptui_protocol::handshake::server_handshake;
+use heaptui_protocol::{
+    ErrorKind, FrameDecoder, MAX_FRAME_LEN, Push, Request, RequestBody, Response, ServerMessage,
+    decode_payload, encode_frame,
+};
+
+use super::Stream;
+use super::state;
+
+/// How long a client has to send its hello.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a frame that has begun may go without a byte.
+pub const STALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one answer may wait for the client to read it.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Period of the counters pushes.
+pub const PUSH_INTERVAL: Duration = Duration::from_secs(1);
+/// How often an idle connection wakes (pushes, stall checks).
+const TICK: Duration = Duration::from_millis(100);
+
+/// Serves one connection to its end and logs why it ended.
+pub fn serve(mut stream: Stream, peer: String, token: &str) {
+    let reason = match run(&mut stream, &peer, token) {
+        Ok(()) => "the client closed the connection".to_string(),
+        Err(reason) => reason,
+    };
+    crate::agent_log!("connection from {peer} closed: {reason}");
+}
+
+fn is_timeout(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
+}
+
+fn run(stream: &mut Stream, peer: &str, token: &str) -> Result<(), String> {
+    stream
+        .set_timeouts(Some(HANDSHAKE_TIMEOUT), Some(WRITE_TIMEOUT))
+        .map_err(|e| format!("cannot set socket timeouts: {e}"))?;
+    let hello = server_handshake(stream, token, state::agent_info())
+        .map_err(|e| format!("handshake failed: {e}"))?;
+    crate::agent_log!("client {:?} connected from {peer}", hello.client);
+    stream
+        .set_timeouts(Some(TICK), Some(WRITE_TIMEOUT))
+        .map_err(|e| format!("cannot set socket timeouts: {e}"))?;
+
+    let mut decoder = FrameDecoder::new(MAX_FRAME_LEN);
+    let mut buf = vec![0u8; 64 << 10];
+    let mut out = Vec::new();
+    let mut subscribed = false;
+    let mut last_push: Option<Instant> = None;
+    let mut last_byte = Instant::now();
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => {
+                return decoder.finish().map_err(|e| format!("bad frame: {e}"));
+            }
+            Ok(n) => {
+                last_byte = Instant::now();
+                decoder
+                    .push(&buf[..n])
+                    .map_err(|e| format!("bad frame: {e}"))?;
+                while let Some(payload) = decoder
+                    .next_frame()
+                    .map_err(|e| format!("bad frame: {e}"))?
+                {
+                    let request: Request = decode_payload(&payload)
+                        .map_err(|e| format!("bad request ({} bytes): {e}", payload.len()))?;
+                    let body = match request.body {
+                        // The audit log names the operator's client and address.
+                        RequestBody::Cancel { tid, dry_run } => {
+                            Response::Cancel(crate::policy::operator_cancel(
+                                tid,
+                                dry_run,
+                                crate::policy::Who::Operator(format!(
+                                    "{:?} from {peer}",
+                                    hello.client
+                                )),
+                            ))
+                        }
+                        _ => answer(&request.body, &mut subscribed),
+                    };
+                    if subscribed && last_push.is_none() {
+                        // The first push follows the subscription at once.
+                        last_push = Some(Instant::now() - PUSH_INTERVAL);
+                    } else if !subscribed {
+                        last_push = None;
+                    }
+                    send(
+                        stream,
+                        &mut out,
+                        &ServerMessage::Response {
+                            id: request.id,
+                            body: Box::new(body),
+                        },
+                    )?;
+                }
+            }
+            Err(e) if is_timeout(&e) => {
+                if !decoder.is_at_boundary() && last_byte.elapsed() >= STALL_TIMEOUT {
+                    return Err(format!(
+                        "sent {} bytes of a frame, then nothing for {} s",
+                        decoder.buffered(),
+                        STALL_TIMEOUT.as_secs()
+                    ));
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("read failed: {e}")),
+        }
+        if let Some(last) = last_push
+            && last.elapsed() >= PUSH_INTERVAL
+        {
+            let push = ServerMessage::Push(Push::Counters(state::live_counters()));
+            send(stream, &mut out, &push)?;
+            last_push = Some(Instant::now());
+        }
+    }
+}
+
+/// Encodes and writes one message; an answer too big for a frame becomes an error answer.
+fn send(stream: &mut Stream, out: &mut Vec<u8>, message: &ServerMessage) -> Result<(), String> {
+    out.clear();
+    if let Err(e) = encode_frame(message, out) {
+        let ServerMessage::Response { id, .. } = message else {
+            return Err(format!("cannot encode a push: {e}"));
+        };
+        out.clear();
+        let fallback = ServerMessage::Response {
+            id: *id,
+            body: Box::new(Response::error(ErrorKind::Internal, e.to_string())),
+        };
+        encode_frame(&fallback, out).map_err(|e| format!("cannot encode an answer: {e}"))?;
+    }
+    stream.write_all(out).map_err(|e| {
+        if is_timeout(&e) {
+            format!(
+                "the client did not read a {}-byte answer within {} s",
+                out.len(),
+                WRITE_TIMEOUT.as_secs()
+            )
+        } else {
+            format!("write failed: {e}")
+        }
+    })?;
+    // Large answers leave a large buffer behind; idle connections should not keep it.
+    if out.capacity() > 1 << 20 {
+        *out = Vec::new();
+    }
+    Ok(())
+}
+
+/// The answer to one request.
+pub fn answer(request: &RequestBody, subscribed: &mut bool) -> Response {
+    match request {
+        RequestBody::ProcessInfo => Response::ProcessInfo(state::process_info()),
+        RequestBody::Subscribe => {
+            *subscribed = true;
+            Response::Subscribed {
+                interval_ms: PUSH_INTERVAL.as_millis() as u32,
+            }
+        }
+        RequestBody::Unsubscribe => {
+            *subscribed = false;
+            Response::Unsubscribed
+        }
+        RequestBody::TakeSnapshot => match state::take_snapshot() {
+            Ok(info) => Response::Snapshot(info),
+            Err(e) => Response::error(ErrorKind::Internal, format!("snapshot failed: {e}")),
+        },
+        RequestBody::Policy => Response::Policy(crate::policy::policy_answer()),
+        RequestBody::Cancel { tid, dry_run } => Response::Cancel(crate::policy::operator_cancel(
+            *tid,
+            *dry_run,
+            crate::policy::Who::Operator("(client unknown)".into()),
+        )),
+        other => {
+            let Some(kept) = state::kept() else {
+                return Response::error(
+                    ErrorKind::NoSnapshot,
+                    "no snapshot taken yet: take one first (heaptui asks with TakeSnapshot)",
+                );
+            };
+            if let RequestBody::SnapshotData { snapshot, offset } = other
+                && *snapshot == kept.info.snapshot
+            {
+                return match kept.encoded() {
+                    Ok(bytes) => snapshot_chunk(*snapshot, bytes, *offset)
+                        .map_or_else(Response::Error, Response::SnapshotData),
+                    Err(e) => Response::error(ErrorKind::Internal, e),
+                };
+            }
+            kept.answerer().answer(other).unwrap_or_else(|| {
+                Response::error(
+                    ErrorKind::BadRequest,
+                    format!("this agent does not answer {} requests", other.kind()),
+                )
+            })
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! The token file of SPEC §6: a random token, written where only this user can read it, named
+//! after the port or socket the agent listens on, so that a local client finds it from the
+//! address alone.
+//!
+//! Directory: `$XDG_RUNTIME_DIR/heaptui/` when `XDG_RUNTIME_DIR` is an absolute path, else
+//! `/tmp/heaptui-$UID/`; created 0700 and refused when it belongs to someone else or others
+//! may enter it. File: `tcp-<port>.token` or `unix-<escaped absolute socket path>.token`,
+//! mode 0600, written under a temporary name and renamed, so a client never reads half a
+//! token. `heaptui`'s client applies the same rule (`src/client/token.rs`); the live tests
+//! check that the two agree.
+//!
+//! Never: write the token anywhere else, or leave a file readable by others.
+
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::config::Listen;
+
+/// The directory holding this user's token files.
+pub fn directory() -> PathBuf {
+    match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
+        Some(dir) if dir.is_absolute() => dir.join("heaptui"),
+        // SAFETY: getuid cannot fail.
+        _ => PathBuf::from(format!("/tmp/heaptui-{}", unsafe { libc::getuid() })),
+    }
+}
+
+/// The token file's name for a listening address.
+pub fn file_name(listen: &Listen) -> String {
+    match listen {
+        Listen::Tcp(addr) => format!("tcp-{}.token", addr.port()),
+        Listen::Unix(path) => {
+            let path = std::path::absolute(path).unwrap_or_else(|_| path.clone());
+            let mut name = String::from("unix-");
+            for &b in path.as_os_str().as_encoded_bytes() {
+                match b {
+                    b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'.' | b'-' | b'_' => {
+                        name.push(b as char)
+                    }
+                    _ => name.push_str(&format!("%{b:02X}")),
+                }
+            }
+            if name.len() > 200 {
+                // File names stop at 255 bytes: long paths are named by a hash.
+                name = format!("unix-{:016x}", fnv1a(path.as_os_str().as_encoded_bytes()));
+            }
+            name + ".token"
+        }
+    }
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// 32 random bytes from the kernel, as 64 hex digits.
+pub fn random_token() -> std::io::Result<String> {
+    let mut bytes = [0u8; 32];
+    let mut got = 0;
+    while got < bytes.len() {
+        // SAFETY: getrandom writes at most `len - got` bytes into our buffer.
+        let n = unsafe { libc::getrandom(bytes[got..].as_mut_ptr().cast(), bytes.len() - got, 0) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        got += n as usize;
+    }
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Makes sure `dir` exists, is ours and is closed to others (0700).
+fn private_directory(dir: &Path) -> Result<(), String> {
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("cannot create {}: {e}", dir.display())),
+    }
+    let meta = std::fs::symlink_metadata(dir)
+        .map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    // SAFETY: geteuid cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    if !meta.is_dir() || meta.uid() != uid {
+        return Err(format!(
+            "{} is not a directory owned by uid {uid}; refusing to put the token there",
+            dir.display()
+        ));
+    }
+    if meta.mode() & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| format!("cannot make {} private: {e}", dir.display()))?;
+    }
+    Ok(())
+}
+
+/// Writes `token` to the token file of `listen`; returns its path.
+pub fn write(listen: &Listen, token: &str) -> Result<PathBuf, String> {
+    let dir = directory();
+    private_directory(&dir)?;
+    let path = dir.join(file_name(listen));
+    let tmp = dir.join(format!(".{}.{}.tmp", file_name(listen), std::process::id()));
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(format!("{token}\n").as_bytes()))
+        .and_then(|()| std::fs::rename(&tmp, &path));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(format!(
+            "cannot write the token file {}: {e}",
+            path.display()
+        ));
+    }
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_address() {
+        let tcp = Listen::Tcp("127.0.0.1:8000".parse().unwrap());
+        assert_eq!(file_name(&tcp), "tcp-8000.token");
+        let unix = Listen::Unix("/run/user/1000/app sock".into());
+        assert_eq!(
+            file_name(&unix),
+            "unix-%2Frun%2Fuser%2F1000%2Fapp%20sock.token"
+        );
+        let long = Listen::Unix(format!("/{}", "x".repeat(300)).into());
+        let name = file_name(&long);
+        assert!(name.len() < 64 && name.starts_with("unix-"), "{name}");
+    }
+
+    #[test]
+    fn tokens_are_random_hex() {
+        let (a, b) = (random_token().unwrap(), random_token().unwrap());
+        assert_eq!(a.len(), 64);
+        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+    }
+}

@@ -1,0 +1,195 @@
+//! A blocking session with one agent, for the one-shot commands (`report ADDR`, `snapshot`,
+//! `run`): connect, handshake, then one request at a time, skipping pushes.
+
+use std::io::{self, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+use heaptui_protocol::handshake::client_handshake;
+use heaptui_protocol::{
+    AgentInfo, Hello, MAX_FRAME_LEN, Request, RequestBody, RequestId, Response, ServerMessage,
+    SnapshotId, SnapshotInfo, decode_payload, read_frame,
+};
+
+use super::{Address, ClientError, TokenSource, token};
+
+/// How long to wait for the agent's answers (a capture of a big heap takes seconds).
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(300);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(buf),
+            Stream::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(buf),
+            Stream::Unix(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.flush(),
+            Stream::Unix(s) => s.flush(),
+        }
+    }
+}
+
+/// One admitted connection.
+pub struct Session {
+    stream: Stream,
+    next_id: u64,
+    address: Address,
+    agent: AgentInfo,
+}
+
+/// The one sentence for a failed connect.
+pub fn connect_error(address: &Address, e: &io::Error) -> ClientError {
+    let what = match e.kind() {
+        io::ErrorKind::ConnectionRefused => "connection refused".to_string(),
+        io::ErrorKind::NotFound => "no such socket".to_string(),
+        _ => e.to_string(),
+    };
+    ClientError::new(format!(
+        "cannot connect to {address}: {what} — is the target running with \
+         LD_PRELOAD=$(heaptui agent-path)?"
+    ))
+}
+
+fn open(address: &Address) -> Result<Stream, ClientError> {
+    match address {
+        Address::Tcp { host, port } => {
+            let addrs: Vec<_> = (host.as_str(), *port)
+                .to_socket_addrs()
+                .map_err(|e| ClientError::new(format!("cannot resolve {address}: {e}")))?
+                .collect();
+            let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
+            for a in addrs {
+                match TcpStream::connect_timeout(&a, CONNECT_TIMEOUT) {
+                    Ok(s) => {
+                        let _ = s.set_nodelay(true);
+                        s.set_read_timeout(Some(ANSWER_TIMEOUT))
+                            .and_then(|()| s.set_write_timeout(Some(ANSWER_TIMEOUT)))
+                            .map_err(|e| connect_error(address, &e))?;
+                        return Ok(Stream::Tcp(s));
+                    }
+                    Err(e) => last = e,
+                }
+            }
+            Err(connect_error(address, &last))
+        }
+        Address::Unix(path) => {
+            let s = UnixStream::connect(path).map_err(|e| connect_error(address, &e))?;
+            s.set_read_timeout(Some(ANSWER_TIMEOUT))
+                .and_then(|()| s.set_write_timeout(Some(ANSWER_TIMEOUT)))
+                .map_err(|e| connect_error(address, &e))?;
+            Ok(Stream::Unix(s))
+        }
+    }
+}
+
+/// The hello this build sends.
+pub fn hello(token: String) -> Hello {
+    Hello::new(token, format!("heaptui {}", env!("CARGO_PKG_VERSION")))
+}
+
+impl Session {
+    /// Connects and shakes hands.
+    pub fn connect(address: &Address, token: &TokenSource) -> Result<Session, ClientError> {
+        // Connect first: "connection refused" says more than a missing token file.
+        let mut stream = open(address)?;
+        let token = token::read(address, token).map_err(ClientError::new)?;
+        let agent = client_handshake(&mut stream, &hello(token))
+            .map_err(|e| ClientError::new(format!("{address}: {e}")))?;
+        Ok(Session {
+            stream,
+            next_id: 1,
+            address: address.clone(),
+            agent,
+        })
+    }
+
+    pub fn agent(&self) -> &AgentInfo {
+        &self.agent
+    }
+
+    /// Sends one request and waits for its answer; an error answer is an `Err`.
+    pub fn request(&mut self, body: RequestBody) -> Result<Response, ClientError> {
+        let id = RequestId(self.next_id);
+        self.next_id += 1;
+        let kind = body.kind();
+        heaptui_protocol::send(&mut self.stream, &Request { id, body })
+            .map_err(|e| self.lost(e))?;
+        loop {
+            let payload = read_frame(&mut self.stream, MAX_FRAME_LEN).map_err(|e| self.lost(e))?;
+            let message: ServerMessage = decode_payload(&payload).map_err(|e| self.lost(e))?;
+            match message {
+                ServerMessage::Response { id: got, body } if got == id => {
+                    return match *body {
+                        Response::Error(e) => Err(ClientError::new(format!(
+                            "the agent at {} could not answer {kind}: {}",
+                            self.address, e.message
+                        ))),
+                        other => Ok(other),
+                    };
+                }
+                // Pushes and answers to nothing we asked are not for this call.
+                _ => continue,
+            }
+        }
+    }
+
+    fn lost(&self, e: impl std::fmt::Display) -> ClientError {
+        ClientError::new(format!("lost the agent at {}: {e}", self.address))
+    }
+
+    pub fn take_snapshot(&mut self) -> Result<SnapshotInfo, ClientError> {
+        match self.request(RequestBody::TakeSnapshot)? {
+            Response::Snapshot(s) => Ok(s),
+            other => Err(self.unexpected("take-snapshot", &other)),
+        }
+    }
+
+    /// The kept snapshot as a binary snapshot file, fetched chunk by chunk.
+    pub fn snapshot_file(&mut self, snapshot: SnapshotId) -> Result<Vec<u8>, ClientError> {
+        let mut bytes = Vec::new();
+        loop {
+            let offset = bytes.len() as u64;
+            let chunk = match self.request(RequestBody::SnapshotData { snapshot, offset })? {
+                Response::SnapshotData(c) => c,
+                other => return Err(self.unexpected("snapshot-data", &other)),
+            };
+            if chunk.offset != offset || (chunk.bytes.is_empty() && offset < chunk.total) {
+                return Err(ClientError::new(format!(
+                    "the agent at {} sent snapshot bytes out of order",
+                    self.address
+                )));
+            }
+            bytes.extend_from_slice(&chunk.bytes);
+            if bytes.len() as u64 >= chunk.total {
+                return Ok(bytes);
+            }
+        }
+    }
+
+    fn unexpected(&self, asked: &str, got: &Response) -> ClientError {
+        ClientError::new(format!(
+            "the agent at {} answered a {asked} request with {}",
+            self.address,
+            got.kind()
+        ))
+    }
+}

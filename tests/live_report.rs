@@ -1,0 +1,296 @@
+//! `heaptui report ADDR`, `heaptui snapshot ADDR -o FILE` and `heaptui run` against a real
+//! target under the real agent, over TCP and over a Unix socket.
+
+mod live_common;
+
+use std::os::unix::fs::PermissionsExt;
+
+use live_common::*;
+use serde_json::Value;
+
+fn report_json(args: &[&str]) -> Value {
+    let out = heaptui()
+        .arg("report")
+        .args(args)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "heaptui report {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The live report less what only a live report has (its timing).
+fn without_timing(mut report: Value) -> Value {
+    let map = report.as_object_mut().unwrap();
+    for key in ["pause_ms", "capture_ms", "analysis_ms"] {
+        let ms = map
+            .remove(key)
+            .unwrap_or_else(|| panic!("no {key} in the live report"));
+        assert!(ms.as_f64().unwrap() >= 0.0);
+    }
+    report
+}
+
+fn live_equals_file(listen: &str) {
+    let dir = Scratch::new("report");
+    let exe = shapes(dir.path());
+    let target = Target::start(dir.path(), &exe, listen, &[]);
+    let live = report_json(&[&target.address]);
+
+    let file = dir.path().join("live.hsnap");
+    let out = heaptui()
+        .args(["snapshot", &target.address, "-o"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8(out.stdout).unwrap();
+    assert!(said.contains(&file.display().to_string()), "{said}");
+    let offline = report_json(&[file.to_str().unwrap()]);
+
+    // The same quiescent state, captured twice: the same report, to the byte.
+    assert_eq!(without_timing(live.clone()), offline);
+
+    // And it is the target's shape: four workers, each holding its own block, sharing one.
+    let threads = live["threads"].as_array().unwrap();
+    let workers: Vec<&Value> = threads
+        .iter()
+        .filter(|t| t["name"].as_str().unwrap().starts_with("worker-"))
+        .collect();
+    assert_eq!(workers.len(), 4, "{threads:#?}");
+    for w in &workers {
+        let i: u64 = w["name"].as_str().unwrap()[7..].parse().unwrap();
+        assert!(w["proprietary"].as_u64().unwrap() >= 2000 + i, "{w}");
+        assert!(w["shared"].as_u64().unwrap() >= 3000, "{w}");
+    }
+    let shared = live["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["size"] == 3000)
+        .expect("the 3000-byte block is a shared group");
+    assert_eq!(shared["kind"], "thread-shared");
+    assert!(shared["sharers"].as_array().unwrap().len() >= 4, "{shared}");
+    assert_eq!(live["process"]["pid"], target.child.id());
+
+    // The token file is private.
+    let mode = std::fs::metadata(&target.token_file)
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let dir_mode = std::fs::metadata(target.token_file.parent().unwrap())
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(dir_mode & 0o777, 0o700);
+    let token_file = target.token_file.clone();
+
+    let (out, log) = target.finish();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "done\n");
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        log.contains("closed: the client closed the connection"),
+        "{log}"
+    );
+    assert!(!token_file.exists(), "the token file is removed at exit");
+}
+
+#[test]
+fn a_report_over_tcp_equals_the_report_of_a_snapshot_file() {
+    live_equals_file("127.0.0.1:0");
+}
+
+#[test]
+fn a_report_over_a_unix_socket_equals_the_report_of_a_snapshot_file() {
+    let dir = Scratch::new("unix-sock");
+    let socket = dir.path().join("agent.sock");
+    live_equals_file(&format!("unix:{}", socket.display()));
+}
+
+#[test]
+fn the_unix_socket_is_private_and_removed_at_exit() {
+    let dir = Scratch::new("unix-mode");
+    let exe = shapes(dir.path());
+    let socket = dir.path().join("agent.sock");
+    let target = Target::start(dir.path(), &exe, &format!("unix:{}", socket.display()), &[]);
+    let mode = std::fs::metadata(&socket).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let (out, _) = target.finish();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(!socket.exists());
+}
+
+#[test]
+fn a_report_with_release_and_text_output() {
+    let dir = Scratch::new("text");
+    let exe = shapes(dir.path());
+    let target = Target::start(dir.path(), &exe, "127.0.0.1:0", &[]);
+    let json = report_json(&[&target.address]);
+    let tids: Vec<String> = json["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["name"].as_str().unwrap().starts_with("worker-"))
+        .map(|t| t["tid"].to_string())
+        .collect();
+    let all = tids.join(",");
+    let out = heaptui()
+        .args(["report", &target.address, "--release", &all])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains(&format!("heaptui report of {}", target.address)),
+        "{text}"
+    );
+    assert!(text.contains("snapshot live: pause "), "{text}");
+    assert!(text.contains("would free"), "{text}");
+    // Ending all four workers frees their own blocks, but not the block they share, which a
+    // global also holds.
+    let json = report_json(&[&target.address, "--release", &all]);
+    let freed = json["release"]["bytes"].as_u64().unwrap();
+    assert!(
+        (2000 * 4 + 6..2000 * 4 + 6 + 3000).contains(&freed),
+        "{json}"
+    );
+    drop(target);
+}
+
+#[test]
+fn errors_are_one_sentence_and_exit_1() {
+    let out = heaptui().args(["report", "127.0.0.1:1"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(
+        err,
+        "heaptui: cannot connect to 127.0.0.1:1: connection refused — is the target running \
+         with LD_PRELOAD=$(heaptui agent-path)?\n"
+    );
+    let out = heaptui()
+        .args([
+            "snapshot",
+            "unix:/nonexistent/heaptui.sock",
+            "-o",
+            "/tmp/x.hsnap",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.starts_with("heaptui: cannot connect to unix:/nonexistent/heaptui.sock: "),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1);
+    let out = heaptui()
+        .args(["snapshot", "nohost", "-o", "x"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("invalid agent address \"nohost\""), "{err}");
+}
+
+#[test]
+fn a_wrong_token_file_is_refused_with_the_reason() {
+    let dir = Scratch::new("token");
+    let exe = shapes(dir.path());
+    let target = Target::start(dir.path(), &exe, "127.0.0.1:0", &[]);
+    let wrong = dir.path().join("wrong.token");
+    std::fs::write(&wrong, "not-the-token\n").unwrap();
+    let out = heaptui()
+        .args(["report", &target.address, "--token-file"])
+        .arg(&wrong)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("wrong token"), "{err}");
+    // The right file given explicitly works.
+    let out = heaptui()
+        .args(["report", &target.address, "--json", "--token-file"])
+        .arg(&target.token_file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (out, log) = target.finish();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(log.contains("wrong token"), "{log}");
+}
+
+#[test]
+fn run_starts_the_program_reports_and_waits_for_it() {
+    let dir = Scratch::new("run");
+    let exe = compile_c(
+        dir.path(),
+        "runner",
+        r#"
+#include <stdlib.h>
+#include <stdio.h>
+#include <unistd.h>
+int main(void) {
+    char *volatile keep = malloc(4321);
+    /* Runs until the test creates the file "go". */
+    while (access("go", F_OK) != 0) usleep(20000);
+    printf("finished %s\n", keep != NULL ? "ok" : "no");
+    return 3;
+}
+"#,
+    );
+    let mut child = heaptui()
+        .current_dir(dir.path())
+        .args(["run", "--"])
+        .arg(&exe)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The report is printed while the program still runs.
+    let mut stdout = child.stdout.take().unwrap();
+    let mut seen = Vec::new();
+    let started = std::time::Instant::now();
+    loop {
+        let mut buf = [0u8; 4096];
+        let n = std::io::Read::read(&mut stdout, &mut buf).unwrap();
+        assert!(
+            n > 0,
+            "heaptui run ended early: {}",
+            String::from_utf8_lossy(&seen)
+        );
+        seen.extend_from_slice(&buf[..n]);
+        if String::from_utf8_lossy(&seen).contains("keeps running") {
+            break;
+        }
+        assert!(started.elapsed().as_secs() < 60);
+    }
+    let text = String::from_utf8_lossy(&seen).into_owned();
+    assert!(text.contains("heaptui report of unix:"), "{text}");
+    assert!(text.contains("4.2 KiB") || text.contains("4321"), "{text}");
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    let status = child.wait().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    assert!(rest.contains("finished ok"), "{rest}");
+    assert_eq!(
+        status.code(),
+        Some(3),
+        "run exits with the program's status"
+    );
+}
