@@ -5,7 +5,8 @@
 # per thread, allocations 10 calls deep) side by side: bare, under the agent with
 # HEAPTUI_STACK_DEPTH=0, under the agent with stacks on (default depth 16), under heaptrack
 # and under valgrind memcheck. Prints the median wall time of each (RUNS runs of the first
-# three, interleaved; SLOW_RUNS of heaptrack and valgrind) and its ratio to bare, then the
+# three, interleaved; SLOW_RUNS of heaptrack and valgrind) and its ratio to bare, the same
+# for CPU time (user + system), then the
 # agent's block-table bytes per tracked block from its exit summary.
 #
 # Usage: bench/hooks.sh            (RUNS=5 SLOW_RUNS=1 THREADS=4 OPS=2000000 by default)
@@ -25,11 +26,12 @@ trap 'rm -rf "$work"' EXIT
 gcc -O2 -fno-omit-frame-pointer -pthread bench/stress.c -o "$work/stress"
 STRESS=("$work/stress" "$THREADS" "$OPS")
 
-# Wall seconds of one run of "$@" (output discarded).
+# "wall,cpu" seconds of one run of "$@" (output discarded); cpu = user + system of the
+# process and its children. On a shared, loaded machine CPU time is the steadier figure.
 wall() {
-    local start=$EPOCHREALTIME
-    "$@" >/dev/null 2>>"$work/stderr"
-    awk -v s="$start" -v e="$EPOCHREALTIME" 'BEGIN { printf "%.3f\n", e - s }'
+    local TIMEFORMAT='%R %U %S' t
+    t=$({ time "$@" >/dev/null 2>>"$work/stderr"; } 2>&1 | tail -1)
+    awk '{ printf "%.3f,%.3f\n", $1, $2 + $3 }' <<<"$t"
 }
 
 median() {
@@ -41,31 +43,46 @@ agent() {
 }
 
 declare -A times
-for ((i = 0; i < RUNS; i++)); do
-    times[bare]+="$(wall "${STRESS[@]}") "
-    times[stacks_off]+="$(wall agent env HEAPTUI_STACK_DEPTH=0 "${STRESS[@]}") "
-    times[stacks_on]+="$(wall agent "${STRESS[@]}") "
-done
+one() {
+    case $1 in
+        bare) wall "${STRESS[@]}" ;;
+        stacks_off) wall agent env HEAPTUI_STACK_DEPTH=0 "${STRESS[@]}" ;;
+        stacks_on) wall agent "${STRESS[@]}" ;;
+    esac
+}
 names=(bare stacks_off stacks_on)
-if command -v heaptrack >/dev/null; then
+for ((i = 0; i < RUNS; i++)); do
+    # Rotate the order every round so no configuration always runs first.
+    for ((k = 0; k < 3; k++)); do
+        n=${names[(i + k) % 3]}
+        times[$n]+="$(one "$n") "
+    done
+done
+# The last agent run (for the memory figure) has stacks on.
+one stacks_on >/dev/null
+if ((SLOW_RUNS > 0)) && command -v heaptrack >/dev/null; then
     for ((i = 0; i < SLOW_RUNS; i++)); do
         times[heaptrack]+="$(wall heaptrack -o "$work/heaptrack.$i" "${STRESS[@]}") "
     done
     names+=(heaptrack)
 fi
-if command -v valgrind >/dev/null; then
+if ((SLOW_RUNS > 0)) && command -v valgrind >/dev/null; then
     for ((i = 0; i < SLOW_RUNS; i++)); do
         times[valgrind]+="$(wall valgrind --tool=memcheck -q "${STRESS[@]}") "
     done
     names+=(valgrind)
 fi
 
-bare=$(tr ' ' '\n' <<<"${times[bare]}" | grep . | median)
+# Median of field $2 (1 = wall, 2 = cpu) of run $1.
+med() { tr ' ' '\n' <<<"${times[$1]}" | grep . | cut -d, -f"$2" | median; }
+bare=$(med bare 1)
+bare_cpu=$(med bare 2)
 echo "stress: $THREADS threads, $OPS operations in total; medians of $RUNS runs ($SLOW_RUNS for heaptrack/valgrind)"
-printf '| %-28s | %10s | %8s |\n' run "wall (s)" "vs bare"
-printf '|%s|%s|%s|\n' "------------------------------" "------------" "----------"
+printf '| %-28s | %10s | %8s | %10s | %8s |\n' run "wall (s)" "vs bare" "cpu (s)" "vs bare"
+printf '|%s|%s|%s|%s|%s|\n' "------------------------------" "------------" "----------" "------------" "----------"
 for n in "${names[@]}"; do
-    m=$(tr ' ' '\n' <<<"${times[$n]}" | grep . | median)
+    m=$(med "$n" 1)
+    c=$(med "$n" 2)
     case $n in
         bare) label="bare" ;;
         stacks_off) label="agent, HEAPTUI_STACK_DEPTH=0" ;;
@@ -73,7 +90,9 @@ for n in "${names[@]}"; do
         heaptrack) label="heaptrack" ;;
         valgrind) label="valgrind memcheck" ;;
     esac
-    printf '| %-28s | %10s | %7.2fx |\n' "$label" "$m" "$(awk -v a="$m" -v b="$bare" 'BEGIN { print a / b }')"
+    printf '| %-28s | %10s | %7.2fx | %10s | %7.2fx |\n' "$label" "$m" \
+        "$(awk -v a="$m" -v b="$bare" 'BEGIN { print a / b }')" "$c" \
+        "$(awk -v a="$c" -v b="$bare_cpu" 'BEGIN { print a / b }')"
 done
 
 # Agent memory: the last agent run's exit summary (stacks on), with every block still live.
