@@ -2,7 +2,10 @@
 //! in JSON up to 1M objects), against one sequential read of the same bytes as the floor.
 //!
 //!     cargo run --release --example snapshot_files -- [OBJECTS…]
+//!     cargo run --release --example snapshot_files -- --write OBJECTS FILE
 //!
+//! The second form only writes one synthetic binary snapshot (e.g. for timing
+//! `heaptui report FILE` on a big heap).
 //! Defaults to 1M and 10M objects (64 threads × 16 frames, the engine benchmark's shape).
 //! Each time is the median of three runs. The peak memory of reading is measured in a fresh
 //! process (this program run with `--read FILE`), so the generator's memory does not count.
@@ -24,6 +27,15 @@ fn main() {
         && flag == "--read"
     {
         read_once(Path::new(file));
+        return;
+    }
+    if let [flag, objects, file] = args.as_slice()
+        && flag == "--write"
+    {
+        let objects: usize = objects.replace('_', "").parse().expect("an object count");
+        let graph = generate(&SyntheticConfig::new(objects, 64, 16));
+        let out = std::fs::File::create(file).expect("a writable file");
+        snapshot::write_binary(&graph, out).unwrap();
         return;
     }
     let sizes: Vec<usize> = if args.is_empty() {
