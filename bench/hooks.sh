@@ -38,6 +38,8 @@ median() {
     sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
+# agent [VAR=VALUE…] PROGRAM…: one env(1) sets everything and execs PROGRAM directly (the
+# agent takes itself out of LD_PRELOAD for exec'd children, so no wrapper may sit between).
 agent() {
     env LD_PRELOAD="$AGENT" HEAPTUI_LOG="$work/agent.log" HEAPTUI_LISTEN="unix:$work/agent.sock" "$@"
 }
@@ -46,7 +48,7 @@ declare -A times
 one() {
     case $1 in
         bare) wall "${STRESS[@]}" ;;
-        stacks_off) wall agent env HEAPTUI_STACK_DEPTH=0 "${STRESS[@]}" ;;
+        stacks_off) wall agent HEAPTUI_STACK_DEPTH=0 "${STRESS[@]}" ;;
         stacks_on) wall agent "${STRESS[@]}" ;;
     esac
 }
