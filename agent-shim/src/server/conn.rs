@@ -57,7 +57,7 @@ fn run(stream: &mut Stream, peer: &str, token: &str) -> Result<(), String> {
         .set_timeouts(Some(HANDSHAKE_TIMEOUT), Some(WRITE_TIMEOUT))
         .map_err(|e| format!("cannot set socket timeouts: {e}"))?;
     let hello = server_handshake(stream, token, state::agent_info())
-        .map_err(|e| format!("handshake failed: {e}"))?;
+        .map_err(|e| format!("refused at the handshake: {e}"))?;
     crate::agent_log!("client {:?} connected from {peer}", hello.client);
     stream
         .set_timeouts(Some(TICK), Some(WRITE_TIMEOUT))
