@@ -182,7 +182,6 @@ impl Deltas {
 pub struct RecordingWriter<W: Write> {
     out: W,
     deltas: Deltas,
-    payload: Vec<u8>,
     record: Vec<u8>,
     table: StackTable,
     scratch: Vec<(u32, u32)>,
@@ -196,7 +195,6 @@ impl<W: Write> RecordingWriter<W> {
         Ok(RecordingWriter {
             out,
             deltas: Deltas::default(),
-            payload: Vec::with_capacity(64),
             record: Vec::with_capacity(80),
             table: StackTable::new(),
             scratch: Vec::new(),
@@ -249,8 +247,11 @@ impl<W: Write> RecordingWriter<W> {
     }
 
     fn write_raw(&mut self, event: &Event) -> io::Result<()> {
-        let p = &mut self.payload;
+        // The payload is encoded in place after a tag byte and a one-byte length, which every
+        // record but a long string or stack fits; those are moved up once their length is known.
+        let p = &mut self.record;
         p.clear();
+        p.extend_from_slice(&[0, 0]);
         let d = &mut self.deltas;
         let tag = match event {
             Event::String(s) => {
@@ -338,10 +339,15 @@ impl<W: Write> RecordingWriter<W> {
             }
         };
         let r = &mut self.record;
-        r.clear();
-        r.push(tag);
-        put_varint(r, p.len() as u64);
-        r.extend_from_slice(p);
+        r[0] = tag;
+        let len = r.len() - 2;
+        if len < 0x80 {
+            r[1] = len as u8;
+        } else {
+            let mut prefix = Vec::with_capacity(4);
+            put_varint(&mut prefix, len as u64);
+            r.splice(1..2, prefix);
+        }
         self.out.write_all(r)
     }
 

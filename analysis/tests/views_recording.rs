@@ -328,3 +328,21 @@ fn a_typical_allocation_is_compact() {
     let per_event = (bytes.len() - 16) as f64 / 1000.0;
     assert!(per_event <= 10.0, "{per_event} bytes per allocation");
 }
+
+#[test]
+fn long_strings_and_stacks_take_a_longer_length_prefix() {
+    let long = "x".repeat(300);
+    let stack: Vec<(u32, u32)> = (0..100).map(|i| (u32::MAX - i, i)).collect();
+    let events = [
+        Event::String(long.clone()),
+        Event::Stack(stack.clone()),
+        Event::Clock { unix_ms: 1 },
+    ];
+    let bytes = write(&events);
+    // The tag, then the payload length 302 (two varint bytes, 0xae 0x02): 300 bytes of
+    // string after its own two-byte length.
+    assert_eq!(&bytes[16..19], &[1, 0xae, 0x02]);
+    let (read, truncated) = read_all(&bytes).unwrap();
+    assert_eq!(read, events);
+    assert_eq!(truncated, None);
+}
