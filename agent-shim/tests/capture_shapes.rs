@@ -176,6 +176,12 @@ fn frame_shared_list_global_only_and_leaks_are_exact() {
     assert_eq!(leaks.indirectly_lost, 7007);
     assert_eq!(leaks.objects, 3);
     assert_eq!(c.graph.threads[t].frames[inner].module, "frames");
+    // Allocation sites are symbolized with file:line from the target's line tables.
+    let label = c.graph.site_label(c.object(5005));
+    assert!(
+        label.starts_with("make_leaks (frames.c:") && label.ends_with(')'),
+        "{label}"
+    );
 }
 
 #[test]

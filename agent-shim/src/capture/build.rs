@@ -636,7 +636,10 @@ fn assemble<H: Heap>(
                     .iter()
                     .map(|&pc| symbols.symbolize(pc, false))
                     .filter(|s| !s.agent)
-                    .map(|s| s.function)
+                    .map(|s| match s.location {
+                        Some(at) => format!("{} ({at})", s.function),
+                        None => s.function,
+                    })
                     .collect();
                 sites.push(Site {
                     id: u64::from(b.stack),

@@ -1,8 +1,10 @@
-//! Symbolization of frames and allocation sites: code address → function, module, kind.
+//! Symbolization of frames and allocation sites: code address → function, module, kind, and
+//! file:line when the module has DWARF line tables.
 //!
 //! Owns: reading each module's `.symtab` and `.dynsym` from its file on disk (ELF64 parsed by
 //! hand: only the section and symbol tables are needed), demangling C++ (cpp_demangle) and
-//! Rust (rustc-demangle) names, and `dladdr` for modules without a file (the vDSO).
+//! Rust (rustc-demangle) names, `dladdr` for modules without a file (the vDSO), and line
+//! lookups with addr2line (one loader per module per capture).
 //!
 //! Runs only after the world has been resumed: it reads files and allocates freely. Symbol
 //! tables are cached by module path for the life of the agent.
@@ -173,12 +175,16 @@ pub struct Symbolized {
     pub kind: FrameKind,
     /// Whether the address is in the agent itself.
     pub agent: bool,
+    /// `file:line` (file name only) when the module has line tables for the address.
+    pub location: Option<String>,
 }
 
 /// Symbolizes addresses of one address space, memoizing each address.
 pub struct Symbolizer<'a> {
     space: &'a AddressSpace,
     memo: HashMap<u64, Symbolized>,
+    /// Line-table loaders by module path (None: no file or no usable debug info).
+    lines: HashMap<String, Option<addr2line::Loader>>,
 }
 
 impl<'a> Symbolizer<'a> {
@@ -186,6 +192,7 @@ impl<'a> Symbolizer<'a> {
         Symbolizer {
             space,
             memo: HashMap::new(),
+            lines: HashMap::new(),
         }
     }
 
@@ -201,14 +208,44 @@ impl<'a> Symbolizer<'a> {
         s
     }
 
-    fn resolve(&self, pc: u64) -> Symbolized {
-        let Some(m) = self.space.module_for_pc(pc) else {
+    /// `file:line` of a link-time address in the module at `path`.
+    fn line(&mut self, path: &str, addr: u64) -> Option<String> {
+        let loader = self
+            .lines
+            .entry(path.to_string())
+            .or_insert_with(|| {
+                path.starts_with('/')
+                    .then(|| addr2line::Loader::new(path).ok())
+                    .flatten()
+            })
+            .as_ref()?;
+        let loc = loader.find_location(addr).ok()??;
+        let file = loc.file?;
+        let name = file.rsplit('/').next().unwrap_or(file);
+        Some(match loc.line {
+            Some(line) => format!("{name}:{line}"),
+            None => name.to_string(),
+        })
+    }
+
+    fn resolve(&mut self, pc: u64) -> Symbolized {
+        // `space` outlives `self`: modules borrowed from it leave `self` free to update.
+        let space: &'a AddressSpace = self.space;
+        let Some(m) = space.module_for_pc(pc) else {
             return Symbolized {
                 function: format!("{pc:#x}"),
                 module: "?".into(),
                 kind: FrameKind::User,
                 agent: false,
+                location: None,
             };
+        };
+        // The agent's and the system libraries' line tables are not worth their loading
+        // time: their frames are labelled by module anyway.
+        let location = if m.kind == FrameKind::User {
+            self.line(&m.path, pc.wrapping_sub(m.bias))
+        } else {
+            None
         };
         let table = if m.path.starts_with('/') {
             table_for(&m.path)
@@ -225,6 +262,7 @@ impl<'a> Symbolizer<'a> {
             module: m.name.clone(),
             kind: m.kind,
             agent: m.is_agent,
+            location,
         }
     }
 }
