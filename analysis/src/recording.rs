@@ -67,7 +67,8 @@ pub enum Event {
     String(String),
     /// Defines the next stack id: `(function, module)` string ids, innermost first.
     Stack(Vec<(u32, u32)>),
-    /// A loaded module (name is a string id).
+    /// A loaded module (name is a string id). Write the program's own module first: units
+    /// take it as the program for stacks that do not reach `main`.
     Module {
         name: u32,
         base: u64,
@@ -92,7 +93,9 @@ pub enum Event {
         stack: StackId,
         tid: u32,
     },
-    /// `old_addr == 0` is `realloc(NULL, size)`.
+    /// `old_addr == 0` is `realloc(NULL, size)`. The new block gets a new sequence number
+    /// (its age restarts). A failed realloc is not recorded; `realloc(p, 0)` that frees is a
+    /// `Free`.
     Realloc {
         seq: u64,
         old_addr: u64,

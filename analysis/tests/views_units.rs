@@ -276,3 +276,50 @@ fn inclusive_counts_a_recursive_library_once_per_event() {
     assert_eq!(units.get("liba.so").unwrap().live, 10);
     assert_eq!(units.get("libb.so").unwrap().live, 10);
 }
+
+#[test]
+fn the_first_recorded_module_is_the_program_for_stacks_without_main() {
+    use heaptui_analysis::recording::Event;
+    let mut t = Tracker::new(TrackerConfig::default());
+    let mut table = StackTable::new();
+    let exe = table.intern("server").0;
+    // A worker thread's stack: server frames around a library call, no main.
+    let stack = intern(
+        &mut table,
+        &[
+            ("malloc", "libc.so.6"),
+            ("inflate", "libz.so.1"),
+            ("handle", "server"),
+            ("worker", "server"),
+            ("start_thread", "libc.so.6"),
+        ],
+    );
+    for i in 0..table.strings() as u32 {
+        t.apply(&Event::String(table.string(i).to_string()));
+    }
+    t.apply(&Event::Stack(table.stack(stack).unwrap().to_vec()));
+    t.apply(&Event::Module {
+        name: exe,
+        base: 0x400000,
+        size: 0x1000,
+    });
+    t.alloc(AllocKind::Malloc, 1, 0x10, 32, Caller { stack, tid: 5 });
+    // Outermost library: libz, not the program's own `worker`.
+    assert_eq!(t.units().get("libz.so.1").unwrap().live, 32);
+    assert_eq!(t.units().config().program.as_deref(), Some("server"));
+}
+
+#[test]
+fn an_address_handed_out_twice_releases_the_stale_block_everywhere() {
+    let mut t = Tracker::new(TrackerConfig::default());
+    let by = Caller {
+        stack: heaptui_analysis::views::NO_STACK,
+        tid: 1,
+    };
+    t.alloc(AllocKind::Malloc, 1, 0x10, 100, by);
+    // The free of 0x10 was lost; the allocator returns 0x10 again.
+    t.alloc(AllocKind::Malloc, 2, 0x10, 40, by);
+    let c = t.counters().counters();
+    assert_eq!((c.live_bytes, c.live_blocks), (40, 1));
+    assert_eq!(t.units().get("?").unwrap().live, 40);
+}

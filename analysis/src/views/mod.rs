@@ -177,7 +177,14 @@ impl Tracker {
             Event::Stack(frames) => {
                 self.stacks.push_stack(frames);
             }
-            Event::Module { name, .. } => self.modules.push(*name),
+            Event::Module { name, .. } => {
+                if self.modules.is_empty() {
+                    // The first module recorded is the program (see `recording`): stacks that
+                    // do not reach `main` need it to tell the program's frames from libraries'.
+                    self.units.set_default_program(self.stacks.string(*name));
+                }
+                self.modules.push(*name);
+            }
             Event::Thread { tid, name } => {
                 self.threads.insert(*tid, *name);
             }
@@ -211,8 +218,19 @@ impl Tracker {
     pub fn alloc(&mut self, kind: AllocKind, seq: u64, addr: u64, size: u64, by: Caller) {
         if let Some(old) = self.blocks.remove(&addr) {
             // The allocator handed out an address we think is live: a free was missed (e.g.
-            // the recording started late). Drop the stale block so the figures stay sane.
+            // the recording lost events). Release the stale block from every view alike, as a
+            // free by an unknown caller.
             self.counters.free(old.size);
+            let released = Released {
+                size: old.size,
+                stack: old.stack,
+                tid: old.tid,
+            };
+            let unknown = Caller {
+                stack: NO_STACK,
+                tid: 0,
+            };
+            self.units.free(&self.stacks, Some(released), unknown);
         }
         self.insert(seq, addr, size, by);
         self.units.alloc(&self.stacks, kind, size, by);

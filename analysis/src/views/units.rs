@@ -216,6 +216,14 @@ impl Units {
         }
     }
 
+    /// Sets [`UnitConfig::program`] unless it was given; stacks resolved from now on use it.
+    pub fn set_default_program(&mut self, program: &str) {
+        if self.config.program.is_none() {
+            self.config.program = Some(program.to_string());
+            self.resolved.clear();
+        }
+    }
+
     pub fn config(&self) -> &UnitConfig {
         &self.config
     }
