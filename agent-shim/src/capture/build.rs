@@ -723,6 +723,67 @@ mod tests {
     }
 
     #[test]
+    fn the_childs_findings_survive_the_pipe_encoding() {
+        let mut edges = Edges::with_capacity(2, 1);
+        edges.push([1]);
+        edges.push([]);
+        let scanned = Scanned {
+            blocks: vec![
+                BlockInfo {
+                    addr: 0x1000,
+                    size: 16,
+                    seq: 1,
+                    tid: 7,
+                    stack: 3,
+                },
+                BlockInfo {
+                    addr: 0x2000,
+                    size: 32,
+                    seq: 2,
+                    tid: 8,
+                    stack: 0,
+                },
+            ],
+            raw: vec![
+                RawThread {
+                    tid: 7,
+                    name: String::new(),
+                    state: ThreadState::Stopped,
+                    frames: vec![
+                        (FrameSort::Call, 0x4000, vec![0]),
+                        (FrameSort::Thread, 0, vec![]),
+                    ],
+                },
+                RawThread {
+                    tid: 9,
+                    name: String::new(),
+                    state: ThreadState::NotStoppable("stop signal blocked".into()),
+                    frames: vec![(FrameSort::Signal, 0x5000, vec![0, 1])],
+                },
+            ],
+            globals: vec![1],
+            edges,
+            phases: Phases {
+                stop: Duration::ZERO,
+                index: Duration::from_nanos(5),
+                roots: Duration::from_nanos(6),
+                blocks: Duration::from_nanos(7),
+            },
+        };
+        let bytes = encode(&scanned);
+        let back = decode(&bytes).expect("decodes");
+        assert_eq!(back.blocks, scanned.blocks);
+        assert_eq!(back.globals, scanned.globals);
+        assert_eq!(back.edges, scanned.edges);
+        assert_eq!(back.phases.blocks, Duration::from_nanos(7));
+        for (a, b) in back.raw.iter().zip(&scanned.raw) {
+            assert_eq!((a.tid, &a.state, &a.frames), (b.tid, &b.state, &b.frames));
+        }
+        // A truncated message is refused, never half-read.
+        assert!(decode(&bytes[..bytes.len() - 1]).is_none());
+    }
+
+    #[test]
     fn radix_sort_orders_blocks_by_address() {
         let mut x = 0x1234_5678_9abc_u64;
         let mut blocks: Vec<BlockInfo> = (0..10_000)
