@@ -6,6 +6,9 @@
 //! and never draws (the TUI does).
 
 mod address;
+// The TUI's `heaptui attach` and `run` connect through it (issue 5).
+#[allow(dead_code)]
+pub mod live;
 pub mod commands;
 mod session;
 mod token;
