@@ -548,6 +548,21 @@ proptest! {
         prop_assert_eq!(snapshot::read_bytes(&binary_of(&g)).unwrap(), g);
     }
 
+    /// Damaged JSON, likewise: an error or a valid graph, never a panic.
+    #[test]
+    fn damaged_json_never_panics(at in any::<Index>(), byte in any::<u8>(), cut in any::<bool>()) {
+        let mut text = std::fs::read(fixture_path()).unwrap();
+        let i = at.index(text.len());
+        if cut {
+            text.truncate(i);
+        } else {
+            text[i] = byte;
+        }
+        if let Ok(read) = snapshot::read_bytes(&text) {
+            prop_assert!(read.validate().is_ok());
+        }
+    }
+
     /// Damaged binary files give an error or, when the damage lands in a value, some valid
     /// graph: never a panic, never an invalid graph.
     #[test]
