@@ -30,6 +30,26 @@ pub enum Command {
     /// Start a program with the agent preloaded, print its report once the agent answers,
     /// and wait for the program to end.
     Run(RunArgs),
+    /// Ask a running agent to cancel a thread under its memory-shortage policy (HEAPTUI_POLICY)
+    /// and print the verdict; exits 1 when the agent refuses.
+    Cancel(CancelArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CancelArgs {
+    /// The agent's address: :PORT, HOST:PORT or unix:PATH.
+    #[arg(value_name = "ADDR")]
+    pub address: String,
+    /// The thread to cancel (its kernel thread id, as the ranking shows it).
+    #[arg(value_name = "TID")]
+    pub tid: u32,
+    /// Decide and log only: the agent checks the policy and predicts the release, but does
+    /// not cancel.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// The agent's token file (needed for agents on other machines).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]

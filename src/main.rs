@@ -34,6 +34,15 @@ fn main() -> ExitCode {
             }
             Err(e) => Err(e),
         },
+        Command::Cancel(args) => match cancel(&args, &mut stdout) {
+            // The agent refused: a runtime failure (SPEC §2), the reason already printed.
+            Ok(client::cancel::Outcome::Refused) => {
+                let _ = stdout.flush();
+                return ExitCode::FAILURE;
+            }
+            Ok(_) => Ok(()),
+            Err(e) => Err(e),
+        },
         Command::Open(args) => tui::open(&args.file),
         Command::AgentPath => embedded::agent_path()
             .and_then(|path| Ok(writeln!(stdout, "{}", path.display())?)),
@@ -75,6 +84,17 @@ fn snapshot(args: &cli::SnapshotArgs, out: &mut impl Write) -> anyhow::Result<()
         &address,
         &token_source(args.token_file.as_deref()),
         &args.output,
+        out,
+    )
+}
+
+fn cancel(args: &cli::CancelArgs, out: &mut impl Write) -> anyhow::Result<client::cancel::Outcome> {
+    let address = client::Address::parse(&args.address).map_err(anyhow::Error::msg)?;
+    client::cancel::cancel(
+        &address,
+        &token_source(args.token_file.as_deref()),
+        args.tid,
+        args.dry_run,
         out,
     )
 }

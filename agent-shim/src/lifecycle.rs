@@ -43,6 +43,7 @@ pub extern "C" fn init() {
         remove_self_from_ld_preload();
     }
     crate::dump::start();
+    crate::policy::start();
     crate::server::start();
 }
 

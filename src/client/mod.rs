@@ -9,6 +9,7 @@ mod address;
 // The TUI's `heaptui attach` and `run` connect through it (issue 5).
 #[allow(dead_code)]
 pub mod live;
+pub mod cancel;
 pub mod commands;
 mod session;
 mod token;

@@ -3,7 +3,8 @@
 //! threads ended or [`FOLLOW_UP_DEADLINE`]), and — with a `[trigger]` — watches the live
 //! counters and runs the autonomous mode.
 //!
-//! Autonomous mode: the trigger fires when live heap bytes exceed `live_bytes`, or when the
+//! Autonomous mode: the trigger fires when live heap bytes exceed `live_bytes` on two
+//! consecutive ticks (a soft limit: a spike shorter than a tick is ignored), or when the
 //! count of failed allocations (`null_returns` of the agent's counters: malloc, calloc,
 //! realloc returning NULL, posix_memalign/aligned_alloc failing) grew and
 //! `on_malloc_failure` is set. The need is `live − live_bytes` (at least 1 byte, and at least
@@ -103,6 +104,8 @@ pub struct Watch {
     quiet_until: Option<Instant>,
     /// A shortage was reported in this episode.
     reported: bool,
+    /// The limit was exceeded at the previous tick too.
+    was_over: bool,
 }
 
 impl Watch {
@@ -112,6 +115,7 @@ impl Watch {
             nulls: counters::counters().null_returns,
             quiet_until: None,
             reported: false,
+            was_over: false,
         }
     }
 
@@ -122,8 +126,16 @@ impl Watch {
         self.nulls = c.null_returns;
         let Some(fire) = fire else {
             self.reported = false;
+            self.was_over = false;
             return None;
         };
+        // A soft limit: over it on two consecutive ticks, so a passing spike is no shortage and
+        // the allocation that crossed it has settled (its block is in the table, its pointer
+        // in a frame) when the snapshot is taken. A failed allocation acts at once.
+        let sustained = std::mem::replace(&mut self.was_over, true);
+        if !fire.malloc_failed && !sustained {
+            return None;
+        }
         if self.quiet_until.is_some_and(|t| Instant::now() < t) || self.reported {
             return None;
         }

@@ -1,0 +1,286 @@
+//! Shared by the policy tests: a target started under the real preload with a policy and an
+//! audit log, its stdout followed line by line, its stdin used as a command channel, and a
+//! blocking protocol client over the agent's Unix socket (token from the agent's token file).
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use heaptui_agent::config::Listen;
+use heaptui_agent::server::token;
+use heaptui_protocol::handshake::client_handshake;
+use heaptui_protocol::{
+    CancelVerdict, Hello, MAX_FRAME_LEN, Page, PolicyAnswer, Request, RequestBody, RequestId,
+    Response, ServerMessage, SnapshotInfo, Sort, ThreadKey, ThreadRow, recv, send,
+};
+
+use crate::common::{TempDir, agent_path};
+
+pub const POLICY_C: &str = include_str!("../targets/policy_threads.c");
+
+/// A running target.
+pub struct Target {
+    pub child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Arc<Mutex<Vec<String>>>,
+    pub socket: PathBuf,
+    pub log: PathBuf,
+    pub audit: PathBuf,
+    pub stderr_path: PathBuf,
+}
+
+impl Target {
+    /// Starts `exe args` with the agent, `policy` (None: no HEAPTUI_POLICY) and an audit log.
+    pub fn start(dir: &TempDir, exe: &Path, args: &[&str], policy: Option<&str>) -> Target {
+        let socket = dir.path().join("agent.sock");
+        let log = dir.path().join("agent.log");
+        let audit = dir.path().join("audit.jsonl");
+        let stderr_path = dir.path().join("stderr.txt");
+        let mut cmd = Command::new(exe);
+        cmd.args(args)
+            .env("LD_PRELOAD", agent_path())
+            .env("HEAPTUI_LOG", &log)
+            .env("HEAPTUI_LISTEN", format!("unix:{}", socket.display()))
+            .env("HEAPTUI_AUDIT", &audit)
+            .env_remove("HEAPTUI_POLICY")
+            .env_remove("HEAPTUI_DUMP")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr_path).unwrap());
+        if let Some(text) = policy {
+            let path = dir.path().join("policy.toml");
+            std::fs::write(&path, text).unwrap();
+            cmd.env("HEAPTUI_POLICY", path);
+        }
+        let mut child = cmd.spawn().expect("start target");
+        let stdout = child.stdout.take().unwrap();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let stdin = child.stdin.take();
+        let t = Target {
+            child,
+            stdin,
+            lines,
+            socket,
+            log,
+            audit,
+            stderr_path,
+        };
+        t.wait_line("ready");
+        t
+    }
+
+    /// Every stdout line so far.
+    pub fn lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap().clone()
+    }
+
+    /// Waits (up to 30 s) for a stdout line starting with `prefix`; returns it.
+    pub fn wait_line(&self, prefix: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(l) = self.lines().into_iter().find(|l| l.starts_with(prefix)) {
+                return l;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no line {prefix:?} from the target; stdout so far: {:?}\nlog:\n{}",
+                self.lines(),
+                std::fs::read_to_string(&self.log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Tids the target printed (`tid NAME TID`), by name.
+    pub fn tids(&self) -> BTreeMap<String, u32> {
+        self.lines()
+            .iter()
+            .filter_map(|l| {
+                let mut w = l.strip_prefix("tid ")?.split_whitespace();
+                Some((w.next()?.to_owned(), w.next()?.parse().ok()?))
+            })
+            .collect()
+    }
+
+    pub fn command(&mut self, text: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        writeln!(stdin, "{text}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Whether thread `tid` of the target still exists.
+    pub fn thread_alive(&self, tid: u32) -> bool {
+        Path::new(&format!("/proc/{}/task/{tid}", self.child.id())).exists()
+    }
+
+    /// Waits up to 10 s for thread `tid` to end.
+    pub fn wait_thread_gone(&self, tid: u32) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.thread_alive(tid) {
+            assert!(Instant::now() < deadline, "thread {tid} did not end");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Sends "quit" and waits for a normal exit; returns the stdout lines.
+    pub fn quit(mut self) -> Vec<String> {
+        self.command("quit");
+        drop(self.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("target did not exit after quit");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        // Let the reader thread drain stdout.
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(
+            status.success(),
+            "target exited with {status}; stdout {:?}; stderr {}",
+            self.lines(),
+            self.stderr()
+        );
+        self.lines()
+    }
+
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
+    pub fn agent_log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The audit log's lines, parsed.
+    pub fn audit(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&self.audit)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| {
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("bad audit line {l:?}: {e}"))
+            })
+            .collect()
+    }
+
+    /// Waits up to 20 s until `pred` holds for the audit lines.
+    pub fn wait_audit(
+        &self,
+        what: &str,
+        pred: impl Fn(&[serde_json::Value]) -> bool,
+    ) -> Vec<serde_json::Value> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let a = self.audit();
+            if pred(&a) {
+                return a;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "audit log never showed {what}: {a:#?}\nagent log:\n{}",
+                self.agent_log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn client(&self) -> Client {
+        Client::connect(&self.socket)
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A blocking protocol client.
+pub struct Client {
+    stream: UnixStream,
+    next: u64,
+}
+
+impl Client {
+    pub fn connect(socket: &Path) -> Client {
+        let listen = Listen::Unix(socket.to_path_buf());
+        let token_path = token::directory().join(token::file_name(&listen));
+        let token = std::fs::read_to_string(&token_path)
+            .unwrap_or_else(|e| panic!("token file {}: {e}", token_path.display()));
+        let mut stream = UnixStream::connect(socket).expect("connect to the agent");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
+        client_handshake(&mut stream, &Hello::new(token.trim(), "policy-test")).expect("handshake");
+        Client { stream, next: 1 }
+    }
+
+    pub fn request(&mut self, body: RequestBody) -> Response {
+        let id = RequestId(self.next);
+        self.next += 1;
+        send(&mut self.stream, &Request { id, body }).expect("send");
+        loop {
+            let m: ServerMessage = recv(&mut self.stream, MAX_FRAME_LEN).expect("answer");
+            if let ServerMessage::Response { id: got, body } = m
+                && got == id
+            {
+                return *body;
+            }
+        }
+    }
+
+    pub fn cancel(&mut self, tid: u32, dry_run: bool) -> CancelVerdict {
+        match self.request(RequestBody::Cancel { tid, dry_run }) {
+            Response::Cancel(v) => v,
+            other => panic!("cancel answered {other:?}"),
+        }
+    }
+
+    pub fn policy(&mut self) -> PolicyAnswer {
+        match self.request(RequestBody::Policy) {
+            Response::Policy(p) => p,
+            other => panic!("policy answered {other:?}"),
+        }
+    }
+
+    pub fn snapshot(&mut self) -> SnapshotInfo {
+        match self.request(RequestBody::TakeSnapshot) {
+            Response::Snapshot(s) => s,
+            other => panic!("snapshot answered {other:?}"),
+        }
+    }
+
+    /// The kept snapshot's thread rows, by tid.
+    pub fn threads(&mut self) -> BTreeMap<u32, ThreadRow> {
+        let body = RequestBody::Threads {
+            sort: Sort {
+                key: ThreadKey::Tid,
+                direction: heaptui_protocol::Direction::Ascending,
+            },
+            page: Page::FIRST,
+        };
+        match self.request(body) {
+            Response::Threads(p) => p.rows.into_iter().map(|r| (r.tid, r)).collect(),
+            other => panic!("threads answered {other:?}"),
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! The autonomous mode under a soft limit on live heap bytes, on a C target under the real
+//! preload: it cancels the right thread when a permitted one suffices, and reports a memory
+//! shortage (cancelling nothing) when none does.
+
+mod common;
+mod policy_support;
+
+use common::{TempDir, compile_c, include_flag};
+use policy_support::{POLICY_C, Target};
+
+/// holder-1 and holder-2 hold 1 MiB each, grow-a 2 MiB, then grow-b 6 MiB in one block: live
+/// bytes jump from about 4 MiB to about 10 MiB, 3 MiB over a 7 MiB limit.
+const LIMIT: &str = "[trigger]\nlive_bytes = \"7 MiB\"\n";
+
+#[test]
+fn the_trigger_cancels_the_thread_that_covers_the_need() {
+    let dir = TempDir::new("policy-trigger");
+    let exe = compile_c(&dir, "policy_threads", POLICY_C, &[&include_flag()]);
+    let policy = format!(
+        "[[permit]]\nthread = \"grow-*\"\nmechanism = \"pthread_cancel\"\n\n[[permit]]\nthread = \"holder-*\"\nmechanism = \"pthread_cancel\"\n\n{LIMIT}"
+    );
+    let t = Target::start(&dir, &exe, &["grow"], Some(&policy));
+    let tids = t.tids();
+    let audit = t.wait_audit("the measured line of the autonomous cancel", |a| {
+        a.iter().any(|l| l["event"] == "measured")
+    });
+    let decisions: Vec<_> = audit.iter().filter(|l| l["event"] == "decision").collect();
+    assert_eq!(decisions.len(), 1, "one thread suffices: {audit:#?}");
+    let d = decisions[0];
+    assert_eq!(d["who"], "autonomous");
+    assert_eq!(d["verdict"], "done");
+    assert_eq!(d["tid"], tids["grow-b"], "{d}");
+    assert_eq!(d["thread"], "grow-b");
+    assert_eq!(d["mechanism"], "pthread_cancel");
+    let predicted = d["predicted_release"].as_u64().unwrap();
+    assert!((6 << 20..(6 << 20) + 4096).contains(&predicted), "{d}");
+    let need = d["need"].as_u64().unwrap();
+    assert!(need > 2 << 20 && need < 4 << 20, "need {need}: {d}");
+    let line = t.wait_line("grow-b: cancelled");
+    assert!(line.ends_with("freed 6291456 bytes"), "{line}");
+    t.wait_thread_gone(tids["grow-b"]);
+    let measured = audit.iter().find(|l| l["event"] == "measured").unwrap();
+    let m = measured["measured_release"].as_u64().unwrap() as f64;
+    assert!(
+        (m - predicted as f64).abs() <= 0.05 * predicted as f64,
+        "{measured}"
+    );
+    // Back under the limit: nothing else is cancelled.
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    assert_eq!(
+        t.audit()
+            .iter()
+            .filter(|l| l["event"] == "decision")
+            .count(),
+        1
+    );
+    let lines = t.quit();
+    for ok in ["grow-a ok", "holder-1 ok", "holder-2 ok", "exit ok"] {
+        assert!(lines.iter().any(|l| l == ok), "{ok} missing: {lines:?}");
+    }
+}
+
+#[test]
+fn a_shortage_is_reported_and_nothing_cancelled_when_no_permitted_set_suffices() {
+    let dir = TempDir::new("policy-shortage");
+    let exe = compile_c(&dir, "policy_threads", POLICY_C, &[&include_flag()]);
+    // Only grow-a (2 MiB) may go: not enough for a 3 MiB need.
+    let policy =
+        format!("[[permit]]\nthread = \"grow-a\"\nmechanism = \"pthread_cancel\"\n\n{LIMIT}");
+    let t = Target::start(&dir, &exe, &["grow"], Some(&policy));
+    let tids = t.tids();
+    let audit = t.wait_audit("a shortage line", |a| {
+        a.iter().any(|l| l["event"] == "shortage")
+    });
+    let s = audit.iter().find(|l| l["event"] == "shortage").unwrap();
+    assert_eq!(s["who"], "autonomous");
+    assert_eq!(s["permitted_threads"], serde_json::json!([tids["grow-a"]]));
+    let best = s["permitted_release"].as_u64().unwrap();
+    let need = s["need"].as_u64().unwrap();
+    assert!(best < need, "{s}");
+    assert!(
+        t.agent_log().contains("memory shortage"),
+        "{}",
+        t.agent_log()
+    );
+    // Reported once per episode, and nothing cancelled.
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let audit = t.audit();
+    assert_eq!(audit.len(), 1, "{audit:#?}");
+    assert!(t.thread_alive(tids["grow-a"]) && t.thread_alive(tids["grow-b"]));
+    let lines = t.quit();
+    for ok in ["grow-a ok", "grow-b ok", "holder-1 ok", "exit ok"] {
+        assert!(lines.iter().any(|l| l == ok), "{ok} missing: {lines:?}");
+    }
+}

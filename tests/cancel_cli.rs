@@ -1,0 +1,208 @@
+//! `heaptui cancel ADDR TID [--dry-run]` end to end: the real binary against a C target run
+//! under the agent it embeds (`heaptui agent-path`), with a policy; verdicts, exit codes and
+//! the target's own account of what happened.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const TARGET: &str = include_str!("../agent-shim/tests/targets/policy_threads.c");
+
+const POLICY: &str = r#"
+min_release = "1 MiB"
+[[permit]]
+thread = "runaway"
+[[permit]]
+thread = "small"
+"#;
+
+fn heaptui() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_heaptui"))
+}
+
+struct Dir(PathBuf);
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+struct Target {
+    child: Child,
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Target {
+    fn start(dir: &Path, policy: Option<&str>) -> (Target, String) {
+        let src = dir.join("policy_threads.c");
+        std::fs::write(&src, TARGET).unwrap();
+        let exe = dir.join("policy_threads");
+        let include = concat!(env!("CARGO_MANIFEST_DIR"), "/agent-shim/include");
+        let cc = Command::new("gcc")
+            .args(["-O1", "-g", "-pthread", "-I", include])
+            .arg(&src)
+            .arg("-o")
+            .arg(&exe)
+            .output()
+            .unwrap();
+        assert!(
+            cc.status.success(),
+            "{}",
+            String::from_utf8_lossy(&cc.stderr)
+        );
+        let agent = heaptui().arg("agent-path").output().unwrap();
+        assert!(agent.status.success());
+        let agent = String::from_utf8(agent.stdout).unwrap().trim().to_owned();
+        let socket = dir.join("agent.sock");
+        let mut cmd = Command::new(&exe);
+        cmd.env("LD_PRELOAD", agent)
+            .env("HEAPTUI_LISTEN", format!("unix:{}", socket.display()))
+            .env("HEAPTUI_LOG", dir.join("agent.log"))
+            .env("HEAPTUI_AUDIT", dir.join("audit.jsonl"))
+            .env_remove("HEAPTUI_POLICY")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        if let Some(p) = policy {
+            std::fs::write(dir.join("policy.toml"), p).unwrap();
+            cmd.env("HEAPTUI_POLICY", dir.join("policy.toml"));
+        }
+        let mut child = cmd.spawn().unwrap();
+        let out = child.stdout.take().unwrap();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = lines.clone();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                sink.lock().unwrap().push(l);
+            }
+        });
+        let t = Target { child, lines };
+        t.wait_line("ready");
+        (t, format!("unix:{}", socket.display()))
+    }
+
+    fn wait_line(&self, prefix: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(l) = self
+                .lines
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|l| l.starts_with(prefix))
+            {
+                return l.clone();
+            }
+            assert!(Instant::now() < deadline, "no {prefix:?} line");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn tid(&self, name: &str) -> String {
+        let line = self.wait_line(&format!("tid {name} "));
+        line.rsplit(' ').next().unwrap().to_owned()
+    }
+
+    fn quit(mut self) {
+        writeln!(self.child.stdin.as_mut().unwrap(), "quit").unwrap();
+        drop(self.child.stdin.take());
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "target exited with {status}");
+        self.wait_line("exit ok");
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn cancel(addr: &str, args: &[&str]) -> (Output, String) {
+    let out = heaptui()
+        .arg("cancel")
+        .arg(addr)
+        .args(args)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out, text)
+}
+
+fn scratch(tag: &str) -> Dir {
+    let d = std::env::temp_dir().join(format!("heaptui-cancel-cli-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    Dir(d)
+}
+
+#[test]
+fn cancel_prints_the_verdict_and_exits_by_it() {
+    let dir = scratch("policy");
+    let (t, addr) = Target::start(&dir.0, Some(POLICY));
+    let runaway = t.tid("runaway");
+
+    let (out, text) = cancel(&addr, &[&t.tid("holder-1")]);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("refused: not permitted"), "{text}");
+
+    let (out, text) = cancel(&addr, &[&t.tid("small")]);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("refused: below min_release"), "{text}");
+    assert!(text.contains("predicted release"), "{text}");
+
+    let (out, text) = cancel(&addr, &[&runaway, "--dry-run"]);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains(&format!("cancel of thread {runaway}: dry run")),
+        "{text}"
+    );
+    assert!(text.contains("predicted release 8.0 MiB"), "{text}");
+
+    let (out, text) = cancel(&addr, &[&runaway]);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains(&format!("cancel of thread {runaway}: done")),
+        "{text}"
+    );
+    assert!(text.contains("mechanism cooperative"), "{text}");
+    t.wait_line("runaway: cancelled");
+
+    let audit = std::fs::read_to_string(dir.0.join("audit.jsonl")).unwrap();
+    let decisions = audit
+        .lines()
+        .filter(|l| l.contains("\"event\":\"decision\""))
+        .count();
+    assert_eq!(decisions, 4, "{audit}");
+    assert!(
+        audit.contains("operator \\\"heaptui "),
+        "the client is named: {audit}"
+    );
+    t.quit();
+}
+
+#[test]
+fn cancel_without_a_policy_is_refused_and_usage_errors_exit_2() {
+    let dir = scratch("none");
+    let (t, addr) = Target::start(&dir.0, None);
+    let (out, text) = cancel(&addr, &[&t.tid("runaway")]);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("refused: no policy"), "{text}");
+    let (out, text) = cancel(&addr, &["not-a-tid"]);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    t.quit();
+    let (out, text) = cancel(&addr, &["1"]);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("cannot connect") || text.contains("connect"),
+        "{text}"
+    );
+}
