@@ -188,12 +188,31 @@ fn frame_shared_list_global_only_and_leaks_are_exact() {
 fn blocked_masked_and_busy_threads_are_stopped_with_exact_figures() {
     let dir = TempDir::new("cap-threads");
     let exe = c_target(&dir, "threads", include_str!("targets/threads.c"), &[]);
-    let c = run(&dir, &exe, "joined 3 threads\n", 0);
-    assert_eq!(c.graph.threads.len(), 4, "{:?}", c.frame_names());
-    for t in &c.graph.threads {
+    let c = run(&dir, &exe, "joined 4 threads\n", 0);
+    assert_eq!(c.graph.threads.len(), 5, "{:?}", c.frame_names());
+    // The thread that blocked every signal with the raw system call cannot be stopped; what
+    // its stack holds (read from its blocked stack pointer) is still its own.
+    let raw = c
+        .graph
+        .threads
+        .iter()
+        .position(|t| t.name == "rawmask")
+        .expect("rawmask thread");
+    assert_eq!(
+        c.graph.threads[raw].state,
+        ThreadState::NotStoppable("stop signal blocked".into())
+    );
+    assert_eq!(
+        c.analysis.class_of(c.object(50005)),
+        ObjectClass::FrameProprietary {
+            thread: raw,
+            frame: 0
+        }
+    );
+    for t in c.graph.threads.iter().filter(|t| t.name != "rawmask") {
         assert_eq!(t.state, ThreadState::Stopped, "thread {} {}", t.tid, t.name);
     }
-    let markers = [10001, 20002, 30003, 40004];
+    let markers = [10001, 20002, 30003, 40004, 50005];
     let shared = c.object(40004);
     assert_eq!(c.analysis.class_of(shared), ObjectClass::ThreadShared);
     for (function, name, own, shares) in [

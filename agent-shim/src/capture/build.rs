@@ -24,7 +24,7 @@ use super::modules::AddressSpace;
 use super::scan::{BlockIndex, Collector, scan_blocks};
 use super::stop::{self, Outcome, Timeouts};
 use super::symbolize::Symbolizer;
-use super::unwind::{FrameSort, THREAD_DESCRIPTOR, Unwinder, current_registers};
+use super::unwind::{FrameSort, RED_ZONE, THREAD_DESCRIPTOR, Unwinder, current_registers};
 
 /// A live block as the block table records it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -199,6 +199,7 @@ pub fn capture<H: Heap>(
             &globals_ranges,
             &own_tls,
             (&mut blocks, &mut scratch),
+            process.pid,
         )
     };
     // The scan runs in a copy-on-write child of the stopped process, so the threads run
@@ -332,6 +333,7 @@ fn scan_stopped<H: Heap>(
     globals_ranges: &[(std::ops::Range<u64>, bool)],
     own_tls: &[std::ops::Range<u64>],
     (blocks, scratch): (&mut Vec<BlockInfo>, &mut Vec<BlockInfo>),
+    pid: u32,
 ) -> Scanned {
     let mut phases = Phases::default();
     let mark = Instant::now();
@@ -347,7 +349,23 @@ fn scan_stopped<H: Heap>(
     for (tid, outcome) in &world.threads {
         let (state, frames) = match outcome {
             Outcome::Gone => continue,
-            Outcome::NotStoppable(why) => (ThreadState::NotStoppable((*why).into()), Vec::new()),
+            Outcome::NotStoppable(why) => {
+                // Not stopped, but maybe blocked in a system call: its stack from the
+                // blocked stack pointer up is what it holds (best effort: it may have moved).
+                let frames = stop::blocked_stack_pointer(pid, *tid)
+                    .and_then(|sp| space.mapping(sp).map(|m| (sp, m.end)))
+                    .map(|(sp, end)| {
+                        collector.begin();
+                        for r in space.clamp(sp.saturating_sub(RED_ZONE)..end) {
+                            // SAFETY: clamped to readable mappings (a copy-on-write copy
+                            // of them in the scanning child).
+                            unsafe { collector.range(&index, r, &[]) };
+                        }
+                        vec![(FrameSort::Thread, 0, collector.take_sorted())]
+                    })
+                    .unwrap_or_default();
+                (ThreadState::NotStoppable((*why).into()), frames)
+            }
             Outcome::Stopped(regs) => {
                 let unwound = unwinder.unwind(regs);
                 let frames = unwound

@@ -397,6 +397,19 @@ impl Drop for World {
     }
 }
 
+/// The stack pointer of a thread of process `pid` that is blocked in a system call, from
+/// `/proc/<pid>/task/<tid>/syscall` (`NR args… sp pc`, or `-1 sp pc`); None when it runs.
+/// Lets the capture read what a thread that could not be stopped holds on its stack.
+pub fn blocked_stack_pointer(pid: u32, tid: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?;
+    let fields: Vec<&str> = text.split_ascii_whitespace().collect();
+    if fields.len() < 3 {
+        return None;
+    }
+    let sp = fields[fields.len() - 2];
+    u64::from_str_radix(sp.trim_start_matches("0x"), 16).ok()
+}
+
 /// Removes the stop signal from a mask the program is about to block, so it stays
 /// deliverable. Used by the `pthread_sigmask`/`sigprocmask` wrappers.
 ///
