@@ -27,7 +27,6 @@ use ratatui::layout::Rect;
 
 use crate::source::{SourceEvent, SourceHandle};
 use action::{Action, Screen};
-use fuzzy::Skim;
 use rows::{OBJECT_KEYS, ReleaseRow};
 use table::{PAGE_ROWS, PagedTable, SortSpec, TableModel};
 use views::{
@@ -100,7 +99,6 @@ pub struct App {
     snapshot_asked: Option<u64>,
     pending: HashMap<RequestId, Target>,
     next_serial: u64,
-    matcher: Skim,
 }
 
 impl App {
@@ -128,7 +126,6 @@ impl App {
             snapshot_asked: None,
             pending: HashMap::new(),
             next_serial: 0,
-            matcher: Skim::default(),
         };
         let home = app.view(ViewKind::Home(Box::new(HomeView::new())));
         app.stack.push(home);
@@ -549,15 +546,14 @@ impl App {
 
     /// Filters the top view's list.
     pub fn set_query(&mut self, query: &str) {
-        let matcher = &self.matcher;
         match &mut self.stack.last_mut().expect("home").kind {
             ViewKind::Home(home) => match home.tab {
-                HomeTab::Threads => home.threads.set_query(query, matcher),
-                HomeTab::Release => home.release.set_query(query, matcher),
-                HomeTab::Sites => home.sites.set_query(query, matcher),
+                HomeTab::Threads => home.threads.set_query(query),
+                HomeTab::Release => home.release.set_query(query),
+                HomeTab::Sites => home.sites.set_query(query),
             },
-            ViewKind::Frames(v) => v.table.set_query(query, matcher),
-            ViewKind::Objects(v) => v.table.set_query(query, matcher),
+            ViewKind::Frames(v) => v.table.set_query(query),
+            ViewKind::Objects(v) => v.table.set_query(query),
             ViewKind::Group(_) | ViewKind::Object(_) => {}
         }
         self.fit();

@@ -3,6 +3,7 @@
 //!
 //! Formatting only: no figure is computed here, every number comes from the source.
 
+use std::borrow::Cow;
 use std::cmp::Ordering;
 
 use heaptui_protocol::message::{FrameRow, IdList, ObjectKey, ObjectRow, SiteRow, ThreadRow};
@@ -73,6 +74,10 @@ impl TableRow for ThreadRow {
     ];
     const FILTER_COLUMN: usize = 1;
 
+    fn filter_text(&self) -> Cow<'_, str> {
+        Cow::Borrowed(&self.name)
+    }
+
     fn cell(&self, column: usize, cx: &CellContext) -> String {
         match column {
             0 => self.tid.to_string(),
@@ -126,6 +131,10 @@ impl TableRow for ReleaseRow {
     ];
     const FILTER_COLUMN: usize = 2;
 
+    fn filter_text(&self) -> Cow<'_, str> {
+        Cow::Borrowed(&self.thread.name)
+    }
+
     fn cell(&self, column: usize, cx: &CellContext) -> String {
         let t = &self.thread;
         match column {
@@ -166,6 +175,10 @@ impl TableRow for FrameRow {
         Column::text("THREAD-SHARED", 14),
     ];
     const FILTER_COLUMN: usize = 1;
+
+    fn filter_text(&self) -> Cow<'_, str> {
+        Cow::Borrowed(&self.function)
+    }
 
     fn cell(&self, column: usize, cx: &CellContext) -> String {
         match column {
@@ -225,6 +238,10 @@ impl TableRow for ObjectRow {
     ];
     const FILTER_COLUMN: usize = 2;
 
+    fn filter_text(&self) -> Cow<'_, str> {
+        Cow::Borrowed(&self.site_label)
+    }
+
     fn cell(&self, column: usize, cx: &CellContext) -> String {
         match column {
             0 => format!("{:#x}", self.addr),
@@ -267,6 +284,10 @@ impl TableRow for SiteRow {
         Column::text("CALLED FROM", 0),
     ];
     const FILTER_COLUMN: usize = 0;
+
+    fn filter_text(&self) -> Cow<'_, str> {
+        Cow::Borrowed(&self.label)
+    }
 
     fn cell(&self, column: usize, cx: &CellContext) -> String {
         match column {

@@ -11,10 +11,11 @@
 //! This module keeps state only: it never draws and never talks to a source (it says which
 //! pages it wants; `app` asks for them).
 
+use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, HashSet};
 
-use super::fuzzy::Matcher;
+use super::fuzzy::{Matcher, Skim};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Align {
@@ -85,6 +86,11 @@ pub trait TableRow {
     const FILTER_COLUMN: usize;
     fn cell(&self, column: usize, cx: &CellContext) -> String;
     fn compare(&self, other: &Self, column: usize) -> Ordering;
+    /// The text the filter matches: the filter column's cell (rows override it to lend the
+    /// text rather than build it, since the filter asks it of every row).
+    fn filter_text(&self) -> Cow<'_, str> {
+        Cow::Owned(self.cell(Self::FILTER_COLUMN, &CellContext::default()))
+    }
     /// The figure bar columns are scaled to (the largest over the table is `CellContext::max`).
     fn metric(&self) -> u64 {
         0
@@ -206,7 +212,10 @@ pub trait TableModel {
 pub struct LocalTable<R> {
     rows: Vec<R>,
     view: Vec<u32>,
-    matches: Vec<Vec<usize>>,
+    /// With a filter: the match positions of the rows in view order, computed for the rows
+    /// that have come into view (a filter over 100k rows only says yes or no to each).
+    matches: Vec<Option<Vec<usize>>>,
+    matcher: Box<dyn Matcher>,
     sort: SortSpec,
     query: String,
     cursor: Cursor,
@@ -221,6 +230,7 @@ impl<R: TableRow> LocalTable<R> {
             rows: Vec::new(),
             view: Vec::new(),
             matches: Vec::new(),
+            matcher: Box::new(Skim::default()),
             sort,
             query: String::new(),
             cursor: Cursor::default(),
@@ -263,25 +273,46 @@ impl<R: TableRow> LocalTable<R> {
         self.refresh(keep);
     }
 
-    pub fn set_query(&mut self, query: &str, matcher: &dyn Matcher) {
+    pub fn set_query(&mut self, query: &str) {
         let keep = self.selected_index();
         self.query = query.to_string();
-        self.refresh_with(keep, matcher);
+        self.refresh(keep);
     }
 
     pub fn move_by(&mut self, delta: isize) {
         let len = self.len();
         self.cursor.move_by(delta, len);
+        self.fill_matches();
     }
 
     pub fn jump(&mut self, to: usize) {
         let len = self.len();
         self.cursor.jump(to, len);
+        self.fill_matches();
     }
 
     pub fn set_height(&mut self, height: usize) {
         let len = self.len();
         self.cursor.set_height(height, len);
+        self.fill_matches();
+    }
+
+    /// Computes the match positions of the rows in view that do not have them yet.
+    fn fill_matches(&mut self) {
+        if self.query.is_empty() {
+            return;
+        }
+        let (start, end) = self.cursor.window(self.view.len());
+        for i in start..end {
+            if self.matches[i].is_none() {
+                let row = &self.rows[self.view[i] as usize];
+                self.matches[i] = Some(
+                    self.matcher
+                        .positions(&row.filter_text(), &self.query)
+                        .unwrap_or_default(),
+                );
+            }
+        }
     }
 
     /// Selects the first row (in view order) for which `pred` holds.
@@ -299,51 +330,32 @@ impl<R: TableRow> LocalTable<R> {
         self.view.get(self.cursor.selected).copied()
     }
 
-    fn refresh(&mut self, keep: Option<u32>) {
-        if self.query.is_empty() {
-            self.refresh_with(keep, &NoFilter);
-        } else {
-            // Only the query setter brings a matcher; with a query kept from before, a
-            // data change re-filters with the default one.
-            self.refresh_with(keep, &super::fuzzy::Skim::default());
-        }
-    }
-
     /// Filters, then sorts the survivors; the row that was selected stays selected when it
     /// survives. Linear in the rows plus the sort.
-    fn refresh_with(&mut self, keep: Option<u32>, matcher: &dyn Matcher) {
-        let mut view: Vec<(u32, Vec<usize>)> = if self.query.is_empty() {
-            (0..self.rows.len() as u32)
-                .map(|r| (r, Vec::new()))
-                .collect()
+    fn refresh(&mut self, keep: Option<u32>) {
+        let mut view: Vec<u32> = if self.query.is_empty() {
+            (0..self.rows.len() as u32).collect()
         } else {
-            self.rows
-                .iter()
-                .enumerate()
-                .filter_map(|(r, row)| {
-                    let text = row.cell(R::FILTER_COLUMN, &CellContext::default());
-                    matcher
-                        .positions(&text, &self.query)
-                        .map(|at| (r as u32, at))
-                })
+            let (matcher, query) = (&self.matcher, &self.query);
+            (0..self.rows.len() as u32)
+                .filter(|&r| matcher.is_match(&self.rows[r as usize].filter_text(), query))
                 .collect()
         };
         let SortSpec { column, descending } = self.sort;
         let rows = &self.rows;
-        view.sort_by(|(a, _), (b, _)| {
+        view.sort_by(|a, b| {
             let order = rows[*a as usize].compare(&rows[*b as usize], column);
             let order = if descending { order.reverse() } else { order };
             // Ties keep the source's order, so equal rows do not jump around.
             order.then(a.cmp(b))
         });
         self.max = self.rows.iter().map(TableRow::metric).max().unwrap_or(0);
-        let (view, matches): (Vec<u32>, Vec<Vec<usize>>) = view.into_iter().unzip();
-        self.view = view;
         self.matches = if self.query.is_empty() {
             Vec::new()
         } else {
-            matches
+            vec![None; view.len()]
         };
+        self.view = view;
         if let Some(keep) = keep
             && let Some(i) = self.view.iter().position(|&r| r == keep)
         {
@@ -351,15 +363,7 @@ impl<R: TableRow> LocalTable<R> {
         }
         let len = self.view.len();
         self.cursor.fit(len);
-    }
-}
-
-/// Matches everything, for the unfiltered refresh.
-struct NoFilter;
-
-impl Matcher for NoFilter {
-    fn positions(&self, _: &str, _: &str) -> Option<Vec<usize>> {
-        Some(Vec::new())
+        self.fill_matches();
     }
 }
 
@@ -375,7 +379,10 @@ impl<R: TableRow> TableModel for LocalTable<R> {
     }
 
     fn matches(&self, i: usize) -> &[usize] {
-        self.matches.get(i).map_or(&[], Vec::as_slice)
+        self.matches
+            .get(i)
+            .and_then(Option::as_deref)
+            .unwrap_or(&[])
     }
 
     fn cursor(&self) -> Cursor {
@@ -430,6 +437,7 @@ pub struct PagedTable<R> {
     query: String,
     /// With a filter: the list positions of the matching loaded rows, and their match positions.
     filtered: Option<(Vec<u32>, Vec<Vec<usize>>)>,
+    matcher: Box<dyn Matcher>,
     cursor: Cursor,
     max: u64,
 }
@@ -444,6 +452,7 @@ impl<R: TableRow> PagedTable<R> {
             generation: 0,
             query: String::new(),
             filtered: None,
+            matcher: Box::new(Skim::default()),
             cursor: Cursor::default(),
             max: 0,
         }
@@ -489,7 +498,7 @@ impl<R: TableRow> PagedTable<R> {
             .max(rows.iter().map(TableRow::metric).max().unwrap_or(0));
         self.pages.insert(page, rows);
         if self.filtered.is_some() {
-            self.refilter(&super::fuzzy::Skim::default());
+            self.refilter();
         }
         let len = self.len();
         self.cursor.fit(len);
@@ -511,7 +520,7 @@ impl<R: TableRow> PagedTable<R> {
         }
     }
 
-    pub fn set_query(&mut self, query: &str, matcher: &dyn Matcher) {
+    pub fn set_query(&mut self, query: &str) {
         self.query = query.to_string();
         if query.is_empty() {
             // Back to the whole list, at the row that was selected.
@@ -524,20 +533,20 @@ impl<R: TableRow> PagedTable<R> {
                 self.cursor.jump(at as usize, len);
             }
         } else {
-            self.refilter(matcher);
+            self.refilter();
             self.cursor.selected = 0;
             let len = self.len();
             self.cursor.fit(len);
         }
     }
 
-    fn refilter(&mut self, matcher: &dyn Matcher) {
+    /// The loaded rows are at most a few pages: their positions are computed at once.
+    fn refilter(&mut self) {
         let mut positions = Vec::new();
         let mut matches = Vec::new();
         for (&page, rows) in &self.pages {
             for (i, row) in rows.iter().enumerate() {
-                let text = row.cell(R::FILTER_COLUMN, &CellContext::default());
-                if let Some(at) = matcher.positions(&text, &self.query) {
+                if let Some(at) = self.matcher.positions(&row.filter_text(), &self.query) {
                     positions.push(page * PAGE_ROWS + i as u32);
                     matches.push(at);
                 }
