@@ -16,6 +16,7 @@ pub mod mark_and_count;
 pub mod units;
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::recording::{Event, RecordedCounters};
 use ages::{AgedBlock, Ages, Boundary};
@@ -117,6 +118,32 @@ impl StackTable {
     }
 }
 
+/// Hashes a block address with one multiplication: addresses are already well spread in their
+/// middle bits, and std's SipHash was most of a replay's time. Keys come from a recording,
+/// so a hostile file could only slow its own replay down.
+#[derive(Default)]
+struct AddressHasher(u64);
+
+impl Hasher for AddressHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (v ^ (v >> 29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+
+    fn finish(&self) -> u64 {
+        // The table uses the top bits for control bytes and the low bits for the bucket:
+        // fold the well-mixed high half down.
+        self.0 ^ (self.0 >> 32)
+    }
+}
+
+type AddressMap<V> = HashMap<u64, V, BuildHasherDefault<AddressHasher>>;
+
 /// A live block in the tracker's table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LiveBlock {
@@ -139,7 +166,7 @@ pub struct TrackerConfig {
 #[derive(Clone, Debug)]
 pub struct Tracker {
     stacks: StackTable,
-    blocks: HashMap<u64, LiveBlock>,
+    blocks: AddressMap<LiveBlock>,
     counters: MarkAndCount,
     units: Units,
     boundaries: Vec<Boundary>,
@@ -155,7 +182,7 @@ impl Tracker {
     pub fn new(config: TrackerConfig) -> Tracker {
         Tracker {
             stacks: StackTable::new(),
-            blocks: HashMap::new(),
+            blocks: AddressMap::default(),
             counters: MarkAndCount::new(config.rule),
             units: Units::new(config.units),
             boundaries: Vec::new(),
