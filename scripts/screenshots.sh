@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Screenshots of every TUI screen from a real terminal session: heaptui runs in a detached tmux
+# session of 120x36, keys are sent, each screen is captured with its colours
+# (`capture-pane -e`) and rendered to screenshots/<screen>.png by scripts/render_ansi.py.
+#
+#   scripts/screenshots.sh [SNAPSHOT-FILE]
+#
+# SNAPSHOT-FILE defaults to the patent fixture (../shared/fixtures/patent-example.json).
+# Needs tmux, python3 with Pillow (installed with pip when missing) and DejaVu Sans Mono.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+source_file=${1:-../shared/fixtures/patent-example.json}
+[[ -f $source_file ]] || { echo "screenshots.sh: no such snapshot file: $source_file" >&2; exit 2; }
+command -v tmux >/dev/null || { echo "screenshots.sh: tmux is needed (apt-get install tmux)" >&2; exit 1; }
+python3 -c 'import PIL' 2>/dev/null || python3 -m pip install --quiet pillow \
+    || python3 -m pip install --quiet --break-system-packages pillow
+
+cargo build --quiet -p heaptui
+bin=$PWD/target/debug/heaptui
+out=screenshots
+mkdir -p "$out"
+socket=heaptui-shots-$$
+tmux_() { tmux -L "$socket" "$@"; }
+trap 'tmux_ kill-server 2>/dev/null || true' EXIT
+
+# Polls the pane until it shows $1 (a fixed string), up to 10 s.
+wait_for() {
+    local deadline=$((SECONDS + 10))
+    until tmux_ capture-pane -p -t 0 | grep -qF -- "$1"; do
+        if ((SECONDS > deadline)); then
+            echo "screenshots.sh: waited 10 s for \"$1\"; the screen was:" >&2
+            tmux_ capture-pane -p -t 0 >&2
+            exit 1
+        fi
+        sleep 0.05
+    done
+}
+
+shot() {
+    tmux_ capture-pane -e -p -t 0 >"$out/$1.ansi"
+    python3 scripts/render_ansi.py "$out/$1.ansi" "$out/$1.png" 120 36
+    rm "$out/$1.ansi"
+    echo "$out/$1.png"
+}
+
+keys() { tmux_ send-keys -t 0 "$@"; }
+
+tmux_ new-session -d -x 120 -y 36 "env TERM=xterm-256color $bin open $source_file"
+tmux_ set-option -g escape-time 0
+wait_for "Threads by total"
+shot threads
+
+keys Tab;   wait_for "RELEASE ALONE"
+keys Space; keys Down; keys Space; wait_for "Ending threads {"
+shot release
+keys Tab;   wait_for "Allocation sites by live bytes"
+shot sites
+keys Enter; wait_for "Objects allocated at"
+shot objects
+keys Escape; wait_for "Allocation sites by live bytes"
+keys Tab;   wait_for "Threads by total"
+
+keys Enter; wait_for "Frames of thread"
+shot frames
+keys Enter; wait_for "Group "
+shot group
+keys Enter; wait_for "Object #"
+shot object
+keys Escape; wait_for "Group "
+keys Escape; wait_for "Frames of thread"
+keys Escape; wait_for "Threads by total"
+
+keys /; tmux_ send-keys -t 0 -l "th"; wait_for "filter /th"
+shot filter
+keys Escape
+keys '?'; wait_for "Help"
+shot help
+keys q
