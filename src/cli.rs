@@ -22,6 +22,8 @@ pub enum Command {
     Report(ReportArgs),
     /// Open the terminal UI on a saved snapshot file (offline).
     Open(OpenArgs),
+    /// Open the terminal UI on a running agent.
+    Attach(AttachArgs),
     /// Print the absolute path of the agent shared object, for
     /// `LD_PRELOAD=$(heaptui agent-path) prog`.
     AgentPath,
@@ -73,6 +75,19 @@ pub struct RunArgs {
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "PROG [ARGS]…")]
     pub program: Vec<std::ffi::OsString>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct AttachArgs {
+    /// The agent's address: :PORT, HOST:PORT or unix:PATH.
+    #[arg(value_name = "ADDR")]
+    pub address: String,
+    /// The agent's token file (needed for agents on other machines).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Seconds between automatic snapshots once `a` turns them on.
+    #[arg(long, value_name = "SECS", default_value_t = 5.0)]
+    pub refresh: f64,
 }
 
 #[derive(Debug, clap::Args)]

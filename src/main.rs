@@ -44,6 +44,7 @@ fn main() -> ExitCode {
             Err(e) => Err(e),
         },
         Command::Open(args) => tui::open(&args.file),
+        Command::Attach(args) => tui::attach(&args),
         Command::AgentPath => embedded::agent_path()
             .and_then(|path| Ok(writeln!(stdout, "{}", path.display())?)),
     };

@@ -19,6 +19,8 @@ use ratatui::layout::Rect;
 use ratatui::{DefaultTerminal, Terminal};
 
 use crate::app::App;
+use crate::cli::AttachArgs;
+use crate::client;
 use crate::source::{self, SourceEvent, SourceEvents, SourceHandle};
 use crate::ui;
 
@@ -59,6 +61,28 @@ pub fn open(file: &Path) -> anyhow::Result<()> {
     runtime.block_on(async {
         let (handle, events) = source::offline(graph, description.clone());
         run(handle, events, description, Options::default()).await
+    })
+}
+
+/// `heaptui attach ADDR`: the TUI on a running agent. A wrong address or token fails here, in
+/// one line, before the screen opens; later losses show as a banner while the client
+/// reattaches.
+pub fn attach(args: &AttachArgs) -> anyhow::Result<()> {
+    let address = client::Address::parse(&args.address).map_err(anyhow::Error::msg)?;
+    let token = args
+        .token_file
+        .as_ref()
+        .map_or(client::TokenSource::Discover, |f| {
+            client::TokenSource::File(f.clone())
+        });
+    // Below half a second the agent would spend its time stopping the world.
+    let refresh = Duration::from_secs_f64(args.refresh.max(0.5));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let (handle, events) = client::live::connect(&address, token).await?;
+        run(handle, events, address.to_string(), Options { refresh }).await
     })
 }
 
