@@ -168,7 +168,9 @@ impl Default for Timeouts {
     fn default() -> Self {
         Timeouts {
             resend: Duration::from_millis(20),
-            deadline: Duration::from_millis(500),
+            // Long enough for a runnable thread on a loaded machine to be scheduled; a thread
+            // that truly cannot be stopped costs this much pause once per capture.
+            deadline: Duration::from_millis(1000),
         }
     }
 }
