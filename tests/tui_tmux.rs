@@ -255,3 +255,64 @@ fn quitting_gives_the_terminal_back() {
     t.keys(&["Enter"]);
     t.wait_for("the shell to answer", |s| s.contains("\nstill-here"));
 }
+
+/// The demo workload compiled for this test run, started under the real agent.
+fn demo_workload() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("heaptui-tui-tmux-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join("workload");
+    let status = Command::new("gcc")
+        .args(["-O1", "-g", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("demo/workload.c"))
+        .status()
+        .expect("gcc is required to build the demo workload");
+    assert!(status.success(), "compiling demo/workload.c failed");
+    exe
+}
+
+#[test]
+fn attach_to_a_live_agent_that_is_killed_and_restarted() {
+    let t = Tmux::start();
+    let heaptui = env!("CARGO_BIN_EXE_heaptui");
+    let agent = Command::new(heaptui).arg("agent-path").output().unwrap();
+    assert!(agent.status.success());
+    let agent = String::from_utf8(agent.stdout).unwrap().trim().to_string();
+    let workload = demo_workload();
+    let port = 20_000 + std::process::id() % 20_000;
+    let target = format!(
+        "env LD_PRELOAD={agent} HEAPTUI_LISTEN=127.0.0.1:{port} {}",
+        workload.display()
+    );
+    t.run(&["new-window", "-d", "-t", "1", &target]);
+    // The agent listens shortly after the target starts; attach when it does.
+    let start = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port as u16)).is_err() {
+        assert!(
+            start.elapsed() < DEADLINE,
+            "the agent never listened on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    t.literal(&format!("{heaptui} attach 127.0.0.1:{port}"));
+    t.keys(&["Enter"]);
+    let s = t.wait_for("the live ranking", |s| {
+        s.contains("live (agent") && s.contains("report-builder")
+    });
+    assert!(s.contains("worker-1"), "{s}");
+
+    t.run(&["kill-window", "-t", "1"]);
+    t.wait_for("the disconnect banner", |s| {
+        s.contains("disconnected:") && s.contains("STALE") && s.contains("report-builder")
+    });
+
+    t.run(&["new-window", "-d", "-t", "1", &target]);
+    t.wait_for("the reattached agent", |s| {
+        s.contains("live (agent") && !s.contains("disconnected:") && s.contains("report-builder")
+    });
+    t.keys(&["q"]);
+    t.wait_for("the shell again", |s| {
+        s.matches(PROMPT.trim_end()).count() >= 2
+    });
+    t.run(&["kill-window", "-t", "1"]);
+}
