@@ -133,11 +133,11 @@ fn a_stalled_half_frame_delays_neither_other_clients_nor_the_target() {
     for _ in 0..20 {
         let started = Instant::now();
         other.counters();
-        assert!(started.elapsed() < Duration::from_millis(500));
+        assert!(started.elapsed() < Duration::from_secs(2));
     }
     let started = Instant::now();
     assert!(target.command("alloc 1000").starts_with("allocated "));
-    assert!(started.elapsed() < Duration::from_millis(500));
+    assert!(started.elapsed() < Duration::from_secs(2));
     other.snapshot();
 
     // Both stallers are closed after their timeouts, with the reason logged.
