@@ -168,3 +168,20 @@ fn objects_of_a_big_group_mid_list() {
     }
     insta::assert_snapshot!(screen(&h));
 }
+
+#[test]
+fn threads_with_live_counters() {
+    let mut h = Harness::new(fixture());
+    for i in 1..=8u64 {
+        h.app.on_source(SourceEvent::Push(
+            heaptui_protocol::message::Push::Counters(heaptui_protocol::message::LiveCounters {
+                live_bytes: i * i * 1000,
+                live_blocks: i * 10,
+                allocated_bytes: i * 100_000,
+                peak_live_bytes: 64_000,
+                unix_ms: 1_000 * i,
+            }),
+        ));
+    }
+    insta::assert_snapshot!(screen(&h));
+}

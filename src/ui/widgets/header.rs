@@ -56,16 +56,6 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
     frame.render_widget(Paragraph::new(Line::from(line)), who);
 
     let mut line = Vec::new();
-    if let Some(c) = &app.counters {
-        line.push(Span::raw("live "));
-        line.push(Span::styled(human(c.live_bytes), theme::total()));
-        line.push(Span::raw(format!(
-            " in {} blocks · allocated {} · peak {} · ",
-            c.live_blocks,
-            human(c.allocated_bytes),
-            human(c.peak_live_bytes)
-        )));
-    }
     if let Some(s) = &app.snapshot {
         line.push(Span::raw(format!(
             "snapshot heap {} in {} objects, {} threads · ",
@@ -98,9 +88,22 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
         };
         frame.render_widget(Paragraph::new(Span::styled(text, theme::dim())), spark);
     } else {
+        // The agent's live counters, then the sparkline of live bytes in the room left.
+        let mut text = vec![Span::raw("live ")];
+        if let Some(c) = &app.counters {
+            text.push(Span::styled(human(c.live_bytes), theme::total()));
+            text.push(Span::raw(format!(
+                " in {} blocks · allocated {} · peak {} ",
+                c.live_blocks,
+                human(c.allocated_bytes),
+                human(c.peak_live_bytes)
+            )));
+        }
+        let text = Line::from(text);
+        let width = (text.width() as u16).min(spark.width.saturating_sub(16));
         let [label, graph] =
-            Layout::horizontal([Constraint::Length(12), Constraint::Fill(1)]).areas(spark);
-        frame.render_widget(Paragraph::new("live bytes "), label);
+            Layout::horizontal([Constraint::Length(width), Constraint::Fill(1)]).areas(spark);
+        frame.render_widget(Paragraph::new(text), label);
         // The newest samples, right-aligned in the space there is.
         let width = graph.width as usize;
         let data: Vec<u64> = app
