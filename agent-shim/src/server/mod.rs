@@ -23,7 +23,7 @@ use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use heaptui_protocol::{Refusal, RefusalReason, Welcome};
@@ -40,6 +40,8 @@ static OWNER_PID: AtomicI32 = AtomicI32::new(0);
 /// Sequence numbers `(first, last]` of the blocks libc allocated while the server thread was
 /// started: the agent's, not the program's.
 static SPAWN_SEQ: (AtomicU64, AtomicU64) = (AtomicU64::new(0), AtomicU64::new(0));
+/// Set by the server thread just before it first blocks in accept().
+static SERVING: AtomicBool = AtomicBool::new(false);
 /// Files to remove at exit: the token file and the Unix socket.
 static FILES: OnceLock<(PathBuf, Option<PathBuf>)> = OnceLock::new();
 
@@ -140,6 +142,16 @@ pub fn start() {
     let launched = std::thread::Builder::new()
         .name("heaptui-server".into())
         .spawn(move || accept_loop(listener, token));
+    // Wait until the thread is about to block in accept(): what it allocates while starting
+    // then happens here, before the program's main, never racing with it (the exit summary
+    // and the hook tests count every block). A flag and a sleep, no channel: a channel's
+    // wake-up would itself allocate on both threads.
+    if launched.is_ok() {
+        let started = std::time::Instant::now();
+        while !SERVING.load(Ordering::Acquire) && started.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
     SPAWN_SEQ.0.store(first, Ordering::Relaxed);
     SPAWN_SEQ
         .1
@@ -251,6 +263,7 @@ fn peer_uid(s: &UnixStream) -> io::Result<u32> {
 fn accept_loop(listener: Listener, token: String) {
     crate::registry::threads::mark_current_as_agent();
     let token: &'static str = Box::leak(token.into_boxed_str());
+    SERVING.store(true, Ordering::Release);
     loop {
         let accepted = match &listener {
             Listener::Tcp(l) => l.accept().map(|(s, a)| (Stream::Tcp(s), a.to_string())),
