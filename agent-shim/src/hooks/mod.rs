@@ -122,13 +122,16 @@ fn stack_id(ret: usize, fp: usize) -> u32 {
 #[inline]
 fn allocated(p: *mut c_void, size: usize, op: Op, ret: usize, fp: usize) {
     if p.is_null() {
+        agent_share(op, None, None);
         return failed(op);
     }
     let Some(busy) = Busy::enter() else {
+        agent_share(op, None, None);
         return untracked(op);
     };
     let stack = stack_id(ret, fp);
-    blocks::insert(p as u64, size as u64, busy.tid, stack, op);
+    let tracked = blocks::insert(p as u64, size as u64, busy.tid, stack, op);
+    agent_share(op, tracked.then_some(size as u64), None);
 }
 
 /// # Safety
