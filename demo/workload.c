@@ -258,6 +258,7 @@ int main(void) {
     sa.sa_handler = on_signal;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    pthread_setname_np(pthread_self(), "demo-main");
 
     load_config();
     struct cache *cache = build_cache();

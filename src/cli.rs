@@ -20,6 +20,8 @@ pub enum Command {
     /// Print the analysis of a snapshot: threads ranked by the memory they hold, their frames,
     /// the shared groups, leaks.
     Report(ReportArgs),
+    /// Run the bundled demo workload under the agent and open the terminal UI on it.
+    Demo(DemoArgs),
     /// Open the terminal UI on a saved snapshot file (offline).
     Open(OpenArgs),
     /// Open the terminal UI on a running agent.
@@ -72,9 +74,22 @@ pub struct RunArgs {
     /// Where the agent listens (:PORT, HOST:PORT or unix:PATH); default: a private Unix socket.
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<String>,
+    /// The agent's memory-shortage policy file (SPEC §7); without one, cancel is refused.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// Seconds between automatic snapshots once `a` turns them on.
+    #[arg(long, value_name = "SECS", default_value_t = 5.0)]
+    pub refresh: f64,
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "PROG [ARGS]…")]
     pub program: Vec<std::ffi::OsString>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct DemoArgs {
+    /// Seconds between automatic snapshots once `a` turns them on.
+    #[arg(long, value_name = "SECS", default_value_t = 5.0)]
+    pub refresh: f64,
 }
 
 #[derive(Debug, clap::Args)]

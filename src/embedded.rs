@@ -35,7 +35,6 @@ pub fn agent_path() -> Result<PathBuf> {
 }
 
 /// The path of the demo workload executable.
-#[expect(dead_code, reason = "`heaptui demo` is wired by the TUI work")]
 pub fn demo_path() -> Result<PathBuf> {
     materialize(&cache_dir()?, "heaptui-demo", "", DEMO, 0o755)
 }

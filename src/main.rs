@@ -7,15 +7,17 @@ mod app;
 mod cli;
 mod client;
 mod embedded;
+mod launch;
 mod offline;
 mod size;
 mod source;
 mod tui;
 mod ui;
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::Parser;
 
 use cli::{Cli, Command};
@@ -43,10 +45,12 @@ fn main() -> ExitCode {
             Ok(_) => Ok(()),
             Err(e) => Err(e),
         },
+        Command::Demo(args) => demo(&args),
         Command::Open(args) => tui::open(&args.file),
         Command::Attach(args) => tui::attach(&args),
-        Command::AgentPath => embedded::agent_path()
-            .and_then(|path| Ok(writeln!(stdout, "{}", path.display())?)),
+        Command::AgentPath => {
+            embedded::agent_path().and_then(|path| Ok(writeln!(stdout, "{}", path.display())?))
+        }
     };
     let result = result.and_then(|()| stdout.flush().map_err(Into::into));
     match result {
@@ -70,7 +74,12 @@ fn report(args: &cli::ReportArgs, out: &mut impl Write) -> anyhow::Result<()> {
         return offline::report::run(args, out);
     };
     let address = client::Address::parse(address).map_err(anyhow::Error::msg)?;
-    client::commands::report(&address, &token_source(args.token_file.as_deref()), args, out)
+    client::commands::report(
+        &address,
+        &token_source(args.token_file.as_deref()),
+        args,
+        out,
+    )
 }
 
 fn token_source(file: Option<&std::path::Path>) -> client::TokenSource {
@@ -100,20 +109,73 @@ fn cancel(args: &cli::CancelArgs, out: &mut impl Write) -> anyhow::Result<client
     )
 }
 
+/// `heaptui run`: the TUI on the program when stdout is a terminal; otherwise (scripts, CI)
+/// the report, then the program's own exit status.
 fn run(args: &cli::RunArgs, out: &mut impl Write) -> anyhow::Result<ExitCode> {
     let listen = match &args.listen {
         Some(a) => Some(client::Address::parse(a).map_err(anyhow::Error::msg)?),
         None => None,
     };
-    let status = client::commands::run(listen.as_ref(), &args.program, out)?;
-    Ok(match status.code() {
-        Some(code) => ExitCode::from(code.clamp(0, 255) as u8),
-        // Killed by a signal: the shell's convention, 128 + signal.
-        None => {
-            use std::os::unix::process::ExitStatusExt;
-            ExitCode::from((128 + status.signal().unwrap_or(0)).clamp(0, 255) as u8)
+    let status = if std::io::stdout().is_terminal() {
+        let launch = launch::Launch {
+            listen,
+            policy: args.policy.clone(),
+            audit: None,
+            output_log: Some(program_log("run")?),
+        };
+        tui::run_program(&args.program, &launch, args.refresh)?
+    } else {
+        if args.policy.is_some() {
+            anyhow::bail!("--policy needs the terminal UI: run heaptui run from a terminal");
         }
-    })
+        client::commands::run(listen.as_ref(), &args.program, out)?
+    };
+    Ok(exit_code_of(status))
+}
+
+/// `heaptui demo`: the bundled workload under the agent, with a policy that lets the operator
+/// cancel its runaway thread, and the TUI on it.
+fn demo(args: &cli::DemoArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        std::io::stdout().is_terminal(),
+        "heaptui demo needs a terminal; to script it use: heaptui run -- $(heaptui agent-path | xargs dirname)/heaptui-demo-*"
+    );
+    let dir = client::token::directory();
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let policy = dir.join("demo-policy.toml");
+    std::fs::write(&policy, include_str!("../demo/policy.toml"))
+        .with_context(|| format!("cannot write {}", policy.display()))?;
+    let log = program_log("demo")?;
+    let audit = dir.join("demo-audit.jsonl");
+    let launch = launch::Launch {
+        listen: None,
+        policy: Some(policy),
+        audit: Some(audit.clone()),
+        output_log: Some(log.clone()),
+    };
+    let status = tui::run_program(&[embedded::demo_path()?.into()], &launch, args.refresh)?;
+    eprintln!(
+        "heaptui: the demo ended ({status}); its output is in {}, policy decisions in {}",
+        log.display(),
+        audit.display()
+    );
+    Ok(())
+}
+
+/// Where a program started under the TUI writes its output (not over the screen).
+fn program_log(what: &str) -> anyhow::Result<std::path::PathBuf> {
+    let dir = client::token::directory();
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    Ok(dir.join(format!("{what}-{}.log", std::process::id())))
+}
+
+/// A program's exit status as ours: its code, or the shell's 128 + signal.
+fn exit_code_of(status: std::process::ExitStatus) -> ExitCode {
+    use std::os::unix::process::ExitStatusExt;
+    match status.code() {
+        Some(code) => ExitCode::from(code.clamp(0, 255) as u8),
+        None => ExitCode::from((128 + status.signal().unwrap_or(0)).clamp(0, 255) as u8),
+    }
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {

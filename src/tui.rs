@@ -86,6 +86,39 @@ pub fn attach(args: &AttachArgs) -> anyhow::Result<()> {
     })
 }
 
+/// `heaptui run` and `heaptui demo` on a terminal: starts the program under the agent, shows
+/// the TUI on it, and stops the program when the operator quits. Returns how it ended.
+pub fn run_program(
+    program: &[std::ffi::OsString],
+    launch: &crate::launch::Launch,
+    refresh_secs: f64,
+) -> anyhow::Result<std::process::ExitStatus> {
+    let target = crate::launch::start(program, launch)?;
+    let address = target.address.clone();
+    let description = format!(
+        "{} on {address}",
+        Path::new(&program[0])
+            .file_name()
+            .map_or_else(|| program[0].to_string_lossy(), |n| n.to_string_lossy())
+    );
+    let refresh = Duration::from_secs_f64(refresh_secs.max(0.5));
+    let shown = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(anyhow::Error::from)
+        .and_then(|runtime| {
+            runtime.block_on(async {
+                let (handle, events) =
+                    client::live::connect(&address, client::TokenSource::Discover).await?;
+                run(handle, events, description, Options { refresh }).await
+            })
+        });
+    // The program was started for this session: it ends with it, whatever happened.
+    let status = target.stop()?;
+    shown?;
+    Ok(status)
+}
+
 /// Runs the TUI on a source until the operator quits; the terminal is restored whatever
 /// happens, panics included.
 pub async fn run(

@@ -316,3 +316,65 @@ fn attach_to_a_live_agent_that_is_killed_and_restarted() {
     });
     t.run(&["kill-window", "-t", "1"]);
 }
+
+/// `heaptui demo`, exactly as a newcomer runs it: the bundled workload starts under the
+/// embedded agent, the ranking shows its threads, a thread drills to its frames, and quitting
+/// stops the workload and gives the shell back.
+#[test]
+fn demo_runs_the_workload_under_the_agent_and_stops_it_on_quit() {
+    let t = Tmux::start();
+    // A cache of its own, so the demo's unpacked files and logs are this test's.
+    let cache = std::env::temp_dir().join(format!("heaptui-demo-test-{}", std::process::id()));
+    t.literal(&format!(
+        "XDG_CACHE_HOME={} {} demo",
+        cache.display(),
+        env!("CARGO_BIN_EXE_heaptui")
+    ));
+    t.keys(&["Enter"]);
+    let s = t.wait_for("the demo's ranking", |s| {
+        s.contains("live (agent") && s.contains("report-builder") && s.contains("worker-4")
+    });
+    for name in [
+        "worker-1",
+        "worker-2",
+        "worker-3",
+        "log-shipper",
+        "demo-main",
+    ] {
+        assert!(s.contains(name), "{name} missing from the ranking:\n{s}");
+    }
+    // The workers' connection buffers grow with their index, so by total (the default
+    // order) worker-4 ranks above worker-1 whatever the runaway thread has reached.
+    let ranked = order(&s, &["worker-4", "worker-3", "worker-2", "worker-1"]);
+    assert_eq!(
+        ranked,
+        ["worker-4", "worker-3", "worker-2", "worker-1"],
+        "{s}"
+    );
+
+    // Filter down to one worker and open its frames: the request path of the demo.
+    t.literal("/worker-2");
+    t.keys(&["Enter"]);
+    t.wait_for("the filtered ranking", |s| {
+        s.contains("worker-2") && !s.contains("worker-3")
+    });
+    t.keys(&["Enter"]);
+    t.wait_for("worker-2's frames", |s| {
+        s.contains("Frames of thread") && s.contains("worker_main")
+    });
+
+    let demo_pids = || {
+        let out = Command::new("pgrep")
+            .args(["-f", &format!("{}/heaptui/heaptui-demo", cache.display())])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert!(!demo_pids().is_empty(), "the demo workload is not running");
+    t.keys(&["q"]);
+    t.wait_for("the shell again with the demo's exit line", |s| {
+        s.contains("the demo ended") && s.matches(PROMPT.trim_end()).count() >= 2
+    });
+    assert!(demo_pids().is_empty(), "the demo workload outlived the TUI");
+    let _ = std::fs::remove_dir_all(&cache);
+}

@@ -7,13 +7,12 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus};
-use std::time::{Duration, Instant};
+use std::process::ExitStatus;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use heaptui_analysis::HeapGraph;
 
-use super::{Address, ClientError, Session, TokenSource};
+use super::{Address, Session, TokenSource};
 use crate::cli::ReportArgs;
 use crate::offline::report::{self, Timing};
 
@@ -99,58 +98,31 @@ pub fn snapshot(
     Ok(())
 }
 
-/// How long `run` waits for the agent to answer after starting the program.
-const AGENT_WAIT: Duration = Duration::from_secs(20);
-
-/// `heaptui run [--listen ADDR] -- PROG ARGS`: starts PROG under the agent, waits for the
-/// agent, prints the report, and waits for PROG to end (its exit status is returned).
+/// `heaptui run` without a terminal: starts PROG under the agent, waits for the agent, prints
+/// the report, and waits for PROG to end (its exit status is returned).
 pub fn run(
     listen: Option<&Address>,
     program: &[std::ffi::OsString],
     out: &mut impl Write,
 ) -> anyhow::Result<ExitStatus> {
-    let Some((prog, args)) = program.split_first() else {
-        bail!("no program to run: give it after --, e.g. heaptui run -- ./server");
+    let launch = crate::launch::Launch {
+        listen: listen.cloned(),
+        ..Default::default()
     };
-    let agent = crate::embedded::agent_path()?;
-    let address = match listen {
-        Some(a) => a.clone(),
-        None => {
-            // A Unix socket in the private token directory: no port to collide with.
-            let dir = super::token::directory();
-            std::fs::create_dir_all(&dir)
-                .with_context(|| format!("cannot create {}", dir.display()))?;
-            Address::Unix(dir.join(format!("run-{}.sock", std::process::id())))
-        }
+    let mut target = crate::launch::start(program, &launch)?;
+    let args = ReportArgs {
+        source: PathBuf::from(target.address.to_string()),
+        json: false,
+        format: None,
+        release: None,
+        token_file: None,
     };
-    let preload = match std::env::var_os("LD_PRELOAD") {
-        Some(existing) if !existing.is_empty() => {
-            let mut p = agent.clone().into_os_string();
-            p.push(" ");
-            p.push(existing);
-            p
-        }
-        _ => agent.clone().into_os_string(),
-    };
-    let mut child = Command::new(prog)
-        .args(args)
-        .env("LD_PRELOAD", preload)
-        .env("HEAPTUI_LISTEN", address.to_string())
-        .spawn()
-        .with_context(|| format!("cannot start {}", Path::new(prog).display()))?;
-    let result = wait_for_agent(&mut child, &address).and_then(|mut session| {
-        let args = ReportArgs {
-            source: PathBuf::from(address.to_string()),
-            json: false,
-            format: None,
-            release: None,
-            token_file: None,
-        };
-        live_report(&mut session, &args, out)?;
+    let result = live_report(&mut target.session, &args, out).and_then(|()| {
         writeln!(
             out,
-            "\n{} keeps running; attach with: heaptui report {address}",
-            Path::new(prog).display()
+            "\n{} keeps running; attach with: heaptui attach {}",
+            Path::new(&program[0]).display(),
+            target.address
         )?;
         out.flush()?;
         Ok(())
@@ -159,25 +131,5 @@ pub fn run(
         // The program runs on even when the report failed; say why, then wait for it.
         eprintln!("heaptui: {e:#}");
     }
-    Ok(child.wait()?)
-}
-
-fn wait_for_agent(child: &mut Child, address: &Address) -> anyhow::Result<Session> {
-    let started = Instant::now();
-    let mut last: Option<ClientError> = None;
-    while started.elapsed() < AGENT_WAIT {
-        if let Some(status) = child.try_wait()? {
-            bail!("the program ended ({status}) before its agent answered on {address}");
-        }
-        match Session::connect(address, &TokenSource::Discover) {
-            Ok(s) => return Ok(s),
-            Err(e) => last = Some(e),
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    bail!(
-        "the agent did not answer on {address} within {} s: {}",
-        AGENT_WAIT.as_secs(),
-        last.map_or_else(String::new, |e| e.to_string())
-    )
+    target.wait()
 }

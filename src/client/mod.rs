@@ -7,12 +7,12 @@
 
 mod address;
 // The TUI's `heaptui attach` and `run` connect through it (issue 5).
-#[allow(dead_code)]
-pub mod live;
 pub mod cancel;
 pub mod commands;
+#[allow(dead_code)]
+pub mod live;
 mod session;
-mod token;
+pub mod token;
 
 pub use address::Address;
 pub use session::Session;
