@@ -13,7 +13,7 @@
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
@@ -25,15 +25,6 @@ use crate::registry::blocks;
 /// thread (a fork child has none: its signals and exit are ignored here).
 static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
 static OWNER_PID: AtomicI32 = AtomicI32::new(0);
-/// Sequence numbers of the blocks libc allocated while the agent thread was being started
-/// (its DTV, its thread-exit bookkeeping): `(first, last]`, the agent's, not the program's.
-static SPAWN_SEQ: (AtomicU64, AtomicU64) = (AtomicU64::new(0), AtomicU64::new(0));
-
-/// Whether block sequence number `seq` was allocated while the agent thread was started.
-pub fn started_agent_thread(seq: u64) -> bool {
-    seq > SPAWN_SEQ.0.load(Ordering::Relaxed) && seq <= SPAWN_SEQ.1.load(Ordering::Relaxed)
-}
-
 /// Number of the next snapshot file.
 static NEXT: AtomicU32 = AtomicU32::new(1);
 
@@ -90,8 +81,7 @@ pub fn start() {
     // The constructor runs before the program's threads exist: every block allocated until
     // the agent thread is up is the agent's.
     let _ = ready_rx.recv_timeout(Duration::from_secs(5));
-    SPAWN_SEQ.0.store(first, Ordering::Relaxed);
-    SPAWN_SEQ.1.store(blocks::current_seq(), Ordering::Relaxed);
+    crate::registry::threads::note_agent_spawn(first);
     // SAFETY: getpid cannot fail.
     OWNER_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
     WAKE_FD.store(fds[1], Ordering::Release);

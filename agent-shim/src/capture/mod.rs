@@ -62,9 +62,7 @@ impl Heap for Registry {
             self.last.set((b.tid, agent));
             agent
         };
-        agent
-            || crate::dump::started_agent_thread(b.seq)
-            || crate::server::started_agent_thread(b.seq)
+        agent || threads::spawned_for_agent(b.seq)
     }
 }
 

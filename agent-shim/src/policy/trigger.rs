@@ -59,9 +59,12 @@ pub fn follow_up(id: u64, tids: Vec<u32>, predicted: u64, before: Option<u64>) {
 
 /// Starts the policy thread.
 pub fn start(policy: &'static Policy) {
+    let first = crate::registry::blocks::current_seq();
     let spawned = std::thread::Builder::new()
         .name("heaptui-policy".into())
         .spawn(move || run(policy));
+    // What libc allocated for the new thread on this (the constructor's) thread is ours.
+    crate::registry::threads::note_agent_spawn(first);
     if let Err(e) = spawned {
         crate::agent_log!(
             "cannot start the policy thread ({e}): no autonomous mode, no measured releases"

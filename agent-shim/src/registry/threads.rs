@@ -7,7 +7,7 @@
 //! allocator; [`list`] allocates (agent allocator only — never libc malloc: the task
 //! directory is read with getdents64 and names with read(2)).
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::sync::SpinLock;
 use crate::sys;
@@ -135,6 +135,40 @@ pub(crate) fn reset_in_child() {
     for slot in &AGENT_TIDS {
         slot.store(0, Ordering::Relaxed);
     }
+}
+
+/// Sequence-number ranges `(first, last]` of the blocks libc allocated while the agent started
+/// one of its own threads (the new thread's DTV, its exit bookkeeping): the agent's memory,
+/// not the program's, so captures leave them out. One slot per agent thread started by the
+/// constructor or the agent itself; the few there are fit a fixed array (no allocation).
+static SPAWN_RANGES: [(AtomicU64, AtomicU64); 8] =
+    [const { (AtomicU64::new(0), AtomicU64::new(0)) }; 8];
+static SPAWN_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// Records that the blocks numbered `(first, now]` were allocated while an agent thread was
+/// started. Call with `first = blocks::current_seq()` taken before the spawn, once the new
+/// thread is up; only meaningful while no program thread allocates meanwhile (the
+/// constructor), otherwise the program's blocks of that window would be left out too.
+pub fn note_agent_spawn(first: u64) {
+    let last = super::blocks::current_seq();
+    let slot = SPAWN_COUNT.fetch_add(1, Ordering::AcqRel);
+    match SPAWN_RANGES.get(slot) {
+        Some((start, end)) => {
+            start.store(first, Ordering::Relaxed);
+            end.store(last, Ordering::Release);
+        }
+        None => crate::agent_log!(
+            "more agent threads than spawn slots: blocks {first}..{last} show as the program's"
+        ),
+    }
+}
+
+/// Whether block sequence number `seq` was allocated while an agent thread was started.
+pub fn spawned_for_agent(seq: u64) -> bool {
+    let used = SPAWN_COUNT.load(Ordering::Acquire).min(SPAWN_RANGES.len());
+    SPAWN_RANGES[..used].iter().any(|(start, end)| {
+        seq > start.load(Ordering::Relaxed) && seq <= end.load(Ordering::Acquire)
+    })
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use heaptui_protocol::{Refusal, RefusalReason, Welcome};
@@ -39,7 +39,6 @@ static ACTIVE: AtomicUsize = AtomicUsize::new(0);
 static OWNER_PID: AtomicI32 = AtomicI32::new(0);
 /// Sequence numbers `(first, last]` of the blocks libc allocated while the server thread was
 /// started: the agent's, not the program's.
-static SPAWN_SEQ: (AtomicU64, AtomicU64) = (AtomicU64::new(0), AtomicU64::new(0));
 /// Set by the server thread just before it first blocks in accept().
 static SERVING: AtomicBool = AtomicBool::new(false);
 /// Files to remove at exit: the token file and the Unix socket.
@@ -152,10 +151,7 @@ pub fn start() {
             std::thread::sleep(Duration::from_micros(50));
         }
     }
-    SPAWN_SEQ.0.store(first, Ordering::Relaxed);
-    SPAWN_SEQ
-        .1
-        .store(crate::registry::blocks::current_seq(), Ordering::Relaxed);
+    crate::registry::threads::note_agent_spawn(first);
     match launched {
         Ok(_) => crate::agent_log!("listening on {shown} (token file {})", token_path.display()),
         Err(e) => {
@@ -165,11 +161,6 @@ pub fn start() {
             ));
         }
     }
-}
-
-/// Whether block sequence number `seq` was allocated while the server thread was started.
-pub fn started_agent_thread(seq: u64) -> bool {
-    seq > SPAWN_SEQ.0.load(Ordering::Relaxed) && seq <= SPAWN_SEQ.1.load(Ordering::Relaxed)
 }
 
 /// How an address is written for users: `127.0.0.1:8000` or `unix:/path`.

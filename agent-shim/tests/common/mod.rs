@@ -20,7 +20,10 @@ pub fn agent_path() -> PathBuf {
     if fresh.exists() {
         return fresh;
     }
-    let so = deps.parent().expect("target/<profile>").join("libheaptui_agent.so");
+    let so = deps
+        .parent()
+        .expect("target/<profile>")
+        .join("libheaptui_agent.so");
     assert!(so.exists(), "agent not built at {}", so.display());
     so
 }
@@ -232,10 +235,6 @@ pub fn run_preloaded(dir: &TempDir, exe: &Path, args: &[&str], env: &[(&str, &st
     cmd.args(args)
         .env("LD_PRELOAD", agent_path())
         .env("HEAPTUI_LOG", &log)
-        // Any free port: targets of parallel tests must not compete for the default 8000.
-        .env("HEAPTUI_LISTEN", "127.0.0.1:0")
-        // Any free port: targets of parallel tests must not compete for the default 8000.
-        .env("HEAPTUI_LISTEN", "127.0.0.1:0")
         // A socket of its own: parallel tests never compete for the default TCP port.
         .env("HEAPTUI_LISTEN", format!("unix:{}.sock", log.display()))
         .env_remove("HEAPTUI_STACK_DEPTH")
