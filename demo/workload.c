@@ -70,7 +70,7 @@ static void nap_ms(long ms) {
     }
 }
 
-static void *xmalloc(size_t n) {
+static inline __attribute__((always_inline)) void *xmalloc(size_t n) {
     void *p = malloc(n);
     if (!p) {
         fprintf(stderr, "demo: out of memory allocating %zu bytes\n", n);

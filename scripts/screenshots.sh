@@ -3,15 +3,18 @@
 # session of 120x36, keys are sent, each screen is captured with its colours
 # (`capture-pane -e`) and rendered to screenshots/<screen>.png by scripts/render_ansi.py.
 #
-#   scripts/screenshots.sh [SNAPSHOT-FILE]
-#
-# SNAPSHOT-FILE defaults to the patent fixture (../shared/fixtures/patent-example.json).
+#   scripts/screenshots.sh            # `heaptui demo`: the bundled workload under the real agent
+#   scripts/screenshots.sh SNAPSHOT-FILE   # `heaptui open` of a snapshot file, e.g. the fixture
+
 # Needs tmux, python3 with Pillow (installed with pip when missing) and DejaVu Sans Mono.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-source_file=${1:-../shared/fixtures/patent-example.json}
-[[ -f $source_file ]] || { echo "screenshots.sh: no such snapshot file: $source_file" >&2; exit 2; }
+source_file=${1:-}
+if [[ -n $source_file && ! -f $source_file ]]; then
+    echo "screenshots.sh: no such snapshot file: $source_file" >&2
+    exit 2
+fi
 command -v tmux >/dev/null || { echo "screenshots.sh: tmux is needed (apt-get install tmux)" >&2; exit 1; }
 python3 -c 'import PIL' 2>/dev/null || python3 -m pip install --quiet pillow \
     || python3 -m pip install --quiet --break-system-packages pillow
@@ -45,6 +48,55 @@ shot() {
 }
 
 keys() { tmux_ send-keys -t 0 "$@"; }
+
+if [[ -z $source_file ]]; then
+    # The demo, as a newcomer runs it, with a cache of its own; wait for the runaway report
+    # thread to grow, then take a fresh snapshot so the ranking shows it.
+    cache=$(mktemp -d)
+    trap 'tmux_ kill-server 2>/dev/null || true; rm -rf "$cache"' EXIT
+    tmux_ new-session -d -x 120 -y 36 "env TERM=xterm-256color XDG_CACHE_HOME=$cache $bin demo"
+    tmux_ set-option -g escape-time 0
+    wait_for "report-builder"
+    sleep 8
+    keys r; wait_for "snapshot #2"
+    shot threads
+
+    keys Tab;   wait_for "RELEASE ALONE"
+    keys Space; keys Down; keys Space; wait_for "Ending threads {"
+    shot release
+    keys Tab;   wait_for "Allocation sites by live bytes"
+    shot sites
+    keys Enter; wait_for "Objects allocated at"
+    shot objects
+    keys Escape; wait_for "Allocation sites by live bytes"
+    keys Tab;   wait_for "Threads by total"
+
+    keys /; tmux_ send-keys -t 0 -l "worker-2"; wait_for "filter /worker-2"
+    shot filter
+    keys Enter; keys Enter; wait_for "Frames of thread"
+    # serve_request holds the request context and the shared cache. A worker spends most of
+    # its time inside a request; when the snapshot caught it between two, take another.
+    for attempt in 1 2 3 4 5; do
+        for _ in $(seq 16); do
+            tmux_ capture-pane -p -t 0 | grep -q "#[0-9]* serve_request" && break 2
+            keys Down; sleep 0.05
+        done
+        ((attempt < 5)) || { echo "screenshots.sh: no snapshot caught worker-2 in a request" >&2; exit 1; }
+        keys Escape; wait_for "Threads by total"
+        keys r; wait_for "snapshot #$((attempt + 2))"
+        keys Enter; wait_for "Frames of thread"
+    done
+    shot frames
+    keys Right; keys Enter; wait_for "Group T"
+    shot group
+    keys Enter; wait_for "Object #"
+    shot object
+    keys Escape; keys Escape; keys Escape; wait_for "Threads by total"
+    keys '?'; wait_for "Help"
+    shot help
+    keys q
+    exit 0
+fi
 
 tmux_ new-session -d -x 120 -y 36 "env TERM=xterm-256color $bin open $source_file"
 tmux_ set-option -g escape-time 0

@@ -280,6 +280,8 @@ impl App {
             }
             (Target::Snapshot, Response::Snapshot(info)) => {
                 self.snapshot_asked = None;
+                // The answer to "taking a snapshot…": that status has done its job.
+                self.status = None;
                 self.on_snapshot(info);
             }
             (Target::Subscribe, _) => {}
