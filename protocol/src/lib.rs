@@ -41,6 +41,7 @@ pub mod fuzzing;
 pub mod handshake;
 pub mod ids;
 pub mod message;
+pub mod token_file;
 
 pub use codec::{
     CONFIG, DecodeError, EncodeError, HANDSHAKE_MAX_FRAME_LEN, MAX_FRAME_LEN, ProtocolError,

@@ -4,6 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
+use heaptui_protocol::token_file;
+
 use super::Address;
 
 /// Where the token comes from.
@@ -17,10 +19,8 @@ pub enum TokenSource {
 
 /// This user's token directory.
 pub fn directory() -> PathBuf {
-    match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
-        Some(dir) if dir.is_absolute() => dir.join("heaptui"),
-        _ => PathBuf::from(format!("/tmp/heaptui-{}", uid())),
-    }
+    let xdg = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from);
+    token_file::directory(xdg.as_deref(), uid())
 }
 
 /// The real uid, from /proc (the crate forbids the unsafe a libc call would need).
@@ -38,30 +38,9 @@ fn uid() -> u32 {
 /// The token file name of an agent listening on `address`.
 pub fn file_name(address: &Address) -> String {
     match address {
-        Address::Tcp { port, .. } => format!("tcp-{port}.token"),
-        Address::Unix(path) => {
-            let path = std::path::absolute(path).unwrap_or_else(|_| path.clone());
-            let mut name = String::from("unix-");
-            for &b in path.as_os_str().as_encoded_bytes() {
-                match b {
-                    b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'.' | b'-' | b'_' => {
-                        name.push(b as char)
-                    }
-                    _ => name.push_str(&format!("%{b:02X}")),
-                }
-            }
-            if name.len() > 200 {
-                name = format!("unix-{:016x}", fnv1a(path.as_os_str().as_encoded_bytes()));
-            }
-            name + ".token"
-        }
+        Address::Tcp { port, .. } => token_file::tcp_file_name(*port),
+        Address::Unix(path) => token_file::unix_file_name(path),
     }
-}
-
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
 }
 
 /// Reads the token for `address`; the error is one sentence saying what to do.

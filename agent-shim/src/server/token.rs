@@ -15,45 +15,24 @@ use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use heaptui_protocol::token_file;
+
 use crate::config::Listen;
 
 /// The directory holding this user's token files.
 pub fn directory() -> PathBuf {
-    match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
-        Some(dir) if dir.is_absolute() => dir.join("heaptui"),
-        // SAFETY: getuid cannot fail.
-        _ => PathBuf::from(format!("/tmp/heaptui-{}", unsafe { libc::getuid() })),
-    }
+    let xdg = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from);
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    token_file::directory(xdg.as_deref(), uid)
 }
 
 /// The token file's name for a listening address.
 pub fn file_name(listen: &Listen) -> String {
     match listen {
-        Listen::Tcp(addr) => format!("tcp-{}.token", addr.port()),
-        Listen::Unix(path) => {
-            let path = std::path::absolute(path).unwrap_or_else(|_| path.clone());
-            let mut name = String::from("unix-");
-            for &b in path.as_os_str().as_encoded_bytes() {
-                match b {
-                    b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'.' | b'-' | b'_' => {
-                        name.push(b as char)
-                    }
-                    _ => name.push_str(&format!("%{b:02X}")),
-                }
-            }
-            if name.len() > 200 {
-                // File names stop at 255 bytes: long paths are named by a hash.
-                name = format!("unix-{:016x}", fnv1a(path.as_os_str().as_encoded_bytes()));
-            }
-            name + ".token"
-        }
+        Listen::Tcp(addr) => token_file::tcp_file_name(addr.port()),
+        Listen::Unix(path) => token_file::unix_file_name(path),
     }
-}
-
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
 }
 
 /// 32 random bytes from the kernel, as 64 hex digits.
