@@ -26,6 +26,10 @@ pub enum Action {
     /// Mark or unmark the selected thread for the release of a set.
     Mark,
     ClearMarks,
+    /// Open the cancel confirmation for the selected thread (live agents only).
+    Cancel,
+    /// In the cancel dialog: send the real cancel.
+    Confirm,
     Filter,
     /// Sort by the n-th column (1-based); again reverses.
     Sort(u8),
@@ -150,6 +154,14 @@ pub const BINDINGS: &[Binding] = &[
         screens: &[Screen::Threads, Screen::Release],
     },
     Binding {
+        keys: &[KeyCode::Char('c')],
+        shown: "c",
+        action: Action::Cancel,
+        help: "cancel the thread, after a confirmation with the policy's verdict",
+        hint: Some("cancel"),
+        screens: &[Screen::Threads, Screen::Release],
+    },
+    Binding {
         keys: &[KeyCode::Left, KeyCode::Char('h')],
         shown: "←/→",
         action: Action::Left,
@@ -271,6 +283,37 @@ pub const BINDINGS: &[Binding] = &[
     },
 ];
 
+/// The keys of the cancel dialog, which takes every key while open; the dialog shows them.
+pub const CANCEL_DIALOG: &[Binding] = &[
+    Binding {
+        keys: &[KeyCode::Char('y'), KeyCode::Enter],
+        shown: "y/Enter",
+        action: Action::Confirm,
+        help: "cancel the thread",
+        hint: Some("cancel the thread"),
+        screens: &[],
+    },
+    Binding {
+        keys: &[KeyCode::Char('n'), KeyCode::Esc],
+        shown: "n/Esc",
+        action: Action::Back,
+        help: "close, sending nothing more",
+        hint: Some("close"),
+        screens: &[],
+    },
+];
+
+/// The action a key asks for while the cancel dialog is open. Ctrl-C still quits.
+pub fn dialog_action(key: KeyEvent) -> Option<Action> {
+    if key.modifiers.contains(KeyModifiers::CONTROL) {
+        return (key.code == KeyCode::Char('c')).then_some(Action::Quit);
+    }
+    CANCEL_DIALOG
+        .iter()
+        .find(|b| b.keys.contains(&key.code))
+        .map(|b| b.action)
+}
+
 impl Binding {
     pub fn applies(&self, screen: Screen) -> bool {
         self.screens.is_empty() || self.screens.contains(&screen)
@@ -323,6 +366,14 @@ mod tests {
             Some(Action::Mark)
         );
         assert_eq!(action_for(key(KeyCode::Char(' ')), Screen::Frames), None);
+        assert_eq!(
+            action_for(key(KeyCode::Char('c')), Screen::Release),
+            Some(Action::Cancel)
+        );
+        assert_eq!(action_for(key(KeyCode::Char('c')), Screen::Sites), None);
+        assert_eq!(dialog_action(key(KeyCode::Enter)), Some(Action::Confirm));
+        assert_eq!(dialog_action(key(KeyCode::Esc)), Some(Action::Back));
+        assert_eq!(dialog_action(key(KeyCode::Char('q'))), None);
         assert_eq!(
             action_for(
                 KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL),

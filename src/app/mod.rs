@@ -7,6 +7,7 @@
 //! this state to draw, `tui` runs the loop.
 
 pub mod action;
+pub mod cancel;
 pub mod fuzzy;
 pub mod layout;
 pub mod rows;
@@ -27,6 +28,7 @@ use ratatui::layout::Rect;
 
 use crate::source::{SourceEvent, SourceHandle};
 use action::{Action, Screen};
+use cancel::{CancelDialog, CancelPhase, Measuring};
 use rows::{OBJECT_KEYS, ReleaseRow};
 use table::{PAGE_ROWS, PagedTable, SortSpec, TableModel};
 use views::{
@@ -58,6 +60,11 @@ enum Target {
     Process,
     Snapshot,
     Subscribe,
+    /// The cancel dialog's request for `tid`.
+    Cancel {
+        tid: u32,
+        dry_run: bool,
+    },
     /// A view by serial; `generation` for paged tables whose order may have changed since.
     View {
         serial: u64,
@@ -84,6 +91,10 @@ pub struct App {
     pub history: VecDeque<u64>,
     pub stack: Vec<View>,
     pub help: bool,
+    /// The cancel confirmation, drawn over the screen while open.
+    pub cancel: Option<CancelDialog>,
+    /// A done cancel waiting for the snapshot that measures it.
+    measuring: Option<Measuring>,
     pub input: Option<Input>,
     pub exact_bytes: bool,
     pub auto_refresh: bool,
@@ -115,6 +126,8 @@ impl App {
             history: VecDeque::with_capacity(HISTORY),
             stack: Vec::new(),
             help: false,
+            cancel: None,
+            measuring: None,
             input: None,
             exact_bytes: false,
             auto_refresh: false,
@@ -218,6 +231,14 @@ impl App {
                 self.connection = Connection::Connected;
                 // Answers to requests of the lost connection will not come.
                 self.pending.clear();
+                if let Some(dialog) = &mut self.cancel
+                    && matches!(dialog.phase, CancelPhase::Predicting | CancelPhase::Sending)
+                {
+                    dialog.failed(
+                        "the connection dropped before the agent answered (its audit log says what it did)"
+                            .into(),
+                    );
+                }
                 self.snapshot_asked = None;
                 self.ask(Target::Process, RequestBody::ProcessInfo);
                 if self.live {
@@ -256,6 +277,7 @@ impl App {
 
     fn on_answer(&mut self, target: Target, body: Response) {
         match (target, body) {
+            (Target::Cancel { tid, dry_run }, body) => self.on_cancel_answer(tid, dry_run, body),
             (_, Response::Error(e)) => {
                 if e.kind == ErrorKind::NoSnapshot && self.live {
                     self.take_snapshot();
@@ -419,6 +441,7 @@ impl App {
     fn on_view_answer(&mut self, at: usize, generation: u64, body: Response) {
         let serial = self.stack[at].serial;
         let mut follow: Option<RequestBody> = None;
+        let mut threads_complete = false;
         match (&mut self.stack[at].kind, body) {
             (ViewKind::Home(home), Response::Threads(ThreadPage { page, rows, .. })) => {
                 let total = page.total as usize;
@@ -440,6 +463,8 @@ impl App {
                 let next = page.offset as usize + got;
                 if got > 0 && next < total {
                     follow = Some(threads_request(next as u32));
+                } else {
+                    threads_complete = true;
                 }
             }
             (ViewKind::Home(home), Response::Sites(SitePage { page, rows, .. })) => {
@@ -502,6 +527,151 @@ impl App {
         if let Some(body) = follow {
             self.ask_view(serial, body);
         }
+        if threads_complete {
+            self.check_measured();
+        }
+    }
+
+    // ----- cancel --------------------------------------------------------------------------
+
+    /// `c`: the confirmation for the selected thread, with the agent's dry run asked for.
+    fn open_cancel(&mut self) {
+        if !self.live {
+            self.status = Some(
+                "a snapshot file has no running threads: cancelling needs a live agent (`heaptui attach`)"
+                    .into(),
+            );
+            return;
+        }
+        let home = self.home();
+        let selected = match home.tab {
+            HomeTab::Threads => home.threads.selected_row().map(|t| (t.tid, t.name.clone())),
+            HomeTab::Release => home
+                .release
+                .selected_row()
+                .map(|r| (r.thread.tid, r.thread.name.clone())),
+            HomeTab::Sites => None,
+        };
+        let Some((tid, name)) = selected else {
+            self.status = Some("no thread selected to cancel".into());
+            return;
+        };
+        self.cancel = Some(CancelDialog::new(tid, name));
+        // The agent predicts on a fresh snapshot of its own and logs the dry run: the numbers
+        // shown are never the client's.
+        self.ask(
+            Target::Cancel { tid, dry_run: true },
+            RequestBody::Cancel { tid, dry_run: true },
+        );
+    }
+
+    /// A key while the cancel dialog is open: it takes every key.
+    fn on_dialog_key(&mut self, key: KeyEvent) {
+        match action::dialog_action(key) {
+            Some(Action::Quit) => self.quit = true,
+            Some(Action::Back) => self.cancel = None,
+            Some(Action::Confirm) => {
+                let Some(dialog) = &mut self.cancel else {
+                    return;
+                };
+                let tid = dialog.tid;
+                if dialog.confirm() {
+                    if let Some(s) = &self.snapshot {
+                        self.measuring = Some(Measuring {
+                            tid,
+                            predicted: dialog.prediction.as_ref().and_then(|p| p.predicted_release),
+                            snapshot: s.snapshot.0,
+                            bytes_before: s.totals.bytes,
+                        });
+                    }
+                    self.ask(
+                        Target::Cancel {
+                            tid,
+                            dry_run: false,
+                        },
+                        RequestBody::Cancel {
+                            tid,
+                            dry_run: false,
+                        },
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn on_cancel_answer(&mut self, tid: u32, dry_run: bool, body: Response) {
+        let verdict = match body {
+            Response::Cancel(v) => Ok(v),
+            Response::Error(e) => Err(e.message),
+            other => Err(format!("unexpected answer: {}", other.kind())),
+        };
+        let done =
+            matches!(&verdict, Ok(v) if v.verdict == heaptui_protocol::message::Verdict::Done);
+        if !dry_run && !done {
+            self.measuring = None;
+        }
+        let expected = if dry_run {
+            CancelPhase::Predicting
+        } else {
+            CancelPhase::Sending
+        };
+        match &mut self.cancel {
+            Some(dialog) if dialog.tid == tid && dialog.phase == expected => match verdict {
+                Ok(v) => dialog.answered(v),
+                Err(message) => dialog.failed(message),
+            },
+            // The dialog was closed meanwhile: only the real outcome is worth a line.
+            _ if !dry_run => {
+                self.status = Some(match verdict {
+                    Ok(v) => format!("cancel of thread {tid}: {}", verdict_line(&v)),
+                    Err(message) => format!("cancel of thread {tid} failed: {message}"),
+                });
+            }
+            _ => {}
+        }
+        if done && !dry_run {
+            self.status = Some(format!(
+                "thread {tid} cancelled; a new snapshot will measure the release"
+            ));
+            self.take_snapshot();
+        }
+    }
+
+    /// After a done cancel: once a newer snapshot's thread list lacks the thread, what it freed
+    /// is the drop in live heap bytes, shown next to the prediction.
+    fn check_measured(&mut self) {
+        let Some(m) = &self.measuring else { return };
+        let Some(snapshot) = &self.snapshot else {
+            return;
+        };
+        if snapshot.snapshot.0 == m.snapshot {
+            return;
+        }
+        let tid = m.tid;
+        if self.home().threads.rows().iter().any(|t| t.tid == tid) {
+            self.status = Some(format!(
+                "thread {tid} is still in snapshot #{}: `r` for a later one",
+                snapshot.snapshot.0
+            ));
+            return;
+        }
+        let measured = m.bytes_before.saturating_sub(snapshot.totals.bytes);
+        let text = match m.predicted {
+            Some(p) => format!(
+                "measured {}; predicted {}",
+                crate::size::human_exact(measured),
+                crate::size::human_exact(p)
+            ),
+            None => format!("measured {}", crate::size::human_exact(measured)),
+        };
+        self.status = Some(format!("thread {tid} cancelled: {text}"));
+        if let Some(dialog) = &mut self.cancel
+            && dialog.tid == tid
+        {
+            dialog.measured = Some(text);
+        }
+        self.measuring = None;
     }
 
     // ----- actions -------------------------------------------------------------------------
@@ -510,6 +680,8 @@ impl App {
     pub fn on_key(&mut self, key: KeyEvent) {
         if self.input.is_some() {
             self.on_input_key(key);
+        } else if self.cancel.is_some() {
+            self.on_dialog_key(key);
         } else if self.help {
             // Any key closes the help; q still quits.
             match action::action_for(key, self.screen()) {
@@ -606,6 +778,9 @@ impl App {
                 self.select_tab(HomeTab::ALL[i]);
             }
             Action::Mark => self.toggle_mark(),
+            Action::Cancel => self.open_cancel(),
+            // Only the cancel dialog confirms; its keys do not reach here.
+            Action::Confirm => {}
             Action::ClearMarks => {
                 let home = self.home_mut();
                 home.marked.clear();
@@ -971,6 +1146,16 @@ pub fn tab_at(x: u16) -> Option<HomeTab> {
         start += width;
     }
     None
+}
+
+/// One line for a cancel verdict.
+pub fn verdict_line(v: &heaptui_protocol::message::CancelVerdict) -> String {
+    use heaptui_protocol::message::Verdict;
+    match &v.verdict {
+        Verdict::Done => "done".into(),
+        Verdict::DryRun => "dry run: the policy decided and logged it, nothing was done".into(),
+        Verdict::Refused(reason) => format!("refused: {reason}"),
+    }
 }
 
 fn step(selected: usize, delta: isize, n: usize) -> usize {

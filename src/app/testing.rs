@@ -7,7 +7,9 @@ use heaptui_analysis::{
     ThreadState,
 };
 use heaptui_protocol::answer::Answerer;
-use heaptui_protocol::message::{Request, RequestBody};
+use std::collections::VecDeque;
+
+use heaptui_protocol::message::{Request, RequestBody, Response, SnapshotId};
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::layout::Rect;
 use tokio::sync::mpsc;
@@ -107,14 +109,31 @@ pub struct Harness {
     pub log: Vec<RequestBody>,
     /// Requests are held (not answered) while false.
     pub answering: bool,
+    /// Live harness: the snapshot id the answers speak for.
+    snapshot: SnapshotId,
+    /// Live harness: the hand-made answers to `Cancel` requests, in order.
+    pub cancel_answers: VecDeque<Response>,
+    /// Live harness: the graph the next `TakeSnapshot` sees (else the same one again).
+    pub next_graph: Option<HeapGraph>,
 }
 
 impl Harness {
+    /// Over a snapshot file: live-only requests are refused as the offline source does.
     pub fn new(graph: HeapGraph) -> Harness {
+        Harness::with_source(graph, false)
+    }
+
+    /// As if attached to a live agent: snapshots can be taken, cancels are answered from
+    /// [`Harness::cancel_answers`].
+    pub fn live(graph: HeapGraph) -> Harness {
+        Harness::with_source(graph, true)
+    }
+
+    fn with_source(graph: HeapGraph, live: bool) -> Harness {
         let (tx, requests) = mpsc::unbounded_channel();
         let analysis = Analysis::new(&graph);
         let app = App::new(
-            SourceHandle::new(tx, false),
+            SourceHandle::new(tx, live),
             "test".into(),
             Rect::new(0, 0, WIDTH, HEIGHT),
         );
@@ -125,6 +144,9 @@ impl Harness {
             analysis,
             log: Vec::new(),
             answering: true,
+            snapshot: OFFLINE_SNAPSHOT,
+            cancel_answers: VecDeque::new(),
+            next_graph: None,
         };
         h.app.on_source(SourceEvent::Connected {
             description: "fixture (snapshot file)".into(),
@@ -140,13 +162,38 @@ impl Harness {
         }
         while let Ok(request) = self.requests.try_recv() {
             self.log.push(request.body.clone());
-            let answerer = Answerer::new(OFFLINE_SNAPSHOT, &self.graph, &self.analysis);
-            let body = answer_offline(&answerer, &self.graph, &request.body);
+            let body = self.answer(&request.body);
             self.app.on_source(SourceEvent::Answer {
                 id: request.id,
                 body,
             });
         }
+    }
+
+    fn answer(&mut self, body: &RequestBody) -> Response {
+        if self.app.live {
+            match body {
+                RequestBody::Subscribe => return Response::Subscribed { interval_ms: 1000 },
+                RequestBody::Cancel { .. } => {
+                    return self
+                        .cancel_answers
+                        .pop_front()
+                        .expect("the test gives an answer for every cancel it expects");
+                }
+                RequestBody::TakeSnapshot => {
+                    if let Some(graph) = self.next_graph.take() {
+                        self.analysis = Analysis::new(&graph);
+                        self.graph = graph;
+                    }
+                    self.snapshot = SnapshotId(self.snapshot.0 + 1);
+                    let answerer = Answerer::new(self.snapshot, &self.graph, &self.analysis);
+                    return Response::Snapshot(answerer.snapshot_info());
+                }
+                _ => {}
+            }
+        }
+        let answerer = Answerer::new(self.snapshot, &self.graph, &self.analysis);
+        answer_offline(&answerer, &self.graph, body)
     }
 
     /// Takes the queued requests without answering them.

@@ -364,3 +364,150 @@ fn answers_for_an_old_sort_are_dropped() {
     assert!(view.table.row(0).unwrap().addr <= view.table.row(1).unwrap().addr);
     assert_eq!(answerer_rows, view.table.row(0).unwrap().addr);
 }
+
+// ----- the cancel dialog -------------------------------------------------------------------
+
+use heaptui_protocol::message::{CancelVerdict, ErrorKind, Mechanism, Response, Verdict};
+
+fn verdict(tid: u32, verdict: Verdict, predicted: u64) -> Response {
+    let permitted = !matches!(verdict, Verdict::Refused(_));
+    Response::Cancel(CancelVerdict {
+        tid,
+        verdict,
+        predicted_release: Some(predicted),
+        rule: permitted.then(|| "thread = \"worker-*\"".to_string()),
+        mechanism: permitted.then_some(Mechanism::Cooperative),
+    })
+}
+
+fn cancels(h: &Harness) -> Vec<(u32, bool)> {
+    h.log
+        .iter()
+        .filter_map(|r| match r {
+            RequestBody::Cancel { tid, dry_run } => Some((*tid, *dry_run)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn the_cancel_key_opens_the_dialog_with_only_a_dry_run_and_esc_sends_nothing_more() {
+    let mut h = Harness::live(fixture());
+    h.cancel_answers.push_back(verdict(1, Verdict::DryRun, 180));
+    h.key(KeyCode::Char('c'));
+    assert_eq!(cancels(&h), [(1, true)], "opening asks for a dry run only");
+    let dialog = h.app.cancel.as_ref().expect("the dialog is open");
+    assert_eq!((dialog.tid, dialog.name.as_str()), (1, "thread-1"));
+    assert_eq!(dialog.phase, CancelPhase::Ready);
+    let p = dialog.prediction.as_ref().unwrap();
+    assert_eq!(p.predicted_release, Some(180));
+    assert_eq!(p.mechanism, Some(Mechanism::Cooperative));
+
+    h.key(KeyCode::Down);
+    assert_eq!(selected_tid(&h), 1, "the dialog takes the keys");
+    h.key(KeyCode::Esc);
+    assert!(h.app.cancel.is_none());
+    assert_eq!(cancels(&h), [(1, true)], "Esc sends nothing");
+
+    // `n` closes as well, on the Release tab too.
+    h.cancel_answers.push_back(verdict(1, Verdict::DryRun, 180));
+    h.keys(&[KeyCode::Tab, KeyCode::Char('c'), KeyCode::Char('n')]);
+    assert!(h.app.cancel.is_none());
+    assert_eq!(cancels(&h), [(1, true), (1, true)]);
+}
+
+#[test]
+fn confirming_sends_exactly_one_real_cancel_and_the_next_snapshot_measures_it() {
+    let mut h = Harness::live(big_group_graph(3, 100));
+    assert!(h.app.home_mut().threads.select_where(|t| t.tid == 1002));
+    let before = h.app.snapshot.as_ref().unwrap().totals.bytes;
+    h.cancel_answers
+        .push_back(verdict(1002, Verdict::DryRun, 65_536));
+    h.cancel_answers
+        .push_back(verdict(1002, Verdict::Done, 65_536));
+    // After the cancel the agent's next snapshot no longer has worker-2 and its buffer.
+    h.next_graph = Some(big_group_graph(2, 100));
+    h.key(KeyCode::Char('c'));
+    h.key(KeyCode::Enter);
+    h.key(KeyCode::Char('y'));
+    h.key(KeyCode::Enter);
+    assert_eq!(
+        cancels(&h),
+        [(1002, true), (1002, false)],
+        "one real cancel"
+    );
+    let dialog = h.app.cancel.as_ref().unwrap();
+    assert_eq!(dialog.phase, CancelPhase::Finished);
+    assert_eq!(dialog.outcome.as_ref().unwrap().verdict, Verdict::Done);
+    assert!(h.log.contains(&RequestBody::TakeSnapshot));
+    let after = h.app.snapshot.as_ref().unwrap().totals.bytes;
+    assert_eq!(before - after, 65_536);
+    assert_eq!(
+        dialog.measured.as_deref(),
+        Some("measured 64.0 KiB (65536 bytes); predicted 64.0 KiB (65536 bytes)")
+    );
+    assert!(h.app.status.as_ref().unwrap().contains("measured 64.0 KiB"));
+}
+
+#[test]
+fn a_refusal_and_a_failure_stay_in_the_dialog() {
+    let mut h = Harness::live(fixture());
+    let reason = "no permit rule matches thread `thread-1`";
+    h.cancel_answers
+        .push_back(verdict(1, Verdict::Refused(reason.into()), 180));
+    h.cancel_answers
+        .push_back(verdict(1, Verdict::Refused(reason.into()), 180));
+    h.key(KeyCode::Char('c'));
+    let p = h.app.cancel.as_ref().unwrap().prediction.clone().unwrap();
+    assert_eq!(p.verdict, Verdict::Refused(reason.into()));
+    h.key(KeyCode::Char('y'));
+    let dialog = h.app.cancel.as_ref().unwrap();
+    assert_eq!(
+        dialog.outcome.as_ref().unwrap().verdict,
+        Verdict::Refused(reason.into())
+    );
+    assert_eq!(
+        super::verdict_line(dialog.outcome.as_ref().unwrap()),
+        format!("refused: {reason}")
+    );
+    assert!(h.log.iter().all(|r| r != &RequestBody::TakeSnapshot));
+
+    // A failed request (here the agent lost the thread) is kept in the dialog too.
+    h.key(KeyCode::Esc);
+    h.cancel_answers.push_back(verdict(1, Verdict::DryRun, 180));
+    h.cancel_answers.push_back(Response::error(
+        ErrorKind::UnknownThread,
+        "thread 1 is gone",
+    ));
+    h.keys(&[KeyCode::Char('c'), KeyCode::Enter]);
+    let dialog = h.app.cancel.as_ref().unwrap();
+    assert_eq!(dialog.error.as_deref(), Some("thread 1 is gone"));
+    assert_eq!(dialog.phase, CancelPhase::Finished);
+    h.key(KeyCode::Enter);
+    assert_eq!(cancels(&h).len(), 4, "nothing more after the failure");
+}
+
+#[test]
+fn offline_cancel_says_why_not() {
+    let mut h = Harness::new(fixture());
+    h.key(KeyCode::Char('c'));
+    assert!(h.app.cancel.is_none());
+    assert!(cancels(&h).is_empty());
+    assert!(h.app.status.as_ref().unwrap().contains("live agent"));
+}
+
+#[test]
+fn a_reconnect_while_cancelling_says_the_answer_is_lost() {
+    let mut h = Harness::live(fixture());
+    h.cancel_answers.push_back(verdict(1, Verdict::DryRun, 180));
+    h.key(KeyCode::Char('c'));
+    h.answering = false;
+    h.key(KeyCode::Enter);
+    assert_eq!(h.app.cancel.as_ref().unwrap().phase, CancelPhase::Sending);
+    h.app.on_source(SourceEvent::Connected {
+        description: "again".into(),
+    });
+    let dialog = h.app.cancel.as_ref().unwrap();
+    assert_eq!(dialog.phase, CancelPhase::Finished);
+    assert!(dialog.error.as_ref().unwrap().contains("audit log"));
+}

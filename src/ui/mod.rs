@@ -56,6 +56,9 @@ pub fn render(app: &App, frame: &mut Frame) {
     if app.help {
         popups::help::draw(frame, frame.area(), app.screen());
     }
+    if let Some(dialog) = &app.cancel {
+        popups::cancel::draw(frame, frame.area(), dialog);
+    }
 }
 
 /// A list line with the selection marker (a symbol as well as the colour, so it shows in any

@@ -185,3 +185,37 @@ fn threads_with_live_counters() {
     }
     insta::assert_snapshot!(screen(&h));
 }
+
+fn cancel_verdict(
+    verdict: heaptui_protocol::message::Verdict,
+) -> heaptui_protocol::message::Response {
+    use heaptui_protocol::message::{CancelVerdict, Mechanism, Response};
+    Response::Cancel(CancelVerdict {
+        tid: 1,
+        verdict,
+        predicted_release: Some(1_468_006),
+        rule: Some("thread = \"thread-*\"".into()),
+        mechanism: Some(Mechanism::Cooperative),
+    })
+}
+
+#[test]
+fn cancel_dialog() {
+    use heaptui_protocol::message::Verdict;
+    let mut h = Harness::live(fixture());
+    h.cancel_answers.push_back(cancel_verdict(Verdict::DryRun));
+    h.key(KeyCode::Char('c'));
+    insta::assert_snapshot!(screen(&h));
+}
+
+#[test]
+fn cancel_dialog_refused() {
+    use heaptui_protocol::message::Verdict;
+    let mut h = Harness::live(fixture());
+    h.cancel_answers.push_back(cancel_verdict(Verdict::DryRun));
+    h.cancel_answers.push_back(cancel_verdict(Verdict::Refused(
+        "below min_release (2.0 MiB)".into(),
+    )));
+    h.keys(&[KeyCode::Char('c'), KeyCode::Char('y')]);
+    insta::assert_snapshot!(screen(&h));
+}

@@ -1,3 +1,4 @@
-//! Dialogs drawn over a screen: the help for now (the cancel confirmation comes with issue 6).
+//! Dialogs drawn over a screen, one file each: the help and the cancel confirmation.
 
+pub mod cancel;
 pub mod help;
