@@ -41,6 +41,7 @@ pub mod fuzzing;
 pub mod handshake;
 pub mod ids;
 pub mod message;
+pub mod stream;
 pub mod token_file;
 
 pub use codec::{

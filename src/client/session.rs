@@ -1,12 +1,13 @@
 //! A blocking session with one agent, for the one-shot commands (`report ADDR`, `snapshot`,
 //! `run`): connect, handshake, then one request at a time, skipping pushes.
 
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use heaptui_protocol::handshake::client_handshake;
+use heaptui_protocol::stream::Stream;
 use heaptui_protocol::{
     AgentInfo, Hello, MAX_FRAME_LEN, Request, RequestBody, RequestId, Response, ServerMessage,
     SnapshotId, SnapshotInfo, decode_payload, read_frame,
@@ -17,36 +18,6 @@ use super::{Address, ClientError, TokenSource, token};
 /// How long to wait for the agent's answers (a capture of a big heap takes seconds).
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(300);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
-enum Stream {
-    Tcp(TcpStream),
-    Unix(UnixStream),
-}
-
-impl Read for Stream {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.read(buf),
-            Stream::Unix(s) => s.read(buf),
-        }
-    }
-}
-
-impl Write for Stream {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.write(buf),
-            Stream::Unix(s) => s.write(buf),
-        }
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        match self {
-            Stream::Tcp(s) => s.flush(),
-            Stream::Unix(s) => s.flush(),
-        }
-    }
-}
 
 /// One admitted connection.
 pub struct Session {

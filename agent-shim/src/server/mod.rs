@@ -17,8 +17,8 @@ pub mod conn;
 pub mod state;
 pub mod token;
 
-use std::io::{self, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io;
+use std::net::TcpListener;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
@@ -26,6 +26,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use heaptui_protocol::stream::Stream;
 use heaptui_protocol::{Refusal, RefusalReason, Welcome};
 
 use crate::config::{Listen, config};
@@ -37,58 +38,10 @@ pub const MAX_CLIENTS: usize = 32;
 static ACTIVE: AtomicUsize = AtomicUsize::new(0);
 /// The process that owns the server's files (a fork child must not remove them).
 static OWNER_PID: AtomicI32 = AtomicI32::new(0);
-/// Sequence numbers `(first, last]` of the blocks libc allocated while the server thread was
-/// started: the agent's, not the program's.
 /// Set by the server thread just before it first blocks in accept().
 static SERVING: AtomicBool = AtomicBool::new(false);
 /// Files to remove at exit: the token file and the Unix socket.
 static FILES: OnceLock<(PathBuf, Option<PathBuf>)> = OnceLock::new();
-
-/// A client's stream, TCP or Unix.
-pub enum Stream {
-    Tcp(TcpStream),
-    Unix(UnixStream),
-}
-
-impl Stream {
-    fn set_timeouts(&self, read: Option<Duration>, write: Option<Duration>) -> io::Result<()> {
-        match self {
-            Stream::Tcp(s) => {
-                s.set_read_timeout(read)?;
-                s.set_write_timeout(write)
-            }
-            Stream::Unix(s) => {
-                s.set_read_timeout(read)?;
-                s.set_write_timeout(write)
-            }
-        }
-    }
-}
-
-impl Read for Stream {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.read(buf),
-            Stream::Unix(s) => s.read(buf),
-        }
-    }
-}
-
-impl Write for Stream {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.write(buf),
-            Stream::Unix(s) => s.write(buf),
-        }
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        match self {
-            Stream::Tcp(s) => s.flush(),
-            Stream::Unix(s) => s.flush(),
-        }
-    }
-}
 
 enum Listener {
     Tcp(TcpListener),
