@@ -151,6 +151,7 @@ fn main() {
             site: site.site,
             sort: Sort::asc(ObjectKey::Index),
             page: Page::new(offset, MAX_PAGE_ROWS),
+            filter: None,
         }) else {
             panic!()
         };

@@ -124,6 +124,8 @@ pub(crate) fn answer_offline(
             threads: graph.threads.len() as u32,
             snapshot: Some(answerer.snapshot_info()),
             policy_loaded: false,
+            peak_snapshot: None,
+            snapshot_rule: Default::default(),
         }),
         other => Response::error(
             ErrorKind::Refused,

@@ -16,16 +16,18 @@
 
 use std::cmp::Ordering;
 
-use heaptui_analysis::{self as engine, Analysis, HeapGraph, Holder, NO_SITE, ObjectIndex};
+use heaptui_analysis::{self as engine, Analysis, HeapGraph, Holder, NO_SITE, ObjectIndex, views};
 use serde::Serialize;
 
 use crate::codec::{MAX_FRAME_LEN, encoded_len};
 use crate::ids::{GroupId, ObjectClass, Sharer, ThreadState};
 use crate::message::{
-    Direction, ErrorAnswer, ErrorKind, FramePage, FrameRow, GroupInfo, IdList, MAX_CHUNK_BYTES,
-    MAX_IDS_PER_GROUP, MAX_IDS_PER_ROW, MAX_STACK_FRAMES, ObjectDetail, ObjectKey, ObjectPage,
-    ObjectRow, Page, PageInfo, Referrer, ReleaseAnswer, RequestBody, Response, SiteKey, SitePage,
-    SiteRow, SnapshotChunk, SnapshotId, SnapshotInfo, Sort, ThreadKey, ThreadPage, ThreadRow,
+    AgeHistogram, AgeRow, AgeScope, AgesAnswer, Direction, ErrorAnswer, ErrorKind, FramePage,
+    FrameRow, GroupInfo, IdList, LeakPage, LeakRow, MAX_CHUNK_BYTES, MAX_IDS_PER_GROUP,
+    MAX_IDS_PER_ROW, MAX_PAGE_ROWS, MAX_STACK_FRAMES, ObjectDetail, ObjectFilter, ObjectKey,
+    ObjectPage, ObjectRow, Page, PageInfo, Referrer, ReleaseAnswer, RequestBody, Response, SiteKey,
+    SitePage, SiteRow, SnapshotChunk, SnapshotId, SnapshotInfo, Sort, Survivor, ThreadKey,
+    ThreadPage, ThreadRow,
 };
 
 /// The chunk of `encoded` (a snapshot file's bytes) starting at `offset`.
@@ -71,6 +73,9 @@ pub struct Answerer<'a> {
     snapshot: SnapshotId,
     graph: &'a HeapGraph,
     analysis: &'a Analysis,
+    /// `last_seq` of the snapshot boundaries before this snapshot, ascending; `None` when
+    /// the source keeps no history (ages are then unknown).
+    boundaries: Option<&'a [u64]>,
 }
 
 type Answer<T> = Result<T, ErrorAnswer>;
@@ -86,7 +91,15 @@ impl<'a> Answerer<'a> {
             snapshot,
             graph,
             analysis,
+            boundaries: None,
         }
+    }
+
+    /// Ages count these snapshot boundaries (`last_seq` of each earlier snapshot, ascending):
+    /// object rows then carry their age, and [`RequestBody::Ages`] has a history to count.
+    pub fn with_boundaries(mut self, sorted_last_seqs: &'a [u64]) -> Self {
+        self.boundaries = Some(sorted_last_seqs);
+        self
     }
 
     pub fn snapshot(&self) -> SnapshotId {
@@ -110,18 +123,20 @@ impl<'a> Answerer<'a> {
                 group,
                 sort,
                 page,
+                filter,
             } => self
                 .current(*snapshot)
-                .and_then(|()| self.group_objects(*group, *sort, *page))
+                .and_then(|()| self.group_objects(*group, *sort, *page, filter.as_ref()))
                 .map(Response::Objects),
             RequestBody::SiteObjects {
                 snapshot,
                 site,
                 sort,
                 page,
+                filter,
             } => self
                 .current(*snapshot)
-                .and_then(|()| self.site_objects(*site, *sort, *page))
+                .and_then(|()| self.site_objects(*site, *sort, *page, filter.as_ref()))
                 .map(Response::Objects),
             RequestBody::Object {
                 snapshot,
@@ -137,6 +152,10 @@ impl<'a> Answerer<'a> {
                 .current(*snapshot)
                 .and_then(|()| self.snapshot_data(*offset))
                 .map(Response::SnapshotData),
+            RequestBody::Leaks { page } => Ok(Response::Leaks(self.leaks(*page))),
+            RequestBody::Ages { by, page, oldest } => {
+                Ok(Response::Ages(self.ages(*by, *page, *oldest)))
+            }
             _ => return None,
         };
         Some(answer.unwrap_or_else(Response::Error))
@@ -252,12 +271,13 @@ impl<'a> Answerer<'a> {
         })
     }
 
-    /// A sorted page of a group's members.
+    /// A sorted page of a group's members (those `filter` matches, with one).
     pub fn group_objects(
         &self,
         id: GroupId,
         sort: Sort<ObjectKey>,
         page: Page,
+        filter: Option<&ObjectFilter>,
     ) -> Answer<ObjectPage> {
         let engine_id = engine::GroupId::from(id);
         if self.analysis.group(engine_id).is_none() {
@@ -266,12 +286,19 @@ impl<'a> Answerer<'a> {
                 format!("unknown group {id} in snapshot {}", self.snapshot.0),
             ));
         }
-        Ok(self.object_page(self.analysis.members(engine_id), sort, page))
+        let members = self.filtered(self.analysis.members(engine_id), filter);
+        Ok(self.object_page(members, sort, page))
     }
 
-    /// A sorted page of the objects allocated at one site; `u32::MAX` names the objects
-    /// whose site is unknown.
-    pub fn site_objects(&self, site: u32, sort: Sort<ObjectKey>, page: Page) -> Answer<ObjectPage> {
+    /// A sorted page of the objects allocated at one site (those `filter` matches, with
+    /// one); `u32::MAX` names the objects whose site is unknown.
+    pub fn site_objects(
+        &self,
+        site: u32,
+        sort: Sort<ObjectKey>,
+        page: Page,
+        filter: Option<&ObjectFilter>,
+    ) -> Answer<ObjectPage> {
         if site != NO_SITE && site as usize >= self.graph.sites.len() {
             return Err(error(
                 ErrorKind::UnknownSite,
@@ -291,7 +318,36 @@ impl<'a> Answerer<'a> {
             .filter(|&(_, &s)| s == site)
             .map(|(o, _)| o as ObjectIndex)
             .collect();
-        Ok(self.object_page(objects, sort, page))
+        Ok(self.object_page(self.filtered(objects, filter), sort, page))
+    }
+
+    /// The objects whose row text ([`ObjectFilter::row_text`]) `filter` matches; all of them
+    /// without a filter or with an empty query. One text buffer is reused across objects, so
+    /// filtering a million-member group allocates nothing per object.
+    fn filtered(
+        &self,
+        mut objects: Vec<ObjectIndex>,
+        filter: Option<&ObjectFilter>,
+    ) -> Vec<ObjectIndex> {
+        let Some(filter) = filter.filter(|f| !f.query.is_empty()) else {
+            return objects;
+        };
+        let cols = self.graph.objects();
+        let mut text = String::new();
+        objects.retain(|&o| {
+            use std::fmt::Write as _;
+            let i = o as usize;
+            text.clear();
+            // Same text as ObjectFilter::row_text, without building a row.
+            let label = self.graph.site_label(o);
+            let _ = write!(
+                text,
+                "{:#x} {} {label} {}",
+                cols.addr[i], cols.size[i], cols.thread[i]
+            );
+            filter.matches(&text)
+        });
+        objects
     }
 
     /// One object: its class, group, dominator, allocation stack, and a page of its outgoing
@@ -317,12 +373,7 @@ impl<'a> Answerer<'a> {
         let site = self.graph.objects().site[object as usize];
         let stack = match site {
             NO_SITE => Vec::new(),
-            s => self.graph.sites[s as usize]
-                .frames
-                .iter()
-                .take(MAX_STACK_FRAMES)
-                .map(|f| clip(f))
-                .collect(),
+            s => stack_text(&self.graph.sites[s as usize].frames),
         };
 
         // Both lists share the budget; half each keeps one from starving the other.
@@ -447,8 +498,136 @@ impl<'a> Answerer<'a> {
             site_label: clip(self.graph.site_label(o)),
             thread: r.thread,
             seq: r.seq,
-            // The heap-graph model has no age column yet; sources that track ages fill it.
-            age: None,
+            age: match self.boundaries {
+                Some(b) if r.seq != engine::NO_SEQ => {
+                    Some(u32::try_from(views::ages::age(r.seq, b)).unwrap_or(u32::MAX))
+                }
+                _ => None,
+            },
+        }
+    }
+
+    /// Unreachable blocks by allocation site, most bytes first (ties by site index).
+    pub fn leaks(&self, page: Page) -> LeakPage {
+        let (definitely, indirectly) = self.analysis.leaked();
+        let cols = self.graph.objects();
+        // Site index → row; `NO_SITE` gathers the blocks without one.
+        let mut by_site: std::collections::HashMap<u32, LeakRow> = Default::default();
+        for (objects, definite) in [(definitely, true), (indirectly, false)] {
+            for &o in objects {
+                let site = cols.site[o as usize];
+                let row = by_site.entry(site).or_insert_with(|| self.leak_row(site));
+                let size = cols.size[o as usize];
+                if definite {
+                    row.definitely_lost += size;
+                    row.definitely_lost_objects += 1;
+                } else {
+                    row.indirectly_lost += size;
+                    row.indirectly_lost_objects += 1;
+                }
+            }
+        }
+        let mut rows: Vec<LeakRow> = by_site.into_values().collect();
+        let total = rows.len();
+        let bytes = |r: &LeakRow| r.definitely_lost + r.indirectly_lost;
+        let window = select_page(&mut rows, page, |a, b| {
+            bytes(b).cmp(&bytes(a)).then(a.site.cmp(&b.site))
+        });
+        LeakPage {
+            snapshot: self.snapshot,
+            page: info(page, total),
+            rows: fill(window, Clone::clone),
+        }
+    }
+
+    fn leak_row(&self, site: u32) -> LeakRow {
+        let (label, frames) = match site {
+            NO_SITE => ("?".to_string(), Vec::new()),
+            s => {
+                let site = &self.graph.sites[s as usize];
+                (clip(site.label()), stack_text(&site.frames))
+            }
+        };
+        LeakRow {
+            site,
+            label,
+            frames,
+            ..LeakRow::default()
+        }
+    }
+
+    /// The age view: the histogram of every block, one histogram per site or thread (most
+    /// bytes first, ties by key), and the `oldest` longest-lived blocks. Without boundaries
+    /// every block has age 0 and `boundaries` is 0.
+    pub fn ages(&self, by: AgeScope, page: Page, oldest: u32) -> AgesAnswer {
+        let boundaries: Vec<views::ages::Boundary> = self
+            .boundaries
+            .unwrap_or_default()
+            .iter()
+            .map(|&last_seq| views::ages::Boundary {
+                last_seq,
+                unix_ms: 0,
+            })
+            .collect();
+        let oldest = (oldest as usize).min(MAX_PAGE_ROWS as usize);
+        let ages = views::ages::Ages::of_graph(self.graph, &boundaries, oldest);
+        let groups = match by {
+            AgeScope::Sites => &ages.by_site,
+            AgeScope::Threads => &ages.by_thread,
+        };
+        let mut rows: Vec<(u32, &views::ages::Histogram)> =
+            groups.iter().map(|(&k, h)| (k, h)).collect();
+        let total = rows.len();
+        let bytes = |h: &views::ages::Histogram| h.bytes.iter().sum::<u64>();
+        let window = select_page(&mut rows, page, |a, b| {
+            bytes(b.1).cmp(&bytes(a.1)).then(a.0.cmp(&b.0))
+        });
+        let rows = fill(window, |&(key, h)| AgeRow {
+            key,
+            label: match by {
+                AgeScope::Sites => match key {
+                    NO_SITE => "?".to_string(),
+                    s => clip(self.graph.sites[s as usize].label()),
+                },
+                AgeScope::Threads => match self.graph.thread_index(key) {
+                    Some(t) => clip(&self.graph.threads[t].name),
+                    None => format!("thread {key}"),
+                },
+            },
+            histogram: histogram(h),
+        });
+        // The survivors come as sequence numbers: one pass finds their objects.
+        let wanted: std::collections::HashMap<u64, usize> = ages
+            .oldest
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.seq, i))
+            .collect();
+        let mut found: Vec<Option<ObjectIndex>> = vec![None; ages.oldest.len()];
+        for (o, seq) in self.graph.objects().seq.iter().enumerate() {
+            if let Some(&i) = wanted.get(seq) {
+                found[i].get_or_insert(o as ObjectIndex);
+            }
+        }
+        let oldest = ages
+            .oldest
+            .iter()
+            .zip(found)
+            .filter_map(|(s, o)| {
+                o.map(|o| Survivor {
+                    object: self.object_row(o),
+                    age_ms: s.age_ms,
+                })
+            })
+            .collect();
+        AgesAnswer {
+            snapshot: self.snapshot,
+            by,
+            boundaries: u32::try_from(boundaries.len()).unwrap_or(u32::MAX),
+            total: histogram(&ages.total),
+            page: info(page, total),
+            rows,
+            oldest,
         }
     }
 
@@ -598,6 +777,22 @@ fn bounds(page: Page, n: usize) -> (usize, usize) {
     let start = (page.offset as usize).min(n);
     let end = start.saturating_add(page.clamped_limit() as usize).min(n);
     (start, end)
+}
+
+fn histogram(h: &views::ages::Histogram) -> AgeHistogram {
+    AgeHistogram {
+        blocks: h.blocks,
+        bytes: h.bytes,
+    }
+}
+
+/// A site's frames as sent: at most [`MAX_STACK_FRAMES`], each clipped.
+fn stack_text(frames: &[String]) -> Vec<String> {
+    frames
+        .iter()
+        .take(MAX_STACK_FRAMES)
+        .map(|f| clip(f))
+        .collect()
 }
 
 fn info(page: Page, total: usize) -> PageInfo {

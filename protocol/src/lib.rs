@@ -43,6 +43,7 @@ pub mod ids;
 pub mod message;
 pub mod stream;
 pub mod token_file;
+pub mod views;
 
 pub use codec::{
     CONFIG, DecodeError, EncodeError, HANDSHAKE_MAX_FRAME_LEN, MAX_FRAME_LEN, ProtocolError,

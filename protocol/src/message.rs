@@ -16,6 +16,7 @@ use heaptui_analysis as engine;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{FrameKind, GroupId, ObjectClass, Sharer, ThreadState};
+pub use crate::views::*;
 
 /// Most rows one page may carry; larger `limit`s are clamped by the server.
 pub const MAX_PAGE_ROWS: u32 = 10_000;
@@ -197,19 +198,23 @@ pub enum RequestBody {
         snapshot: SnapshotId,
         group: GroupId,
     },
-    /// A page of a group's member objects → [`Response::Objects`].
+    /// A page of a group's member objects → [`Response::Objects`]; with a `filter`, only the
+    /// members it matches (see [`ObjectFilter`]), and the page counts those.
     GroupObjects {
         snapshot: SnapshotId,
         group: GroupId,
         sort: Sort<ObjectKey>,
         page: Page,
+        filter: Option<ObjectFilter>,
     },
-    /// A page of the live objects allocated at one site → [`Response::Objects`].
+    /// A page of the live objects allocated at one site → [`Response::Objects`], filtered
+    /// like [`RequestBody::GroupObjects`].
     SiteObjects {
         snapshot: SnapshotId,
         site: u32,
         sort: Sort<ObjectKey>,
         page: Page,
+        filter: Option<ObjectFilter>,
     },
     /// One object with its class, allocation stack and a page of its outgoing and incoming
     /// references (`refs` applies to both lists) → [`Response::Object`].
@@ -230,6 +235,30 @@ pub enum RequestBody {
     /// `offset ..` up to [`MAX_CHUNK_BYTES`] → [`Response::SnapshotData`]. For `heaptui
     /// snapshot` and the live report, which need every object rather than pages.
     SnapshotData { snapshot: SnapshotId, offset: u64 },
+    /// Allocation counts and live bytes per unit (SPEC §8 "Allocation sites per library,
+    /// function and thread"), the unit chosen by `query` → [`Response::Units`]. Needs the
+    /// agent's event stream; without it the answer is [`ErrorKind::Refused`] with the reason.
+    Units {
+        query: UnitQuery,
+        sort: Sort<UnitKey>,
+        page: Page,
+    },
+    /// Unreachable blocks of the kept snapshot by allocation site, most bytes first →
+    /// [`Response::Leaks`].
+    Leaks { page: Page },
+    /// Per-site live bytes across the snapshots taken so far, flagged sites first →
+    /// [`Response::Growth`].
+    Growth { page: Page },
+    /// Block ages of the kept snapshot: the histogram, one row per site or thread, and the
+    /// `oldest` longest-lived blocks → [`Response::Ages`].
+    Ages {
+        by: AgeScope,
+        page: Page,
+        oldest: u32,
+    },
+    /// The live counters of the recent past, oldest first, for the live-vs-allocated chart →
+    /// [`Response::CounterHistory`].
+    CounterHistory,
 }
 
 /// One message from the server.
@@ -262,6 +291,11 @@ pub enum Response {
     Cancel(CancelVerdict),
     Error(ErrorAnswer),
     SnapshotData(SnapshotChunk),
+    Units(UnitPage),
+    Leaks(LeakPage),
+    Growth(GrowthPage),
+    Ages(AgesAnswer),
+    CounterHistory(CounterHistory),
 }
 
 /// Unsolicited messages.
@@ -269,6 +303,11 @@ pub enum Response {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Push {
     Counters(LiveCounters),
+    /// The autonomous mode found memory short (SPEC §7): what it did about it.
+    Shortage(ShortageReport),
+    /// A cancel that acted has been followed up: the release measured after the threads
+    /// ended, beside the prediction (the audit log's `measured` line).
+    ReleaseMeasured(MeasuredRelease),
 }
 
 /// The agent's mark-and-count figures (SPEC §8).
@@ -333,6 +372,11 @@ pub struct ProcessInfo {
     /// The snapshot kept for drill-down, if one was taken.
     pub snapshot: Option<SnapshotInfo>,
     pub policy_loaded: bool,
+    /// The automatic snapshot taken at the highest live bytes so far (SPEC §8), kept until a
+    /// higher one replaces it; its graph is fetched with [`RequestBody::SnapshotData`].
+    pub peak_snapshot: Option<SnapshotInfo>,
+    /// The automatic snapshot rule in force.
+    pub snapshot_rule: SnapshotRule,
 }
 
 /// One row of the thread ranking.
@@ -547,6 +591,12 @@ pub enum PolicyAnswer {
         text: String,
         summary: PolicySummary,
     },
+    /// `HEAPTUI_POLICY` names a file that could not be used: every cancel is refused.
+    Invalid {
+        path: String,
+        /// The one-line error, naming the key or line at fault.
+        error: String,
+    },
 }
 
 /// What happened to a cancel request.
@@ -569,6 +619,56 @@ pub struct CancelVerdict {
     /// The permit rule that matched, as written in the policy.
     pub rule: Option<String>,
     pub mechanism: Option<Mechanism>,
+}
+
+/// Why the autonomous mode fired.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ShortageCause {
+    /// Live heap bytes stayed above the policy's soft limit.
+    SoftLimit { limit: u64 },
+    /// Allocations returned NULL (`failures` since the last episode).
+    AllocationFailed { failures: u64 },
+}
+
+/// What the autonomous mode did about a shortage.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ShortageOutcome {
+    /// These threads were cancelled; together they were predicted to free this much.
+    Cancelled {
+        tids: Vec<u32>,
+        predicted_release: u64,
+    },
+    /// The policy is `dry_run`: these would have been cancelled.
+    DryRun {
+        tids: Vec<u32>,
+        predicted_release: u64,
+    },
+    /// Nothing permitted frees enough: nothing was cancelled (the memory-shortage error).
+    Unresolved { reason: String },
+}
+
+/// A memory-shortage episode, as pushed to attached clients.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShortageReport {
+    pub unix_ms: u64,
+    pub cause: ShortageCause,
+    /// Live heap bytes when it fired.
+    pub live_bytes: u64,
+    /// Bytes the mode set out to free.
+    pub need_bytes: u64,
+    pub outcome: ShortageOutcome,
+}
+
+/// The measured release of a cancel decision.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MeasuredRelease {
+    /// The decision's number in the audit log.
+    pub decision: u64,
+    pub tids: Vec<u32>,
+    pub predicted: u64,
+    /// Heap bytes of the decision's snapshot minus those of the snapshot after the threads
+    /// ended; `None` when it could not be measured (the line says why in the audit log).
+    pub measured: Option<u64>,
 }
 
 /// What kind of request failed.
@@ -622,6 +722,11 @@ impl RequestBody {
         "policy",
         "cancel",
         "snapshot-data",
+        "units",
+        "leaks",
+        "growth",
+        "ages",
+        "counter-history",
     ];
 
     /// Whether the request is about the kept snapshot (answered by `answer::Answerer`, or
@@ -636,13 +741,18 @@ impl RequestBody {
             | RequestBody::Object { .. }
             | RequestBody::Sites { .. }
             | RequestBody::Release { .. }
-            | RequestBody::SnapshotData { .. } => true,
+            | RequestBody::SnapshotData { .. }
+            | RequestBody::Leaks { .. }
+            | RequestBody::Ages { .. } => true,
             RequestBody::ProcessInfo
             | RequestBody::Subscribe
             | RequestBody::Unsubscribe
             | RequestBody::TakeSnapshot
             | RequestBody::Policy
-            | RequestBody::Cancel { .. } => false,
+            | RequestBody::Cancel { .. }
+            | RequestBody::Units { .. }
+            | RequestBody::Growth { .. }
+            | RequestBody::CounterHistory => false,
         }
     }
 
@@ -664,6 +774,11 @@ impl RequestBody {
             RequestBody::Policy => "policy",
             RequestBody::Cancel { .. } => "cancel",
             RequestBody::SnapshotData { .. } => "snapshot-data",
+            RequestBody::Units { .. } => "units",
+            RequestBody::Leaks { .. } => "leaks",
+            RequestBody::Growth { .. } => "growth",
+            RequestBody::Ages { .. } => "ages",
+            RequestBody::CounterHistory => "counter-history",
         }
     }
 }
@@ -686,6 +801,11 @@ impl Response {
         "cancel",
         "error",
         "snapshot-data",
+        "units",
+        "leaks",
+        "growth",
+        "ages",
+        "counter-history",
     ];
 
     /// A short name for logs and for the golden fixtures.
@@ -706,17 +826,24 @@ impl Response {
             Response::Cancel(_) => "cancel",
             Response::Error(_) => "error",
             Response::SnapshotData(_) => "snapshot-data",
+            Response::Units(_) => "units",
+            Response::Leaks(_) => "leaks",
+            Response::Growth(_) => "growth",
+            Response::Ages(_) => "ages",
+            Response::CounterHistory(_) => "counter-history",
         }
     }
 }
 
 impl Push {
     /// Every kind name [`Push::kind`] can return.
-    pub const KINDS: &'static [&'static str] = &["counters"];
+    pub const KINDS: &'static [&'static str] = &["counters", "shortage", "release-measured"];
 
     pub fn kind(&self) -> &'static str {
         match self {
             Push::Counters(_) => "counters",
+            Push::Shortage(_) => "shortage",
+            Push::ReleaseMeasured(_) => "release-measured",
         }
     }
 }

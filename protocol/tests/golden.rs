@@ -1,5 +1,5 @@
-//! Golden byte fixtures of protocol version 1: one whole frame per message kind, committed in
-//! `tests/golden/`. Any change to the wire — a field added, reordered or retyped, a variant
+//! Golden byte fixtures of the current protocol version: one whole frame per message kind,
+//! committed in `tests/golden/v<version>/`. Any change to the wire — a field added, reordered or retyped, a variant
 //! moved — fails here, which is the cue to bump `PROTOCOL_VERSION` (and add version-2
 //! fixtures) rather than silently break agents and clients of another release.
 //!
@@ -163,8 +163,8 @@ fn the_handshake_prefix_is_frozen() {
     // version as a varint, so every release can tell another release's version apart.
     let hello = to_frame(&common::sample_hello()).unwrap();
     assert_eq!(&hello[4..12], b"HEAPTUI\0");
-    assert_eq!(hello[12], 1);
+    assert_eq!(u32::from(hello[12]), PROTOCOL_VERSION);
     let welcome = to_frame(&common::sample_welcome()).unwrap();
     assert_eq!(&welcome[4..12], b"HEAPTUI\0");
-    assert_eq!(welcome[12], 1);
+    assert_eq!(u32::from(welcome[12]), PROTOCOL_VERSION);
 }

@@ -129,8 +129,13 @@ fn a_newer_client_is_told_the_versions() {
     let (reason, error) = refused(&payload(&future));
     assert_eq!(reason, RefusalReason::VersionMismatch);
     let line = error.to_string();
-    assert!(line.contains("agent speaks heaptui protocol 1"), "{line}");
-    assert!(line.contains("client speaks 2"), "{line}");
+    let ours = PROTOCOL_VERSION;
+    let theirs = PROTOCOL_VERSION + 1;
+    assert!(
+        line.contains(&format!("agent speaks heaptui protocol {ours}")),
+        "{line}"
+    );
+    assert!(line.contains(&format!("client speaks {theirs}")), "{line}");
     // A hello struct of this shape with another version is refused by the checker too.
     let mut hello = Hello::new(TOKEN, "t");
     hello.version = 0;
@@ -170,10 +175,10 @@ fn an_older_or_newer_agent_is_told_apart_by_the_client() {
     }
     // A welcome value of another version is refused by the checker.
     let mut welcome = common::sample_welcome();
-    welcome.version = 2;
+    welcome.version = PROTOCOL_VERSION + 1;
     assert!(matches!(
         check_welcome(&welcome),
-        Err(HandshakeError::VersionMismatch { theirs: 2, .. })
+        Err(HandshakeError::VersionMismatch { theirs, .. }) if theirs == PROTOCOL_VERSION + 1
     ));
 }
 

@@ -137,6 +137,11 @@ fn strategies_cover_every_kind() {
         responses,
         Response::KINDS.iter().copied().collect::<BTreeSet<_>>()
     );
+    let push = common::push();
+    let pushes: BTreeSet<_> = (0..500)
+        .map(|_| push.new_tree(&mut runner).unwrap().current().kind())
+        .collect();
+    assert_eq!(pushes, Push::KINDS.iter().copied().collect::<BTreeSet<_>>());
 }
 
 #[test]

@@ -424,12 +424,14 @@ impl App {
                     group: *group,
                     sort,
                     page,
+                    filter: None,
                 },
                 ObjectsOrigin::Site { site, .. } => RequestBody::SiteObjects {
                     snapshot,
                     site: *site,
                     sort,
                     page,
+                    filter: None,
                 },
             });
         }

@@ -15,7 +15,9 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use heaptui_analysis::{Analysis, HeapGraph};
 use heaptui_protocol::answer::Answerer;
-use heaptui_protocol::{AgentInfo, LiveCounters, ProcessInfo, SnapshotId, SnapshotInfo};
+use heaptui_protocol::{
+    AgentInfo, LiveCounters, ProcessInfo, SnapshotId, SnapshotInfo, SnapshotRule,
+};
 
 use crate::alloc::AGENT_ALLOC;
 use crate::registry::{counters, threads};
@@ -160,6 +162,8 @@ pub fn process_info() -> ProcessInfo {
             ..k.info.clone()
         }),
         policy_loaded: crate::policy::is_loaded(),
+        peak_snapshot: None,
+        snapshot_rule: SnapshotRule::Off,
     }
 }
 

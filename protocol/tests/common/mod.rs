@@ -111,12 +111,14 @@ pub fn sample_requests() -> Vec<Request> {
             group: gid(GroupKind::FrameShared, 2),
             sort: Sort::desc(ObjectKey::Size),
             page: Page::new(1000, 500),
+            filter: Some(ObjectFilter::new("cache")),
         },
         RequestBody::SiteObjects {
             snapshot,
             site: 9,
             sort: Sort::asc(ObjectKey::Seq),
             page: Page::new(0, 50),
+            filter: None,
         },
         RequestBody::Object {
             snapshot,
@@ -139,6 +141,27 @@ pub fn sample_requests() -> Vec<Request> {
             snapshot,
             offset: 1 << 23,
         },
+        RequestBody::Units {
+            query: UnitQuery {
+                granularity: UnitGranularity::Function,
+                position: UnitPosition::Inclusive,
+                charge: UnitCharge::Freer,
+            },
+            sort: Sort::desc(UnitKey::Max),
+            page: Page::new(0, 100),
+        },
+        RequestBody::Leaks {
+            page: Page::new(0, 30),
+        },
+        RequestBody::Growth {
+            page: Page::new(2, 40),
+        },
+        RequestBody::Ages {
+            by: AgeScope::Threads,
+            page: Page::new(0, 60),
+            oldest: 20,
+        },
+        RequestBody::CounterHistory,
     ];
     bodies
         .into_iter()
@@ -165,6 +188,8 @@ pub fn sample_responses() -> Vec<Response> {
             threads: 9,
             snapshot: Some(sample_snapshot_info()),
             policy_loaded: true,
+            peak_snapshot: Some(sample_snapshot_info()),
+            snapshot_rule: SnapshotRule::Tolerance(1 << 20),
         }),
         Response::Subscribed { interval_ms: 1000 },
         Response::Unsubscribed,
@@ -340,11 +365,120 @@ pub fn sample_responses() -> Vec<Response> {
             total: (1 << 23) + 5,
             bytes: b"HSNAP".to_vec(),
         }),
+        Response::Units(UnitPage {
+            query: UnitQuery::default(),
+            events: 4,
+            unknown_frees: 1,
+            unknown_reallocs: 2,
+            page: PageInfo {
+                offset: 0,
+                total: 2,
+            },
+            rows: vec![
+                UnitRow {
+                    name: "liba.so".into(),
+                    live: 100,
+                    min: 0,
+                    max: 100,
+                    malloc: 1,
+                    realloc: 0,
+                    free: 0,
+                    memalign: 0,
+                },
+                UnitRow {
+                    name: "libb.so".into(),
+                    live: -20,
+                    min: -50,
+                    max: 50,
+                    malloc: 1,
+                    realloc: 1,
+                    free: 1,
+                    memalign: 3,
+                },
+            ],
+        }),
+        Response::Leaks(LeakPage {
+            snapshot,
+            page: PageInfo {
+                offset: 0,
+                total: 1,
+            },
+            rows: vec![LeakRow {
+                site: 2,
+                label: "leak_loop (leak.c:9)".into(),
+                frames: vec!["leak_loop (leak.c:9)".into(), "main".into()],
+                definitely_lost: 40,
+                definitely_lost_objects: 1,
+                indirectly_lost: 16,
+                indirectly_lost_objects: 1,
+            }],
+        }),
+        Response::Growth(GrowthPage {
+            snapshots: 3,
+            run: 3,
+            page: PageInfo {
+                offset: 0,
+                total: 1,
+            },
+            rows: vec![GrowthRow {
+                label: "grow (grow.c:5)".into(),
+                frames: vec!["grow (grow.c:5)".into()],
+                history: vec![100, 200, 300],
+                growing: true,
+                dominant: false,
+            }],
+        }),
+        Response::Ages(AgesAnswer {
+            snapshot,
+            by: AgeScope::Sites,
+            boundaries: 2,
+            total: AgeHistogram {
+                blocks: [2, 1, 3, 0, 0],
+                bytes: [20, 10, 30, 0, 0],
+            },
+            page: PageInfo {
+                offset: 0,
+                total: 1,
+            },
+            rows: vec![AgeRow {
+                key: 4,
+                label: "Class2.Cache".into(),
+                histogram: AgeHistogram {
+                    blocks: [0, 0, 1, 0, 0],
+                    bytes: [0, 0, 72, 0, 0],
+                },
+            }],
+            oldest: vec![Survivor {
+                object: sample_object_row(),
+                age_ms: Some(60_000),
+            }],
+        }),
+        Response::CounterHistory(CounterHistory {
+            interval_ms: 1000,
+            samples: vec![sample_counters(), sample_counters()],
+        }),
     ]
 }
 
 pub fn sample_pushes() -> Vec<Push> {
-    vec![Push::Counters(sample_counters())]
+    vec![
+        Push::Counters(sample_counters()),
+        Push::Shortage(ShortageReport {
+            unix_ms: 1_790_000_000_456,
+            cause: ShortageCause::SoftLimit { limit: 512 << 20 },
+            live_bytes: 600 << 20,
+            need_bytes: 88 << 20,
+            outcome: ShortageOutcome::Unresolved {
+                reason: "no permitted thread set releases 88.0 MiB".into(),
+            },
+        }),
+        Push::ReleaseMeasured(MeasuredRelease {
+            decision: 3,
+            tids: vec![77],
+            predicted: 44 << 20,
+            measured: Some(43 << 20),
+        }),
+    ]
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -549,6 +683,7 @@ fn policy() -> impl Strategy<Value = PolicyAnswer> {
         });
     prop_oneof![
         Just(PolicyAnswer::NotLoaded),
+        (text(), text()).prop_map(|(path, error)| PolicyAnswer::Invalid { path, error }),
         (text(), text(), summary).prop_map(|(path, text, summary)| PolicyAnswer::Loaded {
             path,
             text,
@@ -605,22 +740,38 @@ pub fn request_body() -> impl Strategy<Value = RequestBody> {
         (any::<u32>(), page()).prop_map(|(tid, page)| RequestBody::Frames { tid, page }),
         (snapshot_id(), group_id())
             .prop_map(|(snapshot, group)| RequestBody::Group { snapshot, group }),
-        (snapshot_id(), group_id(), object_sort(), page()).prop_map(
-            |(snapshot, group, sort, page)| RequestBody::GroupObjects {
-                snapshot,
-                group,
-                sort,
-                page
-            }
-        ),
-        (snapshot_id(), any::<u32>(), object_sort(), page()).prop_map(
-            |(snapshot, site, sort, page)| RequestBody::SiteObjects {
-                snapshot,
-                site,
-                sort,
-                page
-            }
-        ),
+        (
+            snapshot_id(),
+            group_id(),
+            object_sort(),
+            page(),
+            object_filter()
+        )
+            .prop_map(
+                |(snapshot, group, sort, page, filter)| RequestBody::GroupObjects {
+                    snapshot,
+                    group,
+                    sort,
+                    page,
+                    filter
+                }
+            ),
+        (
+            snapshot_id(),
+            any::<u32>(),
+            object_sort(),
+            page(),
+            object_filter()
+        )
+            .prop_map(
+                |(snapshot, site, sort, page, filter)| RequestBody::SiteObjects {
+                    snapshot,
+                    site,
+                    sort,
+                    page,
+                    filter
+                }
+            ),
         (snapshot_id(), any::<u32>(), page()).prop_map(|(snapshot, object, refs)| {
             RequestBody::Object {
                 snapshot,
@@ -635,6 +786,228 @@ pub fn request_body() -> impl Strategy<Value = RequestBody> {
             .prop_map(|(tid, dry_run)| RequestBody::Cancel { tid, dry_run }),
         (snapshot_id(), any::<u64>())
             .prop_map(|(snapshot, offset)| RequestBody::SnapshotData { snapshot, offset }),
+        (unit_query(), unit_sort(), page()).prop_map(|(query, sort, page)| RequestBody::Units {
+            query,
+            sort,
+            page
+        }),
+        page().prop_map(|page| RequestBody::Leaks { page }),
+        page().prop_map(|page| RequestBody::Growth { page }),
+        (age_scope(), page(), any::<u32>()).prop_map(|(by, page, oldest)| RequestBody::Ages {
+            by,
+            page,
+            oldest
+        }),
+        Just(RequestBody::CounterHistory),
+    ]
+}
+
+fn object_filter() -> impl Strategy<Value = Option<ObjectFilter>> {
+    option::of(text().prop_map(ObjectFilter::new))
+}
+
+fn unit_query() -> impl Strategy<Value = UnitQuery> {
+    let granularity = prop_oneof![
+        Just(UnitGranularity::Library),
+        Just(UnitGranularity::Function),
+        Just(UnitGranularity::Thread),
+    ];
+    let position = prop_oneof![
+        Just(UnitPosition::Outermost),
+        Just(UnitPosition::Innermost),
+        Just(UnitPosition::Inclusive),
+    ];
+    let charge = prop_oneof![Just(UnitCharge::Allocator), Just(UnitCharge::Freer)];
+    (granularity, position, charge).prop_map(|(granularity, position, charge)| UnitQuery {
+        granularity,
+        position,
+        charge,
+    })
+}
+
+fn unit_sort() -> impl Strategy<Value = Sort<UnitKey>> {
+    let key = prop_oneof![
+        Just(UnitKey::Live),
+        Just(UnitKey::Max),
+        Just(UnitKey::Malloc),
+        Just(UnitKey::Free),
+        Just(UnitKey::Name),
+    ];
+    (key, direction()).prop_map(|(key, direction)| Sort { key, direction })
+}
+
+fn snapshot_rule() -> impl Strategy<Value = SnapshotRule> {
+    prop_oneof![
+        Just(SnapshotRule::Off),
+        any::<u64>().prop_map(SnapshotRule::EveryBytes),
+        any::<u64>().prop_map(SnapshotRule::Tolerance),
+    ]
+}
+
+fn age_scope() -> impl Strategy<Value = AgeScope> {
+    prop_oneof![Just(AgeScope::Sites), Just(AgeScope::Threads)]
+}
+
+fn age_histogram() -> impl Strategy<Value = AgeHistogram> {
+    (any::<[u64; AGE_RANGES]>(), any::<[u64; AGE_RANGES]>())
+        .prop_map(|(blocks, bytes)| AgeHistogram { blocks, bytes })
+}
+
+fn view_response() -> impl Strategy<Value = Response> {
+    let unit_row = (text(), any::<[i64; 3]>(), any::<[u64; 4]>()).prop_map(
+        |(name, [live, min, max], [malloc, realloc, free, memalign])| UnitRow {
+            name,
+            live,
+            min,
+            max,
+            malloc,
+            realloc,
+            free,
+            memalign,
+        },
+    );
+    let leak_row = (any::<u32>(), text(), vec(text(), 0..3), any::<[u64; 4]>()).prop_map(
+        |(site, label, frames, [dl, dlo, il, ilo])| LeakRow {
+            site,
+            label,
+            frames,
+            definitely_lost: dl,
+            definitely_lost_objects: dlo,
+            indirectly_lost: il,
+            indirectly_lost_objects: ilo,
+        },
+    );
+    let growth_row = (
+        text(),
+        vec(text(), 0..3),
+        vec(any::<u64>(), 0..5),
+        any::<[bool; 2]>(),
+    )
+        .prop_map(|(label, frames, history, [growing, dominant])| GrowthRow {
+            label,
+            frames,
+            history,
+            growing,
+            dominant,
+        });
+    let age_row =
+        (any::<u32>(), text(), age_histogram()).prop_map(|(key, label, histogram)| AgeRow {
+            key,
+            label,
+            histogram,
+        });
+    let survivor = (object_row(), option::of(any::<u64>()))
+        .prop_map(|(object, age_ms)| Survivor { object, age_ms });
+    prop_oneof![
+        (
+            unit_query(),
+            any::<[u64; 3]>(),
+            page_info(),
+            vec(unit_row, 0..3)
+        )
+            .prop_map(
+                |(query, [events, unknown_frees, unknown_reallocs], page, rows)| {
+                    Response::Units(UnitPage {
+                        query,
+                        events,
+                        unknown_frees,
+                        unknown_reallocs,
+                        page,
+                        rows,
+                    })
+                }
+            ),
+        (snapshot_id(), page_info(), vec(leak_row, 0..3)).prop_map(|(snapshot, page, rows)| {
+            Response::Leaks(LeakPage {
+                snapshot,
+                page,
+                rows,
+            })
+        }),
+        (any::<[u32; 2]>(), page_info(), vec(growth_row, 0..3)).prop_map(
+            |([snapshots, run], page, rows)| Response::Growth(GrowthPage {
+                snapshots,
+                run,
+                page,
+                rows
+            })
+        ),
+        (
+            snapshot_id(),
+            age_scope(),
+            any::<u32>(),
+            age_histogram(),
+            page_info(),
+            vec(age_row, 0..3),
+            vec(survivor, 0..3)
+        )
+            .prop_map(|(snapshot, by, boundaries, total, page, rows, oldest)| {
+                Response::Ages(AgesAnswer {
+                    snapshot,
+                    by,
+                    boundaries,
+                    total,
+                    page,
+                    rows,
+                    oldest,
+                })
+            }),
+        (any::<u32>(), vec(counters(), 0..4)).prop_map(|(interval_ms, samples)| {
+            Response::CounterHistory(CounterHistory {
+                interval_ms,
+                samples,
+            })
+        }),
+    ]
+}
+
+pub fn push() -> impl Strategy<Value = Push> {
+    let cause = prop_oneof![
+        any::<u64>().prop_map(|limit| ShortageCause::SoftLimit { limit }),
+        any::<u64>().prop_map(|failures| ShortageCause::AllocationFailed { failures }),
+    ];
+    let outcome = prop_oneof![
+        (vec(any::<u32>(), 0..4), any::<u64>()).prop_map(|(tids, predicted_release)| {
+            ShortageOutcome::Cancelled {
+                tids,
+                predicted_release,
+            }
+        }),
+        (vec(any::<u32>(), 0..4), any::<u64>()).prop_map(|(tids, predicted_release)| {
+            ShortageOutcome::DryRun {
+                tids,
+                predicted_release,
+            }
+        }),
+        text().prop_map(|reason| ShortageOutcome::Unresolved { reason }),
+    ];
+    prop_oneof![
+        counters().prop_map(Push::Counters),
+        (any::<[u64; 3]>(), cause, outcome).prop_map(
+            |([unix_ms, live_bytes, need_bytes], cause, outcome)| {
+                Push::Shortage(ShortageReport {
+                    unix_ms,
+                    cause,
+                    live_bytes,
+                    need_bytes,
+                    outcome,
+                })
+            }
+        ),
+        (
+            any::<u64>(),
+            vec(any::<u32>(), 0..4),
+            any::<u64>(),
+            option::of(any::<u64>())
+        )
+            .prop_map(|(decision, tids, predicted, measured)| {
+                Push::ReleaseMeasured(MeasuredRelease {
+                    decision,
+                    tids,
+                    predicted,
+                    measured,
+                })
+            }),
     ]
 }
 
@@ -646,6 +1019,10 @@ pub fn request() -> impl Strategy<Value = Request> {
 }
 
 pub fn response() -> impl Strategy<Value = Response> {
+    prop_oneof![4 => core_response(), 1 => view_response()]
+}
+
+fn core_response() -> impl Strategy<Value = Response> {
     let thread_row = (
         any::<u32>(),
         text(),
@@ -716,9 +1093,21 @@ pub fn response() -> impl Strategy<Value = Response> {
         any::<u32>(),
         option::of(snapshot_info()),
         any::<bool>(),
+        option::of(snapshot_info()),
+        snapshot_rule(),
     )
         .prop_map(
-            |(pid, command, agent_version, counters, threads, snapshot, policy_loaded)| {
+            |(
+                pid,
+                command,
+                agent_version,
+                counters,
+                threads,
+                snapshot,
+                policy_loaded,
+                peak_snapshot,
+                snapshot_rule,
+            )| {
                 ProcessInfo {
                     pid,
                     command,
@@ -727,6 +1116,8 @@ pub fn response() -> impl Strategy<Value = Response> {
                     threads,
                     snapshot,
                     policy_loaded,
+                    peak_snapshot,
+                    snapshot_rule,
                 }
             },
         );
@@ -850,7 +1241,7 @@ pub fn server_message() -> impl Strategy<Value = ServerMessage> {
             id: RequestId(id),
             body: Box::new(body),
         }),
-        counters().prop_map(|c| ServerMessage::Push(Push::Counters(c))),
+        push().prop_map(ServerMessage::Push),
     ]
 }
 
