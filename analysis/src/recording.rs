@@ -48,6 +48,7 @@ mod tag {
     pub const COUNTERS: u8 = 8;
     pub const SNAPSHOT: u8 = 9;
     pub const CLOCK: u8 = 10;
+    pub const LOST: u8 = 11;
 }
 
 /// The counters as the agent read them (the protocol's `LiveCounters`).
@@ -110,6 +111,11 @@ pub enum Event {
     /// Wall-clock time, ms since the Unix epoch; later allocations are stamped with it.
     Clock {
         unix_ms: u64,
+    },
+    /// Events the agent could not record so far (its event buffer was full), a running total:
+    /// a recording with any is incomplete (its figures are a lower bound).
+    Lost {
+        events: u64,
     },
 }
 
@@ -340,6 +346,10 @@ impl<W: Write> RecordingWriter<W> {
                 put_varint(p, unix_ms);
                 tag::CLOCK
             }
+            &Event::Lost { events } => {
+                put_varint(p, events);
+                tag::LOST
+            }
         };
         let r = &mut self.record;
         r[0] = tag;
@@ -561,6 +571,9 @@ impl<'a> RecordingReader<'a> {
                 }),
                 tag::CLOCK => Event::Clock {
                     unix_ms: p.varint().ok_or(damaged("clock"))?,
+                },
+                tag::LOST => Event::Lost {
+                    events: p.varint().ok_or(damaged("lost"))?,
                 },
                 0 => return Err(damaged("zero tag (zero-filled space, not a record)")),
                 // A record of a later minor version: skipped by its length.

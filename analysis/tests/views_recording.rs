@@ -91,6 +91,7 @@ fn event() -> impl Strategy<Value = Event> {
         (any::<u64>(), any::<u64>())
             .prop_map(|(last_seq, unix_ms)| Event::Snapshot(Boundary { last_seq, unix_ms })),
         any::<u64>().prop_map(|unix_ms| Event::Clock { unix_ms }),
+        any::<u64>().prop_map(|events| Event::Lost { events }),
     ]
 }
 
@@ -345,4 +346,58 @@ fn long_strings_and_stacks_take_a_longer_length_prefix() {
     let (read, truncated) = read_all(&bytes).unwrap();
     assert_eq!(read, events);
     assert_eq!(truncated, None);
+}
+
+#[test]
+fn units_tracked_alongside_equal_a_replay_under_that_configuration() {
+    use heaptui_analysis::views::units::Position;
+    let bytes = sample_run();
+    let mut with_more = Tracker::new(config());
+    let configs: Vec<UnitConfig> = [
+        Granularity::Library,
+        Granularity::Function,
+        Granularity::Thread,
+    ]
+    .into_iter()
+    .flat_map(|granularity| {
+        [
+            Position::Outermost,
+            Position::Innermost,
+            Position::Inclusive,
+        ]
+        .into_iter()
+        .flat_map(move |position| {
+            [Charge::Allocator, Charge::Freer].map(|charge| UnitConfig {
+                granularity,
+                position,
+                charge,
+                program: None,
+            })
+        })
+    })
+    .collect();
+    for c in &configs {
+        with_more.track_units(c.clone());
+    }
+    let (events, _) = read_all(&bytes).unwrap();
+    for e in &events {
+        with_more.apply(e);
+    }
+    for c in &configs {
+        let alone = replay(
+            &bytes,
+            TrackerConfig {
+                units: c.clone(),
+                ..config()
+            },
+        )
+        .unwrap();
+        let tracked = with_more.units_for(c).expect("tracked");
+        assert_eq!(tracked.figures(), alone.tracker.units().figures(), "{c:?}");
+        assert_eq!(tracked.unknown(), alone.tracker.units().unknown());
+    }
+    // A recording with lost events says so.
+    let mut w = RecordingWriter::new(Vec::new()).unwrap();
+    w.write(&Event::Lost { events: 7 }).unwrap();
+    assert_eq!(replay(&w.into_inner(), config()).unwrap().tracker.lost(), 7);
 }

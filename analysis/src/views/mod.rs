@@ -169,6 +169,8 @@ pub struct Tracker {
     blocks: AddressMap<LiveBlock>,
     counters: MarkAndCount,
     units: Units,
+    /// Units computed under further configurations ([`Tracker::track_units`]).
+    more_units: Vec<Units>,
     boundaries: Vec<Boundary>,
     triggers: Vec<Trigger>,
     threads: HashMap<u32, u32>,
@@ -176,6 +178,7 @@ pub struct Tracker {
     clock_ms: u64,
     last_seq: u64,
     recorded: Option<RecordedCounters>,
+    lost: u64,
 }
 
 impl Tracker {
@@ -185,6 +188,7 @@ impl Tracker {
             blocks: AddressMap::default(),
             counters: MarkAndCount::new(config.rule),
             units: Units::new(config.units),
+            more_units: Vec::new(),
             boundaries: Vec::new(),
             triggers: Vec::new(),
             threads: HashMap::new(),
@@ -192,7 +196,40 @@ impl Tracker {
             clock_ms: 0,
             last_seq: 0,
             recorded: None,
+            lost: 0,
         }
+    }
+
+    /// Also computes units under `config` from now on (a live agent calls it before the first
+    /// event, for every configuration a client may ask for). A configuration already tracked
+    /// is not added twice.
+    pub fn track_units(&mut self, config: UnitConfig) {
+        if self.units_for(&config).is_none() {
+            let mut units = Units::new(config);
+            if let Some(program) = self.units.config().program.clone() {
+                units.set_default_program(&program);
+            }
+            self.more_units.push(units);
+        }
+    }
+
+    /// The units computed under `config` (granularity, position and charge; the program is
+    /// not compared), if this tracker computes them. With [`Granularity::Thread`](units::Granularity)
+    /// the position does not matter.
+    pub fn units_for(&self, config: &UnitConfig) -> Option<&Units> {
+        let same = |c: &UnitConfig| {
+            c.granularity == config.granularity
+                && c.charge == config.charge
+                && (c.position == config.position || c.granularity == units::Granularity::Thread)
+        };
+        std::iter::once(&self.units)
+            .chain(&self.more_units)
+            .find(|u| same(u.config()))
+    }
+
+    /// Every units aggregation this tracker feeds.
+    fn all_units(&mut self) -> impl Iterator<Item = &mut Units> {
+        std::iter::once(&mut self.units).chain(&mut self.more_units)
     }
 
     /// Applies one recorded event.
@@ -208,7 +245,10 @@ impl Tracker {
                 if self.modules.is_empty() {
                     // The first module recorded is the program (see `recording`): stacks that
                     // do not reach `main` need it to tell the program's frames from libraries'.
-                    self.units.set_default_program(self.stacks.string(*name));
+                    let program = self.stacks.string(*name).to_string();
+                    for units in self.all_units() {
+                        units.set_default_program(&program);
+                    }
                 }
                 self.modules.push(*name);
             }
@@ -221,6 +261,7 @@ impl Tracker {
                 self.recorded = Some(*c);
             }
             Event::Snapshot(b) => self.boundaries.push(*b),
+            Event::Lost { events } => self.lost = self.lost.max(*events),
             &Event::Alloc {
                 kind,
                 seq,
@@ -257,10 +298,14 @@ impl Tracker {
                 stack: NO_STACK,
                 tid: 0,
             };
-            self.units.free(&self.stacks, Some(released), unknown);
+            for units in std::iter::once(&mut self.units).chain(&mut self.more_units) {
+                units.free(&self.stacks, Some(released), unknown);
+            }
         }
         self.insert(seq, addr, size, by);
-        self.units.alloc(&self.stacks, kind, size, by);
+        for units in std::iter::once(&mut self.units).chain(&mut self.more_units) {
+            units.alloc(&self.stacks, kind, size, by);
+        }
         if let Some(t) = self.counters.alloc(size) {
             self.triggers.push(t);
         }
@@ -269,7 +314,9 @@ impl Tracker {
     /// `free(addr)`; `addr == 0` is `free(NULL)`.
     pub fn free(&mut self, addr: u64, by: Caller) {
         if addr == 0 {
-            self.units.free_null(&self.stacks, by);
+            for units in std::iter::once(&mut self.units).chain(&mut self.more_units) {
+                units.free_null(&self.stacks, by);
+            }
             return;
         }
         let released = self.blocks.remove(&addr).map(|b| {
@@ -280,7 +327,9 @@ impl Tracker {
                 tid: b.tid,
             }
         });
-        self.units.free(&self.stacks, released, by);
+        for units in std::iter::once(&mut self.units).chain(&mut self.more_units) {
+            units.free(&self.stacks, released, by);
+        }
     }
 
     /// `realloc(old_addr, size)` returning `new_addr`; `old_addr == 0` is `realloc(NULL, n)`.
@@ -297,7 +346,9 @@ impl Tracker {
                 None => OldBlock::Unknown,
             }
         };
-        self.units.realloc(&self.stacks, old, size, by);
+        for units in std::iter::once(&mut self.units).chain(&mut self.more_units) {
+            units.realloc(&self.stacks, old, size, by);
+        }
         let trigger = match old {
             OldBlock::Unknown => return,
             OldBlock::Null => self.counters.alloc(size),
@@ -357,6 +408,11 @@ impl Tracker {
     /// The latest counters the recording itself carried (to compare with the recomputed ones).
     pub fn recorded_counters(&self) -> Option<RecordedCounters> {
         self.recorded
+    }
+
+    /// Events the recording says were lost (a running total; 0 for a complete recording).
+    pub fn lost(&self) -> u64 {
+        self.lost
     }
 
     /// A thread's name, if a thread event named it.
