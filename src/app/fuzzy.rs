@@ -38,33 +38,10 @@ impl Matcher for Skim {
     }
 
     /// skim accepts exactly the texts that hold the query's chars in order (smart case): that
-    /// linear scan decides, skim's scoring is left for the positions.
+    /// linear scan decides — the same one the agent runs for a server-side object filter —
+    /// and skim's scoring is left for the positions.
     fn is_match(&self, text: &str, query: &str) -> bool {
-        let sensitive = query.chars().any(char::is_uppercase);
-        if text.is_ascii() && query.is_ascii() {
-            // The common case, byte by byte.
-            let mut wanted = query.bytes().peekable();
-            for b in text.bytes() {
-                let Some(&q) = wanted.peek() else { break };
-                if b == q || (!sensitive && b.to_ascii_lowercase() == q) {
-                    wanted.next();
-                }
-            }
-            return wanted.peek().is_none();
-        }
-        let mut wanted = query.chars().peekable();
-        for c in text.chars() {
-            let Some(&q) = wanted.peek() else { break };
-            let hit = if sensitive {
-                c == q
-            } else {
-                c == q || c.to_lowercase().eq(q.to_lowercase())
-            };
-            if hit {
-                wanted.next();
-            }
-        }
-        wanted.peek().is_none()
+        heaptui_protocol::views::subsequence_match(text, query)
     }
 }
 
