@@ -9,6 +9,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
+use heaptui_protocol::SnapshotRule;
+
 /// Allocation-stack depth when `HEAPTUI_STACK_DEPTH` is unset.
 pub const DEFAULT_STACK_DEPTH: usize = 16;
 /// Largest accepted `HEAPTUI_STACK_DEPTH`.
@@ -38,8 +40,11 @@ pub struct Config {
     pub dump_prefix: Option<String>,
     /// `HEAPTUI_RECORD`: event recording file.
     pub record_path: Option<PathBuf>,
-    /// `HEAPTUI_METRICS`: Prometheus endpoint address.
-    pub metrics: Option<String>,
+    /// `HEAPTUI_METRICS`: Prometheus endpoint address; loopback unless
+    /// `HEAPTUI_LISTEN_PUBLIC=1`.
+    pub metrics: Option<SocketAddr>,
+    /// `HEAPTUI_AUTO_SNAPSHOT`: `every:SIZE`, `tolerance:SIZE` or `off` (SPEC §8).
+    pub auto_snapshot: SnapshotRule,
     /// `HEAPTUI_LOG`: agent log file (else stderr).
     pub log_path: Option<String>,
     /// `HEAPTUI_FOLLOW_EXEC=1`: exec'd children keep the agent in `LD_PRELOAD`.
@@ -57,6 +62,7 @@ impl Default for Config {
             dump_prefix: None,
             record_path: None,
             metrics: None,
+            auto_snapshot: SnapshotRule::Off,
             log_path: None,
             follow_exec: false,
         }
@@ -74,6 +80,7 @@ const KNOWN: &[&str] = &[
     "HEAPTUI_METRICS",
     "HEAPTUI_LOG",
     "HEAPTUI_FOLLOW_EXEC",
+    "HEAPTUI_AUTO_SNAPSHOT",
 ];
 
 impl Config {
@@ -83,6 +90,7 @@ impl Config {
         let mut cfg = Self::default();
         let mut problems = Vec::new();
         let mut listen: Option<(String, SocketAddr)> = None;
+        let mut metrics: Option<(String, SocketAddr)> = None;
         for (name, value) in vars {
             let Some(name) = name.to_str() else { continue };
             if !name.starts_with("HEAPTUI_") {
@@ -115,12 +123,19 @@ impl Config {
                     Some(b) => cfg.follow_exec = b,
                     None => problems.push(bad("not 0 or 1")),
                 },
+                "HEAPTUI_AUTO_SNAPSHOT" => match parse_rule(value) {
+                    Ok(rule) => cfg.auto_snapshot = rule,
+                    Err(why) => problems.push(bad(&why)),
+                },
                 _ if value.is_empty() => problems.push(bad("empty")),
                 "HEAPTUI_POLICY" => cfg.policy_path = Some(value.into()),
                 "HEAPTUI_AUDIT" => cfg.audit_path = Some(value.into()),
                 "HEAPTUI_DUMP" => cfg.dump_prefix = Some(value.to_owned()),
                 "HEAPTUI_RECORD" => cfg.record_path = Some(value.into()),
-                "HEAPTUI_METRICS" => cfg.metrics = Some(value.to_owned()),
+                "HEAPTUI_METRICS" => match parse_listen(value) {
+                    Some(Listen::Tcp(addr)) => metrics = Some((value.to_owned(), addr)),
+                    _ => problems.push(bad("not HOST:PORT or :PORT")),
+                },
                 "HEAPTUI_LOG" => cfg.log_path = Some(value.to_owned()),
                 _ => unreachable!("every KNOWN name has an arm"),
             }
@@ -136,7 +151,38 @@ impl Config {
                 ));
             }
         }
+        if let Some((value, addr)) = metrics {
+            if addr.ip().is_loopback() || cfg.listen_public {
+                cfg.metrics = Some(addr);
+            } else {
+                problems.push(format!(
+                    "HEAPTUI_METRICS={value:?} is not a loopback address and HEAPTUI_LISTEN_PUBLIC=1 \
+                     is not set; no metrics endpoint"
+                ));
+            }
+        }
         (cfg, problems)
+    }
+}
+
+/// Reads `HEAPTUI_AUTO_SNAPSHOT`: `off`, `every:SIZE` (a snapshot each SIZE bytes allocated)
+/// or `tolerance:SIZE` (the kept peak snapshot within SIZE of the true peak); sizes as in the
+/// policy file (`64MiB`, `1 MiB`, `4096`).
+fn parse_rule(v: &str) -> Result<SnapshotRule, String> {
+    const FORMS: &str = "not off, every:SIZE or tolerance:SIZE";
+    let v = v.trim();
+    if v.eq_ignore_ascii_case("off") || v.is_empty() {
+        return Ok(SnapshotRule::Off);
+    }
+    let Some((kind, size)) = v.split_once(':') else {
+        return Err(FORMS.to_string());
+    };
+    let size = crate::policy::parse::parse_size(size).map_err(|e| format!("{FORMS} ({e})"))?;
+    match kind.trim().to_ascii_lowercase().as_str() {
+        "every" if size > 0 => Ok(SnapshotRule::EveryBytes(size)),
+        "every" => Err("every:0, which would snapshot on every allocation".to_string()),
+        "tolerance" => Ok(SnapshotRule::Tolerance(size)),
+        _ => Err(FORMS.to_string()),
     }
 }
 
@@ -222,7 +268,7 @@ mod tests {
         assert_eq!(cfg.policy_path, Some("/p.toml".into()));
         assert_eq!(cfg.audit_path, Some("/a.log".into()));
         assert_eq!(cfg.record_path, Some("/r".into()));
-        assert_eq!(cfg.metrics.as_deref(), Some("127.0.0.1:9100"));
+        assert_eq!(cfg.metrics, Some("127.0.0.1:9100".parse().unwrap()));
     }
 
     #[test]
@@ -254,5 +300,49 @@ mod tests {
         assert!(problems.is_empty());
         let (cfg, _) = parse(&[("HEAPTUI_LISTEN", ":7000")]);
         assert_eq!(cfg.listen, Listen::Tcp("127.0.0.1:7000".parse().unwrap()));
+    }
+
+    #[test]
+    fn auto_snapshot_rules() {
+        let rule = |v: &str| {
+            let (cfg, problems) = parse(&[("HEAPTUI_AUTO_SNAPSHOT", v)]);
+            (cfg.auto_snapshot, problems.len())
+        };
+        assert_eq!(rule("every:64MiB"), (SnapshotRule::EveryBytes(64 << 20), 0));
+        assert_eq!(
+            rule("tolerance: 1 MiB"),
+            (SnapshotRule::Tolerance(1 << 20), 0)
+        );
+        assert_eq!(rule("tolerance:0"), (SnapshotRule::Tolerance(0), 0));
+        assert_eq!(rule("OFF"), (SnapshotRule::Off, 0));
+        for bad in [
+            "every",
+            "every:0",
+            "sometimes:1M",
+            "every:lots",
+            "tolerance:-1",
+        ] {
+            assert_eq!(rule(bad), (SnapshotRule::Off, 1), "{bad}");
+        }
+        let (_, problems) = parse(&[("HEAPTUI_AUTO_SNAPSHOT", "every:lots")]);
+        assert!(problems[0].starts_with("HEAPTUI_AUTO_SNAPSHOT=\"every:lots\""));
+        assert_eq!(Config::default().auto_snapshot, SnapshotRule::Off);
+    }
+
+    #[test]
+    fn metrics_address_is_loopback_unless_public() {
+        let (cfg, problems) = parse(&[("HEAPTUI_METRICS", ":9464")]);
+        assert_eq!(cfg.metrics, Some("127.0.0.1:9464".parse().unwrap()));
+        assert!(problems.is_empty());
+        let (cfg, problems) = parse(&[("HEAPTUI_METRICS", "0.0.0.0:9464")]);
+        assert_eq!((cfg.metrics, problems.len()), (None, 1));
+        let (cfg, problems) = parse(&[("HEAPTUI_METRICS", "nowhere"), ("HEAPTUI_LOG", "x")]);
+        assert_eq!((cfg.metrics, problems.len()), (None, 1));
+        assert!(problems[0].contains("HEAPTUI_METRICS=\"nowhere\""));
+        let (cfg, _) = parse(&[
+            ("HEAPTUI_LISTEN_PUBLIC", "1"),
+            ("HEAPTUI_METRICS", "0.0.0.0:9464"),
+        ]);
+        assert_eq!(cfg.metrics, Some("0.0.0.0:9464".parse().unwrap()));
     }
 }

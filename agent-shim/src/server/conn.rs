@@ -188,6 +188,8 @@ pub fn answer(request: &RequestBody, subscribed: &mut bool) -> Response {
             Err(e) => Response::error(ErrorKind::Internal, format!("snapshot failed: {e}")),
         },
         RequestBody::Policy => Response::Policy(crate::policy::policy_answer()),
+        RequestBody::Growth { page } => Response::Growth(state::growth_page(*page)),
+        RequestBody::CounterHistory => Response::CounterHistory(super::auto::counter_history()),
         RequestBody::Cancel { tid, dry_run } => Response::Cancel(crate::policy::operator_cancel(
             *tid,
             *dry_run,
@@ -200,8 +202,9 @@ pub fn answer(request: &RequestBody, subscribed: &mut bool) -> Response {
                     "no snapshot taken yet: take one first (heaptui asks with TakeSnapshot)",
                 );
             };
+            // The peak snapshot's graph is served too (`heaptui snapshot --peak`).
             if let RequestBody::SnapshotData { snapshot, offset } = other
-                && *snapshot == kept.info.snapshot
+                && let Some(kept) = state::kept_by_id(*snapshot)
             {
                 return match kept.encoded() {
                     Ok(bytes) => snapshot_chunk(*snapshot, bytes, *offset)

@@ -13,7 +13,9 @@
 //! use, an unwritable token directory: one line on stderr, the program runs on without the
 //! server), or let one client hold up another.
 
+pub mod auto;
 pub mod conn;
+pub mod metrics;
 pub mod state;
 pub mod token;
 
@@ -52,6 +54,11 @@ enum Listener {
 /// program runs on without the server.
 pub fn start() {
     let cfg = config();
+    // Neither needs the protocol socket: they run whether or not it can be bound.
+    auto::start(cfg.auto_snapshot);
+    if let Some(addr) = cfg.metrics {
+        metrics::start(addr);
+    }
     let (listener, bound) = match bind(&cfg.listen, cfg.listen_public) {
         Ok(x) => x,
         Err(e) => {

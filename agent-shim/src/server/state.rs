@@ -1,32 +1,57 @@
-//! What the server knows beyond one connection: the kept snapshot (graph, analysis, figures)
-//! shared by every client, taking a new one, and the process description.
+//! What the server knows beyond one connection: the latest snapshot (graph, analysis, figures)
+//! shared by every client, the peak snapshot kept by the automatic rule, the history every
+//! snapshot leaves behind (age boundaries, per-site growth), taking a new snapshot, and the
+//! process description.
 //!
-//! One snapshot is kept at a time, behind an `Arc`, so a client answering from it never holds
-//! a lock while another takes the next one. Captures are serialized here (one at a time from
-//! the server); a `SIGUSR2` dump on the dump thread is serialized with them by the capture
-//! itself, which holds the frozen block table for its whole stop window.
+//! Two snapshots are kept at most, each behind an `Arc`, so a client answering from one never
+//! holds a lock while another takes the next: the latest (every drill-down request is answered
+//! from it) and, when `HEAPTUI_AUTO_SNAPSHOT` is on, the one taken at the highest heap bytes so
+//! far (replaced only by a higher one; often the same `Arc` as the latest). Captures are
+//! serialized here (one at a time from the server and the automatic rule's thread); a `SIGUSR2`
+//! dump on the dump thread is serialized with them by the capture itself, which holds the
+//! frozen block table for its whole stop window.
 //!
-//! Never: capture or analyse while holding the kept-snapshot lock, or answer the process's
-//! own questions (counters) from a snapshot.
+//! Every snapshot records a boundary (the highest allocation sequence number it holds and
+//! when it was taken), so the next snapshot's object rows carry ages (snapshots survived), and
+//! is added to the per-site growth ([`views::growth::Growth`]). The growth keeps at most
+//! [`GROWTH_WINDOW`] snapshots of history per site, so a long run of automatic snapshots does
+//! not grow the agent without bound.
+//!
+//! Never: capture or analyse while holding a kept-snapshot lock, or answer the process's own
+//! questions (counters) from a snapshot.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use heaptui_analysis::{Analysis, HeapGraph};
-use heaptui_protocol::answer::Answerer;
+use heaptui_analysis::views;
+use heaptui_analysis::views::ages::Boundary;
+use heaptui_analysis::{Analysis, HeapGraph, NO_SEQ};
+use heaptui_protocol::answer::{ANSWER_BUDGET, Answerer, clip, select_page};
+use heaptui_protocol::codec::encoded_len;
 use heaptui_protocol::{
-    AgentInfo, LiveCounters, ProcessInfo, SnapshotId, SnapshotInfo, SnapshotRule,
+    AgentInfo, GrowthPage, GrowthRow, LiveCounters, MAX_HISTORY, MAX_STACK_FRAMES, Page, PageInfo,
+    ProcessInfo, SnapshotId, SnapshotInfo, SnapshotRule,
 };
 
+use super::auto;
 use crate::alloc::AGENT_ALLOC;
+use crate::config::config;
 use crate::registry::{counters, threads};
 
-/// The snapshot kept for drill-down.
+/// Snapshots in a row over which a site must grow to be flagged.
+pub const GROWTH_RUN: usize = views::growth::DEFAULT_GROWTH_RUN;
+
+/// Per-site history kept by the growth view, in snapshots (what a row can show).
+pub const GROWTH_WINDOW: usize = MAX_HISTORY;
+
+/// A kept snapshot.
 pub struct Kept {
     pub graph: HeapGraph,
     pub analysis: Analysis,
     pub info: SnapshotInfo,
+    /// `last_seq` of the snapshots taken before this one, ascending: the ages of its blocks.
+    pub boundaries: Vec<u64>,
     /// The binary snapshot file of `graph`, made on the first `SnapshotData` request.
     encoded: OnceLock<Result<Vec<u8>, String>>,
 }
@@ -34,6 +59,7 @@ pub struct Kept {
 impl Kept {
     pub fn answerer(&self) -> Answerer<'_> {
         Answerer::new(self.info.snapshot, &self.graph, &self.analysis)
+            .with_boundaries(&self.boundaries)
     }
 
     /// The graph as a binary snapshot file, encoded once.
@@ -57,18 +83,68 @@ impl Kept {
         };
         self.info.held_bytes + encoded
     }
+
+    /// The figures with the memory held now.
+    pub fn info_now(&self) -> SnapshotInfo {
+        SnapshotInfo {
+            held_bytes: self.held_bytes(),
+            ..self.info.clone()
+        }
+    }
+
+    /// Live heap bytes the snapshot holds.
+    pub fn heap_bytes(&self) -> u64 {
+        self.info.totals.bytes
+    }
+}
+
+/// Who asked for a snapshot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cause {
+    /// A client's `TakeSnapshot`.
+    Request,
+    /// The automatic rule (`HEAPTUI_AUTO_SNAPSHOT`).
+    Rule,
+}
+
+/// What every snapshot leaves behind.
+struct History {
+    /// Every boundary so far, ascending by `last_seq`.
+    boundaries: Vec<Boundary>,
+    growth: views::growth::Growth,
 }
 
 static KEPT: Mutex<Option<Arc<Kept>>> = Mutex::new(None);
+static PEAK: Mutex<Option<Arc<Kept>>> = Mutex::new(None);
+static HISTORY: Mutex<Option<History>> = Mutex::new(None);
 static CAPTURING: Mutex<()> = Mutex::new(());
 static NEXT_SNAPSHOT: AtomicU64 = AtomicU64::new(1);
+static TAKEN: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
 
-/// The snapshot kept now, if any.
+/// The latest snapshot, if any.
 pub fn kept() -> Option<Arc<Kept>> {
     KEPT.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
-fn unix_ms() -> u64 {
+/// The snapshot taken at the highest heap bytes while the automatic rule is on, if any.
+pub fn peak() -> Option<Arc<Kept>> {
+    PEAK.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+/// The kept snapshot (latest or peak) with this id.
+pub fn kept_by_id(id: SnapshotId) -> Option<Arc<Kept>> {
+    [kept(), peak()]
+        .into_iter()
+        .flatten()
+        .find(|k| k.info.snapshot == id)
+}
+
+/// Snapshots taken so far for `cause`.
+pub fn snapshots_taken(cause: Cause) -> u64 {
+    TAKEN[cause as usize].load(Ordering::Relaxed)
+}
+
+pub(crate) fn unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
@@ -76,7 +152,31 @@ fn unix_ms() -> u64 {
 
 /// Stops the world, captures, analyses and keeps the result; returns its figures.
 pub fn take_snapshot() -> Result<SnapshotInfo, String> {
+    take(Cause::Request)
+}
+
+/// [`take_snapshot`] for `cause`: the snapshot also restarts the automatic rule, and becomes
+/// the peak snapshot when the rule is on and it holds more heap bytes than the peak.
+pub fn take(cause: Cause) -> Result<SnapshotInfo, String> {
     let _one_at_a_time = CAPTURING.lock().unwrap_or_else(|e| e.into_inner());
+    take_locked(cause)
+}
+
+/// The automatic rule's snapshot: `None` when a snapshot taken meanwhile (a client's, waited
+/// for here) has made it no longer due.
+pub fn take_automatic() -> Result<Option<SnapshotInfo>, String> {
+    let _one_at_a_time = CAPTURING.lock().unwrap_or_else(|e| e.into_inner());
+    if !auto::due_now() {
+        return Ok(None);
+    }
+    take_locked(Cause::Rule).map(Some)
+}
+
+fn take_locked(cause: Cause) -> Result<SnapshotInfo, String> {
+    // Read before the freeze: what is allocated between this read and the freeze counts
+    // towards the next automatic snapshot as well, which only makes the rule fire earlier.
+    let allocated_before = counters::counters().allocated_bytes;
+    let seq_before = crate::registry::blocks::current_seq();
     // Large arrays come straight from mmap and go back on free, so the growth of the agent's
     // mapped memory across capture and analysis is what the new snapshot holds.
     let mapped_before = AGENT_ALLOC.mapped_bytes() as u64;
@@ -95,29 +195,167 @@ pub fn take_snapshot() -> Result<SnapshotInfo, String> {
     info.pause_us = capture.pause.as_micros() as u64;
     info.capture_us = capture.total.as_micros() as u64;
     info.analysis_us = analysis_us;
-    info.held_bytes = (AGENT_ALLOC.mapped_bytes() as u64).saturating_sub(mapped_before);
     crate::policy::note_snapshot(&graph);
+    let boundary = Boundary {
+        last_seq: boundary_seq(&graph, seq_before),
+        unix_ms: taken_unix_ms,
+    };
+    let boundaries = record(&graph, boundary);
+    crate::record::snapshot_boundary(boundary.last_seq, boundary.unix_ms);
+    info.held_bytes = (AGENT_ALLOC.mapped_bytes() as u64).saturating_sub(mapped_before);
     let kept = Arc::new(Kept {
         graph,
         analysis,
         info: info.clone(),
+        boundaries,
         encoded: OnceLock::new(),
     });
+    TAKEN[cause as usize].fetch_add(1, Ordering::Relaxed);
+    let higher = auto::snapshot_taken(allocated_before, kept.heap_bytes());
+    let old_peak = if higher && config().auto_snapshot != SnapshotRule::Off {
+        PEAK.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .replace(kept.clone())
+    } else {
+        None
+    };
     let old = KEPT.lock().unwrap_or_else(|e| e.into_inner()).replace(kept);
-    // Freed outside the lock (a big graph takes a while to drop).
-    drop(old);
+    // Freed outside the locks (a big graph takes a while to drop).
+    drop((old, old_peak));
     crate::agent_log!(
-        "snapshot {}: {} objects, {} bytes, {} threads; pause_ms={:.3} capture_ms={:.3} analysis_ms={:.3} held_bytes={}",
+        "snapshot {}{}: {} objects, {} bytes, {} threads; pause_ms={:.3} capture_ms={:.3} analysis_ms={:.3} held_bytes={}{}",
         snapshot.0,
+        match cause {
+            Cause::Request => "",
+            Cause::Rule => " (automatic)",
+        },
         info.totals.objects,
         info.totals.bytes,
         info.threads,
         info.pause_us as f64 / 1e3,
         info.capture_us as f64 / 1e3,
         info.analysis_us as f64 / 1e3,
-        info.held_bytes
+        info.held_bytes,
+        if higher { "; the peak so far" } else { "" }
     );
     Ok(info)
+}
+
+/// The snapshot's boundary: the highest sequence number among its blocks. Every block of a
+/// later snapshot with a sequence number up to it was in this one (blocks between it and the
+/// freeze were freed before the freeze), and every later allocation is numbered above it.
+/// `seq_before` (read before the capture) serves an empty heap.
+fn boundary_seq(graph: &HeapGraph, seq_before: u64) -> u64 {
+    graph
+        .objects()
+        .seq
+        .iter()
+        .copied()
+        .filter(|&s| s != NO_SEQ)
+        .max()
+        .unwrap_or(seq_before)
+}
+
+/// Records a snapshot's boundary and growth; returns the boundaries before it, ascending.
+fn record(graph: &HeapGraph, boundary: Boundary) -> Vec<u64> {
+    let mut guard = HISTORY.lock().unwrap_or_else(|e| e.into_inner());
+    let h = guard.get_or_insert_with(|| History {
+        boundaries: Vec::new(),
+        growth: views::growth::Growth::new(GROWTH_RUN),
+    });
+    let before = h.boundaries.iter().map(|b| b.last_seq).collect();
+    let at = h
+        .boundaries
+        .partition_point(|b| b.last_seq <= boundary.last_seq);
+    h.boundaries.insert(at, boundary);
+    h.growth.push_graph(graph);
+    if h.growth.snapshots() >= 2 * GROWTH_WINDOW {
+        h.growth = trimmed(&h.growth, GROWTH_WINDOW);
+    }
+    before
+}
+
+/// `growth` with only its last `window` snapshots (sites without live bytes in them dropped).
+/// The flags look at the last `GROWTH_RUN ≤ window` snapshots, so they are unchanged.
+fn trimmed(growth: &views::growth::Growth, window: usize) -> views::growth::Growth {
+    let n = growth.snapshots();
+    let window = window.min(n);
+    let kept: Vec<_> = growth
+        .sites()
+        .iter()
+        .filter(|s| s.history[n - window..].iter().any(|&b| b > 0))
+        .collect();
+    let mut out = views::growth::Growth::new(GROWTH_RUN);
+    for k in n - window..n {
+        out.push(kept.iter().map(|s| (s.frames.clone(), s.history[k])));
+    }
+    out
+}
+
+/// A page of per-site growth: flagged sites (growing or dominant) first, then by live bytes at
+/// the latest snapshot, then by frames.
+pub fn growth_page(page: Page) -> GrowthPage {
+    // The growth view's own count restarts when trimmed: the page counts every snapshot.
+    let guard = HISTORY.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(h) = guard.as_ref() else {
+        return GrowthPage {
+            snapshots: 0,
+            run: GROWTH_RUN as u32,
+            page: PageInfo {
+                offset: page.offset,
+                total: 0,
+            },
+            rows: Vec::new(),
+        };
+    };
+    let sites = h.growth.sites();
+    let latest = |i: usize| sites[i].history.last().copied().unwrap_or(0);
+    let flagged = |i: usize| sites[i].growing || sites[i].dominant;
+    let mut order: Vec<usize> = (0..sites.len()).collect();
+    let total = order.len();
+    let window = select_page(&mut order, page, |&a, &b| {
+        flagged(b)
+            .cmp(&flagged(a))
+            .then(latest(b).cmp(&latest(a)))
+            .then_with(|| sites[a].frames.cmp(&sites[b].frames))
+    });
+    let mut left = ANSWER_BUDGET;
+    let mut rows = Vec::with_capacity(window.len());
+    for &i in window {
+        let s = &sites[i];
+        let row = GrowthRow {
+            label: clip(s.frames.first().map_or("?", String::as_str)),
+            frames: s
+                .frames
+                .iter()
+                .take(MAX_STACK_FRAMES)
+                .map(|f| clip(f))
+                .collect(),
+            history: s.history[s.history.len().saturating_sub(MAX_HISTORY)..].to_vec(),
+            growing: s.growing,
+            dominant: s.dominant,
+        };
+        let len = encoded_len(&row);
+        if len > left {
+            break;
+        }
+        left -= len;
+        rows.push(row);
+    }
+    GrowthPage {
+        snapshots: snapshots_total(),
+        run: GROWTH_RUN as u32,
+        page: PageInfo {
+            offset: page.offset,
+            total: u32::try_from(total).unwrap_or(u32::MAX),
+        },
+        rows,
+    }
+}
+
+fn snapshots_total() -> u32 {
+    u32::try_from(snapshots_taken(Cause::Request) + snapshots_taken(Cause::Rule))
+        .unwrap_or(u32::MAX)
 }
 
 /// The live counters now.
@@ -148,22 +386,18 @@ pub fn mark_started() {
     let _ = agent_info();
 }
 
-/// The process, its counters and the kept snapshot.
+/// The process, its counters and the kept snapshots.
 pub fn process_info() -> ProcessInfo {
-    let kept = kept();
     ProcessInfo {
         pid: std::process::id(),
         command: command().to_string(),
         agent_version: env!("CARGO_PKG_VERSION").to_string(),
         counters: live_counters(),
         threads: threads::list().len() as u32,
-        snapshot: kept.map(|k| SnapshotInfo {
-            held_bytes: k.held_bytes(),
-            ..k.info.clone()
-        }),
+        snapshot: kept().map(|k| k.info_now()),
         policy_loaded: crate::policy::is_loaded(),
-        peak_snapshot: None,
-        snapshot_rule: SnapshotRule::Off,
+        peak_snapshot: peak().map(|k| k.info_now()),
+        snapshot_rule: config().auto_snapshot,
     }
 }
 
@@ -181,4 +415,43 @@ fn command() -> &'static str {
             })
             .unwrap_or_default()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn site(frames: &[&str]) -> Vec<String> {
+        frames.iter().map(|f| f.to_string()).collect()
+    }
+
+    #[test]
+    fn trimming_keeps_the_window_and_the_flags() {
+        let mut g = views::growth::Growth::new(GROWTH_RUN);
+        for k in 0..10u64 {
+            g.push([
+                (site(&["grow"]), 100 * (k + 1)),
+                (site(&["gone"]), if k < 3 { 50 } else { 0 }),
+                (site(&["flat"]), 10),
+            ]);
+        }
+        let t = trimmed(&g, 4);
+        assert_eq!(t.snapshots(), 4);
+        let by: std::collections::HashMap<_, _> = t
+            .sites()
+            .iter()
+            .map(|s| (s.frames[0].as_str(), s))
+            .collect();
+        assert_eq!(by["grow"].history, [700, 800, 900, 1000]);
+        assert!(by["grow"].growing && by["grow"].dominant);
+        assert_eq!(by["flat"].history, [10; 4]);
+        assert!(!by["flat"].growing);
+        assert!(!by.contains_key("gone"));
+    }
+
+    #[test]
+    fn boundary_is_the_highest_sequence_number_or_the_counter() {
+        let empty = HeapGraph::default();
+        assert_eq!(boundary_seq(&empty, 42), 42);
+    }
 }
