@@ -406,9 +406,20 @@ impl Payload<'_> {
     }
 }
 
+/// Where a reader stopped: after its last whole record. A recording still being written is
+/// read on from there with [`RecordingReader::resume`], without reading its start again.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ReadPosition {
+    /// Byte offset in the file.
+    pub offset: u64,
+    deltas: Deltas,
+}
+
 /// Reads a recording's events in order; see [`RecordingReader::truncated`] for a cut tail.
 pub struct RecordingReader<'a> {
     bytes: &'a [u8],
+    /// File offset of `bytes[0]`.
+    base: u64,
     pos: usize,
     deltas: Deltas,
     truncated: Option<usize>,
@@ -429,11 +440,34 @@ impl<'a> RecordingReader<'a> {
         }
         Ok(RecordingReader {
             bytes,
+            base: 0,
             pos: HEADER_LEN,
             deltas: Deltas::default(),
             truncated: None,
             failed: false,
         })
+    }
+
+    /// Reads on from `at`: `bytes` are the file's bytes from `at.offset` on (the header was
+    /// checked by the reader that stopped there).
+    pub fn resume(bytes: &'a [u8], at: ReadPosition) -> Self {
+        RecordingReader {
+            bytes,
+            base: at.offset,
+            pos: 0,
+            deltas: at.deltas,
+            truncated: None,
+            failed: false,
+        }
+    }
+
+    /// Where this reader stands: after the last whole record it returned (before a cut
+    /// record at the end).
+    pub fn position(&self) -> ReadPosition {
+        ReadPosition {
+            offset: self.base + self.pos as u64,
+            deltas: self.deltas,
+        }
     }
 
     /// Whether `bytes` start like a recording.
@@ -457,12 +491,12 @@ impl<'a> RecordingReader<'a> {
             if tag == 0 && rest.iter().all(|&b| b == 0) {
                 // Zero-filled space after the last record (a preallocated or mapped file cut
                 // by a crash): the tail that was never written.
-                self.truncated = Some(start);
+                self.truncated = Some(self.base as usize + start);
                 return Ok(None);
             }
             let mut header = Payload { bytes: &rest[1..] };
             let Some(len) = header.varint() else {
-                self.truncated = Some(start);
+                self.truncated = Some(self.base as usize + start);
                 return Ok(None);
             };
             if len > MAX_PAYLOAD {
@@ -473,7 +507,7 @@ impl<'a> RecordingReader<'a> {
             }
             let body_start = rest.len() - header.bytes.len();
             if header.bytes.len() < len as usize {
-                self.truncated = Some(start);
+                self.truncated = Some(self.base as usize + start);
                 return Ok(None);
             }
             let body = &rest[body_start..body_start + len as usize];

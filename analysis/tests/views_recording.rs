@@ -401,3 +401,23 @@ fn units_tracked_alongside_equal_a_replay_under_that_configuration() {
     w.write(&Event::Lost { events: 7 }).unwrap();
     assert_eq!(replay(&w.into_inner(), config()).unwrap().tracker.lost(), 7);
 }
+
+#[test]
+fn a_growing_recording_is_read_on_from_where_the_reader_stopped() {
+    use heaptui_analysis::recording::ReadPosition;
+    let bytes = sample_run();
+    let (all, _) = read_all(&bytes).unwrap();
+    // The file as a writer leaves it at every byte: read what is there, stop at the cut
+    // record, and read on from there once more is written.
+    for cut in [20, bytes.len() / 3, bytes.len() / 2, bytes.len() - 1] {
+        let mut reader = RecordingReader::new(&bytes[..cut]).unwrap();
+        let mut events: Vec<Event> = reader.by_ref().map(Result::unwrap).collect();
+        let at: ReadPosition = reader.position();
+        assert!(at.offset as usize <= cut);
+        let mut rest = RecordingReader::resume(&bytes[at.offset as usize..], at);
+        events.extend(rest.by_ref().map(Result::unwrap));
+        assert_eq!(events, all, "cut at {cut}");
+        assert_eq!(rest.position().offset as usize, bytes.len());
+        assert_eq!(rest.truncated(), None);
+    }
+}
