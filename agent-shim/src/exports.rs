@@ -1,11 +1,13 @@
 //! Every symbol the agent exports, and nothing else: the interposed allocation functions,
-//! `pthread_create`, and the C API of include/heaptui.h.
+//! `pthread_create`, `dlclose`, and the C API of include/heaptui.h.
 //!
-//! The allocation entry points are naked stubs: they read the caller's return address and
-//! frame pointer before any agent code can disturb them, pass both as extra arguments, and
-//! tail-jump into the hook, which returns straight to the caller. So allocation stacks start
-//! at the exact call site, and the stubs add no frame for unwinders to cross (their CFI says
-//! just that: the CFA is the caller's stack pointer, the return address at its top).
+//! The allocation entry points are naked stubs: they read the stack pointer at entry (which
+//! points at the caller's return address) and the frame pointer before any agent code can
+//! disturb them, pass both as extra arguments, and tail-jump into the hook, which returns
+//! straight to the caller. So allocation stacks start at the exact call site, and the stubs
+//! add no frame for unwinders to cross (their CFI says just that: the CFA is the caller's
+//! stack pointer, the return address at its top). `dlclose` is wrapped for the hooks'
+//! unwinder (its rule cache is cleared after a module goes away).
 
 use std::ffi::{c_int, c_void};
 
@@ -19,7 +21,7 @@ use crate::registry::{blocks, counters, stacks};
 pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
     core::arch::naked_asm!(
         ".cfi_startproc",
-        "mov rsi, [rsp]",
+        "mov rsi, rsp",
         "mov rdx, rbp",
         "jmp {hook}",
         ".cfi_endproc",
@@ -34,7 +36,7 @@ pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
 pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
     core::arch::naked_asm!(
         ".cfi_startproc",
-        "mov rdx, [rsp]",
+        "mov rdx, rsp",
         "mov rcx, rbp",
         "jmp {hook}",
         ".cfi_endproc",
@@ -49,7 +51,7 @@ pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
 pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
     core::arch::naked_asm!(
         ".cfi_startproc",
-        "mov rdx, [rsp]",
+        "mov rdx, rsp",
         "mov rcx, rbp",
         "jmp {hook}",
         ".cfi_endproc",
@@ -64,7 +66,7 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
 pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> *mut c_void {
     core::arch::naked_asm!(
         ".cfi_startproc",
-        "mov rcx, [rsp]",
+        "mov rcx, rsp",
         "mov r8, rbp",
         "jmp {hook}",
         ".cfi_endproc",
@@ -87,7 +89,7 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
 pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
     core::arch::naked_asm!(
         ".cfi_startproc",
-        "mov rcx, [rsp]",
+        "mov rcx, rsp",
         "mov r8, rbp",
         "jmp {hook}",
         ".cfi_endproc",
@@ -102,7 +104,7 @@ pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, siz
 pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
     core::arch::naked_asm!(
         ".cfi_startproc",
-        "mov rdx, [rsp]",
+        "mov rdx, rsp",
         "mov rcx, rbp",
         "jmp {hook}",
         ".cfi_endproc",
@@ -117,7 +119,7 @@ pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void
 pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
     core::arch::naked_asm!(
         ".cfi_startproc",
-        "mov rdx, [rsp]",
+        "mov rdx, rsp",
         "mov rcx, rbp",
         "jmp {hook}",
         ".cfi_endproc",
@@ -132,7 +134,7 @@ pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
 pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
     core::arch::naked_asm!(
         ".cfi_startproc",
-        "mov rsi, [rsp]",
+        "mov rsi, rsp",
         "mov rdx, rbp",
         "jmp {hook}",
         ".cfi_endproc",
@@ -147,12 +149,20 @@ pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
 pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
     core::arch::naked_asm!(
         ".cfi_startproc",
-        "mov rsi, [rsp]",
+        "mov rsi, rsp",
         "mov rdx, rbp",
         "jmp {hook}",
         ".cfi_endproc",
         hook = sym hooks::pvalloc,
     )
+}
+
+/// # Safety
+/// As `dlclose(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
+    // SAFETY: the caller's dlclose; the hook unwinder's rule cache is cleared after it.
+    unsafe { crate::hooks::unwind::dlclose(handle) }
 }
 
 /// # Safety

@@ -71,6 +71,10 @@ pub trait Heap {
     fn agent_block(&self, _b: &BlockInfo) -> bool {
         false
     }
+    /// Appends the addresses of the blocks a realloc in progress is moving: libc may already
+    /// have unmapped their memory, so the scan reads them with a checked copy. Called while
+    /// stopped, like [`Heap::blocks`].
+    fn moving(&self, _frozen: &Self::Frozen, _out: &mut Vec<u64>) {}
 }
 
 /// A finished capture and how long it took.
@@ -415,7 +419,16 @@ fn scan_stopped<H: Heap>(
     let globals = collector.take_sorted();
     phases.roots = mark.elapsed();
     let mark = Instant::now();
-    let edges = scan_blocks(&index, space, &mut collector);
+    // Blocks a realloc is moving may have lost their memory since the map was read.
+    let mut moving = Vec::new();
+    heap.moving(frozen, &mut moving);
+    let mut checked: Vec<ObjectIndex> = moving
+        .iter()
+        .filter_map(|&a| blocks.binary_search_by_key(&a, |b| b.addr).ok())
+        .map(|i| i as ObjectIndex)
+        .collect();
+    checked.sort_unstable();
+    let edges = scan_blocks(&index, space, &mut collector, &checked);
     phases.blocks = mark.elapsed();
     Scanned {
         blocks: std::mem::take(blocks),

@@ -19,6 +19,8 @@ pub use build::{BlockInfo, Capture, CaptureError, Heap, Phases, ThreadInfo};
 pub struct Registry {
     /// The last `(tid, is an agent thread)` looked up.
     last: std::cell::Cell<(u32, bool)>,
+    /// Blocks found moving by the last `blocks` call (see `Heap::moving`).
+    moving: std::cell::RefCell<Vec<u64>>,
 }
 
 impl Heap for Registry {
@@ -29,7 +31,12 @@ impl Heap for Registry {
     }
 
     fn blocks(&self, frozen: &blocks::Frozen, out: &mut Vec<BlockInfo>) {
+        let mut moving = self.moving.borrow_mut();
+        moving.clear();
         frozen.for_each(|b| {
+            if b.moving {
+                moving.push(b.addr);
+            }
             out.push(BlockInfo {
                 addr: b.addr,
                 size: b.size,
@@ -42,6 +49,10 @@ impl Heap for Registry {
 
     fn len_hint(&self, frozen: &blocks::Frozen) -> usize {
         frozen.len()
+    }
+
+    fn moving(&self, _frozen: &blocks::Frozen, out: &mut Vec<u64>) {
+        out.append(&mut self.moving.borrow_mut());
     }
 
     fn stack(&self, id: u32) -> Vec<u64> {

@@ -229,15 +229,64 @@ impl Collector {
     }
 }
 
+/// Scans the words of `range` that the kernel can copy (a checked read: `process_vm_readv`
+/// of this process, which fails with EFAULT instead of faulting on unmapped or inaccessible
+/// pages), 4 KiB at a time; parts it cannot copy are skipped.
+fn checked_range(index: &BlockIndex, range: Range<u64>, c: &mut Collector) {
+    let mut buf = [0u64; 512];
+    let mut at = range.start & !7;
+    let end = range.end.next_multiple_of(8);
+    // SAFETY: getpid cannot fail.
+    let pid = unsafe { libc::getpid() };
+    while at < end {
+        let chunk = (end - at).min(4096 - (at & 4095));
+        let local = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: chunk as usize,
+        };
+        let remote = libc::iovec {
+            iov_base: at as *mut libc::c_void,
+            iov_len: chunk as usize,
+        };
+        // SAFETY: `local` is our own buffer of at least `chunk` bytes (chunk ≤ 4096); the
+        // kernel checks `remote` and reports an error rather than faulting.
+        let got = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+        if got > 0 {
+            for &v in &buf[..got as usize / 8] {
+                c.word(index, v);
+            }
+        }
+        at += chunk;
+    }
+}
+
 /// Scans every live block for references to live blocks (self-references dropped), giving
-/// the outgoing edges in block order. Blocks outside readable mappings are skipped.
-pub fn scan_blocks(index: &BlockIndex, space: &AddressSpace, c: &mut Collector) -> Edges {
+/// the outgoing edges in block order. Blocks outside readable mappings are skipped. The
+/// blocks of `checked` (sorted; blocks a realloc in progress may have just unmapped, which
+/// the memory map read before the stop still shows) are read with a checked copy.
+pub fn scan_blocks(
+    index: &BlockIndex,
+    space: &AddressSpace,
+    c: &mut Collector,
+    checked: &[ObjectIndex],
+) -> Edges {
     let n = index.len();
     let mut edges = Edges::with_capacity(n, n * 2);
     let mut mapping: Range<u64> = 0..0;
     for o in 0..n as ObjectIndex {
         c.begin();
         let r = index.range(o);
+        if checked.binary_search(&o).is_ok() {
+            checked_range(
+                index,
+                r.start..r.start + (r.end - r.start).next_multiple_of(8),
+                c,
+            );
+            c.refs.retain(|&t| t != o);
+            c.refs.sort_unstable();
+            edges.push(c.refs.iter().copied());
+            continue;
+        }
         // A block's words up to its size rounded up to 8: malloc's usable size always covers it.
         let r = r.start..r.start + (r.end - r.start).next_multiple_of(8);
         if !(mapping.start <= r.start && r.end <= mapping.end) {
@@ -325,7 +374,12 @@ mod tests {
         let index = BlockIndex::new(blocks.iter().copied());
         let space = AddressSpace::load();
         let mut c = Collector::new(3);
-        let edges = scan_blocks(&index, &space, &mut c);
+        let edges = scan_blocks(&index, &space, &mut c, &[]);
+        assert_eq!(edges.of(0), &[1]);
+        assert_eq!(edges.of(1), &[2]);
+        assert_eq!(edges.of(2), &[] as &[u32]);
+        // A checked read finds the same.
+        let edges = scan_blocks(&index, &space, &mut c, &[0, 1, 2]);
         assert_eq!(edges.of(0), &[1]);
         assert_eq!(edges.of(1), &[2]);
         assert_eq!(edges.of(2), &[] as &[u32]);

@@ -1,6 +1,7 @@
 //! The malloc-family hooks: each forwards to glibc's own entry point (`__libc_malloc`, …) and
 //! records the result in the block table with its size, thread, sequence number and
-//! allocation stack; `hooks::pthread` wraps thread creation for the thread registry.
+//! allocation stack (captured by `hooks::unwind`); `hooks::pthread` wraps thread creation for
+//! the thread registry.
 //!
 //! Forwarding: the `__libc_*` functions are link-time symbols of libc.so.6, bound by the
 //! dynamic linker before any code of the process runs (the cdylib is linked `-z now`), so no
@@ -14,9 +15,11 @@
 //! per-thread state is the initial-exec TLS of `sys::thread_state`; a re-entrant call (a
 //! signal handler that allocates while this thread is inside a hook) and the thread that
 //! holds the whole table (freeze, fork) forward without tracking, and count it. Every table
-//! change happens after libc returned the new block or before libc gets the old one back.
+//! change happens after libc returned the new block or before libc gets the old one back —
+//! except realloc's, whose block stays in the table, marked moving, during the libc call.
 
 pub mod pthread;
+pub mod unwind;
 
 use std::ffi::c_void;
 
@@ -101,16 +104,15 @@ fn failed(op: Op) {
 
 /// The allocation stack of the hooked call as an interned id (0 when capture is off).
 #[inline]
-fn stack_id(ret: usize, fp: usize) -> u32 {
+fn stack_id(entry_sp: usize, fp: usize) -> u32 {
     let depth = stacks::depth();
     if depth == 0 {
         return 0;
     }
     let mut buf = [0u64; MAX_STACK_DEPTH];
-    let sp = buf.as_ptr() as usize;
-    // SAFETY: `fp` is the frame pointer at the hooked function's entry (the export stubs pass
-    // it) and `sp` is in this frame, below every caller frame.
-    let n = unsafe { stacks::unwind(ret, fp, sp, &mut buf[..depth.min(MAX_STACK_DEPTH)]) };
+    // SAFETY: `entry_sp` and `fp` are the stack and frame pointers at the hooked function's
+    // entry (the export stubs pass them), and this hook still runs on that stack.
+    let n = unsafe { unwind::unwind(entry_sp, fp, &mut buf[..depth.min(MAX_STACK_DEPTH)]) };
     let id = stacks::intern(&buf[..n]);
     if id == 0 {
         counters::count_rare(Rare::StackDropped);
@@ -120,7 +122,7 @@ fn stack_id(ret: usize, fp: usize) -> u32 {
 
 /// Records a block libc just returned (or counts the NULL).
 #[inline]
-fn allocated(p: *mut c_void, size: usize, op: Op, ret: usize, fp: usize) {
+fn allocated(p: *mut c_void, size: usize, op: Op, entry_sp: usize, fp: usize) {
     if p.is_null() {
         agent_share(op, None, None);
         return failed(op);
@@ -129,32 +131,33 @@ fn allocated(p: *mut c_void, size: usize, op: Op, ret: usize, fp: usize) {
         agent_share(op, None, None);
         return untracked(op);
     };
-    let stack = stack_id(ret, fp);
+    let stack = stack_id(entry_sp, fp);
     let tracked = blocks::insert(p as u64, size as u64, busy.tid, stack, op);
     agent_share(op, tracked.then_some(size as u64), None);
 }
 
 /// # Safety
-/// As `malloc(3)`; `ret` and `fp` are the hooked call's return address and the caller's
-/// frame pointer (passed by the export stub).
-pub(crate) unsafe extern "C" fn malloc(size: usize, ret: usize, fp: usize) -> *mut c_void {
+/// As `malloc(3)`; `entry_sp` and `fp` are the stack pointer at the hooked function's entry
+/// (pointing at the call's return address) and the caller's frame pointer (passed by the
+/// export stub).
+pub(crate) unsafe extern "C" fn malloc(size: usize, entry_sp: usize, fp: usize) -> *mut c_void {
     // SAFETY: forwarding the caller's arguments unchanged.
     let p = unsafe { __libc_malloc(size) };
-    allocated(p, size, Op::Malloc, ret, fp);
+    allocated(p, size, Op::Malloc, entry_sp, fp);
     p
 }
 
 /// # Safety
-/// As `calloc(3)`; `ret`/`fp` as for [`malloc`].
+/// As `calloc(3)`; `entry_sp`/`fp` as for [`malloc`].
 pub(crate) unsafe extern "C" fn calloc(
     n: usize,
     size: usize,
-    ret: usize,
+    entry_sp: usize,
     fp: usize,
 ) -> *mut c_void {
     // SAFETY: forwarding; libc checks n * size for overflow and returns NULL.
     let p = unsafe { __libc_calloc(n, size) };
-    allocated(p, n.wrapping_mul(size), Op::Calloc, ret, fp);
+    allocated(p, n.wrapping_mul(size), Op::Calloc, entry_sp, fp);
     p
 }
 
@@ -162,11 +165,11 @@ pub(crate) unsafe extern "C" fn calloc(
 ///
 /// # Safety
 /// As `realloc(3)`.
-unsafe fn resize(p: *mut c_void, size: usize, op: Op, ret: usize, fp: usize) -> *mut c_void {
+unsafe fn resize(p: *mut c_void, size: usize, op: Op, entry_sp: usize, fp: usize) -> *mut c_void {
     if p.is_null() {
         // SAFETY: realloc(NULL, n) is malloc(n).
         let q = unsafe { __libc_realloc(p, size) };
-        allocated(q, size, op, ret, fp);
+        allocated(q, size, op, entry_sp, fp);
         return q;
     }
     let Some(busy) = Busy::enter() else {
@@ -175,54 +178,62 @@ unsafe fn resize(p: *mut c_void, size: usize, op: Op, ret: usize, fp: usize) -> 
         // SAFETY: forwarding.
         return unsafe { __libc_realloc(p, size) };
     };
-    // Out of the table before libc may free or move it (see the module docs).
-    let old = blocks::remove(p as u64, None);
+    // The block stays in the table, marked moving, while libc works on it: a snapshot taken
+    // meanwhile sees it where the program still holds it (registry::blocks docs).
+    let old = blocks::begin_move(p as u64);
     if old.is_none() {
         counters::count_rare(Rare::UnknownRealloc);
     }
+    // Before the call: the new address is then recorded right after libc returns it.
+    let stack = stack_id(entry_sp, fp);
     // SAFETY: forwarding the caller's block.
     let q = unsafe { __libc_realloc(p, size) };
     let old_size = old.map(|r| r.size);
     if q.is_null() {
         if size == 0 {
             // glibc's realloc(p, 0) frees p and returns NULL: a release, not a failure.
+            if old.is_some() {
+                blocks::remove(p as u64, None);
+            }
             counters::count_call(op);
             agent_share(op, None, old_size);
         } else {
-            // p is untouched: put it back.
-            if let Some(old) = old {
-                blocks::restore(&old);
+            // p is untouched.
+            if old.is_some() {
+                blocks::cancel_move(p as u64);
             }
             failed(op);
             agent_share(op, None, None);
         }
         return q;
     }
-    let stack = stack_id(ret, fp);
-    let tracked = blocks::insert(q as u64, size as u64, busy.tid, stack, op);
+    let tracked = match &old {
+        Some(old) => blocks::finish_move(old, q as u64, size as u64, busy.tid, stack, op),
+        None => blocks::insert(q as u64, size as u64, busy.tid, stack, op),
+    };
     agent_share(op, tracked.then_some(size as u64), old_size);
     q
 }
 
 /// # Safety
-/// As `realloc(3)`; `ret`/`fp` as for [`malloc`].
+/// As `realloc(3)`; `entry_sp`/`fp` as for [`malloc`].
 pub(crate) unsafe extern "C" fn realloc(
     p: *mut c_void,
     size: usize,
-    ret: usize,
+    entry_sp: usize,
     fp: usize,
 ) -> *mut c_void {
     // SAFETY: as the caller's realloc.
-    unsafe { resize(p, size, Op::Realloc, ret, fp) }
+    unsafe { resize(p, size, Op::Realloc, entry_sp, fp) }
 }
 
 /// # Safety
-/// As `reallocarray(3)`; `ret`/`fp` as for [`malloc`].
+/// As `reallocarray(3)`; `entry_sp`/`fp` as for [`malloc`].
 pub(crate) unsafe extern "C" fn reallocarray(
     p: *mut c_void,
     n: usize,
     size: usize,
-    ret: usize,
+    entry_sp: usize,
     fp: usize,
 ) -> *mut c_void {
     let Some(total) = n.checked_mul(size) else {
@@ -233,7 +244,7 @@ pub(crate) unsafe extern "C" fn reallocarray(
         return std::ptr::null_mut();
     };
     // SAFETY: as the caller's reallocarray, whose product did not overflow.
-    unsafe { resize(p, total, Op::Reallocarray, ret, fp) }
+    unsafe { resize(p, total, Op::Reallocarray, entry_sp, fp) }
 }
 
 /// # Safety
@@ -268,12 +279,12 @@ fn valid_alignment(align: usize) -> bool {
 }
 
 /// # Safety
-/// As `posix_memalign(3)`; `ret`/`fp` as for [`malloc`].
+/// As `posix_memalign(3)`; `entry_sp`/`fp` as for [`malloc`].
 pub(crate) unsafe extern "C" fn posix_memalign(
     out: *mut *mut c_void,
     align: usize,
     size: usize,
-    ret: usize,
+    entry_sp: usize,
     fp: usize,
 ) -> i32 {
     if !valid_alignment(align) {
@@ -290,7 +301,7 @@ pub(crate) unsafe extern "C" fn posix_memalign(
     }
     // SAFETY: the caller passes a writable pointer slot (posix_memalign's contract).
     unsafe { *out = p };
-    allocated(p, size, Op::PosixMemalign, ret, fp);
+    allocated(p, size, Op::PosixMemalign, entry_sp, fp);
     0
 }
 
@@ -299,12 +310,12 @@ pub(crate) unsafe extern "C" fn posix_memalign(
 pub(crate) unsafe extern "C" fn aligned_alloc(
     align: usize,
     size: usize,
-    ret: usize,
+    entry_sp: usize,
     fp: usize,
 ) -> *mut c_void {
     // SAFETY: forwarding.
     let p = unsafe { __libc_memalign(align, size) };
-    allocated(p, size, Op::AlignedAlloc, ret, fp);
+    allocated(p, size, Op::AlignedAlloc, entry_sp, fp);
     p
 }
 
@@ -313,30 +324,30 @@ pub(crate) unsafe extern "C" fn aligned_alloc(
 pub(crate) unsafe extern "C" fn memalign(
     align: usize,
     size: usize,
-    ret: usize,
+    entry_sp: usize,
     fp: usize,
 ) -> *mut c_void {
     // SAFETY: forwarding.
     let p = unsafe { __libc_memalign(align, size) };
-    allocated(p, size, Op::Memalign, ret, fp);
+    allocated(p, size, Op::Memalign, entry_sp, fp);
     p
 }
 
 /// # Safety
 /// As `valloc(3)`.
-pub(crate) unsafe extern "C" fn valloc(size: usize, ret: usize, fp: usize) -> *mut c_void {
+pub(crate) unsafe extern "C" fn valloc(size: usize, entry_sp: usize, fp: usize) -> *mut c_void {
     // SAFETY: forwarding.
     let p = unsafe { __libc_valloc(size) };
-    allocated(p, size, Op::Valloc, ret, fp);
+    allocated(p, size, Op::Valloc, entry_sp, fp);
     p
 }
 
 /// # Safety
 /// As `pvalloc(3)`; the block is recorded with its page-rounded size (what pvalloc grants).
-pub(crate) unsafe extern "C" fn pvalloc(size: usize, ret: usize, fp: usize) -> *mut c_void {
+pub(crate) unsafe extern "C" fn pvalloc(size: usize, entry_sp: usize, fp: usize) -> *mut c_void {
     // SAFETY: forwarding.
     let p = unsafe { __libc_pvalloc(size) };
     let granted = size.checked_next_multiple_of(PAGE).unwrap_or(size);
-    allocated(p, granted, Op::Pvalloc, ret, fp);
+    allocated(p, granted, Op::Pvalloc, entry_sp, fp);
     p
 }

@@ -8,8 +8,21 @@
 //! and stack id into 24 bytes, so a block costs 24 / load ≈ 28–42 bytes.
 //!
 //! Hooks insert after libc returned a block and remove *before* handing a block back to libc,
-//! so an address reused by another thread is never removed by the wrong hook. This module
-//! never allocates from the heap, never prints and holds a shard lock only for one probe.
+//! so an address reused by another thread is never removed by the wrong hook. A realloc is
+//! different: its block must stay visible while libc works on it, or a snapshot taken then
+//! (the world stopped inside the realloc) would miss a live block. So realloc marks the
+//! entry *moving* ([`begin_move`]) instead of removing it, and once libc returned, replaces
+//! the old entry by the new one with both shard locks held ([`finish_move`]): a frozen table
+//! holds exactly one of the two, at the old address and size until the new ones are known
+//! (what the program itself holds until realloc returns). When libc moved the block and
+//! already handed its old address to another thread, that thread's [`insert`] finds the
+//! moving entry and waits (unlocked, yielding) until the realloc finished, instead of taking
+//! the entry over; so the block is neither lost nor counted twice. The wait is bounded (a
+//! realloc left by `longjmp` from a signal handler, or one in progress in a fork's parent,
+//! never finishes): after it, the entry is taken over as stale.
+//!
+//! This module never allocates from the heap, never prints and holds a shard lock only for
+//! one probe (two shard locks, taken in table order, for a realloc's swap).
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -26,6 +39,11 @@ const PAGE: usize = 4096;
 const ENTRY: usize = std::mem::size_of::<Entry>();
 const LOW48: u64 = (1 << 48) - 1;
 const LOW24: u32 = (1 << 24) - 1;
+const LOW47: u64 = (1 << 47) - 1;
+const MOVING: u64 = 1 << 47;
+/// How many times an insert yields to a realloc in progress at its address before it takes
+/// the entry over as stale (see the module docs).
+const MOVE_WAIT_LIMIT: u32 = 100_000;
 
 /// One live block, as the capture sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,11 +54,15 @@ pub struct BlockRecord {
     pub tid: u32,
     /// Allocation stack id (see `stacks::frames`); 0 = none.
     pub stack: u32,
+    /// A realloc of this block is in progress ([`begin_move`]): libc may already have moved
+    /// it and unmapped its memory.
+    pub moving: bool,
 }
 
 /// 24 bytes: `w0 = addr | tid[0..16] << 48`, `w1 = size | tid[16..24] << 48 | stack[0..8] << 56`,
-/// `w2 = seq | stack[8..24] << 48`. Addresses and sizes below 2^48 (x86-64 user space), seq
-/// wraps at 2^48, tid and stack ids below 2^24. `w0 == 0` marks an empty slot.
+/// `w2 = seq | moving << 47 | stack[8..24] << 48`. Addresses and sizes below 2^48 (x86-64
+/// user space), seq wraps at 2^47, tid and stack ids below 2^24. `w0 == 0` marks an empty
+/// slot; `moving` a block whose realloc is in progress.
 #[derive(Clone, Copy, Default)]
 #[repr(C)]
 struct Entry {
@@ -55,7 +77,7 @@ impl Entry {
             w: [
                 r.addr | (tid & 0xffff) << 48,
                 r.size | (tid >> 16) << 48 | (stack & 0xff) << 56,
-                (r.seq & LOW48) | (stack >> 8) << 48,
+                (r.seq & LOW47) | (stack >> 8) << 48,
             ],
         }
     }
@@ -68,15 +90,20 @@ impl Entry {
         self.w[1] & LOW48
     }
 
+    fn moving(&self) -> bool {
+        self.w[2] & MOVING != 0
+    }
+
     fn unpack(&self) -> BlockRecord {
         let tid = (self.w[0] >> 48) as u32 | ((self.w[1] >> 48) as u32 & 0xff) << 16;
         let stack = (self.w[1] >> 56) as u32 | ((self.w[2] >> 48) as u32) << 8;
         BlockRecord {
             addr: self.addr(),
             size: self.size(),
-            seq: self.w[2] & LOW48,
+            seq: self.w[2] & LOW47,
             tid,
             stack,
+            moving: self.moving(),
         }
     }
 }
@@ -246,51 +273,110 @@ pub fn usable_by(tid: u32) -> bool {
     HOLDER.load(Ordering::Relaxed) != tid
 }
 
-/// Records a new block. Returns false (and counts it) when it could not be tracked.
-pub fn insert(addr: u64, size: u64, tid: u32, stack: u32, op: Op) -> bool {
+/// Whether a new block can be recorded at all (counts it as untracked when not).
+#[inline]
+fn trackable(addr: u64, size: u64, op: Op) -> bool {
     if addr > LOW48 || size > LOW48 || addr == 0 || !TRACKING.load(Ordering::Relaxed) {
         counters::count_call(op);
         counters::count_rare(Rare::Untracked);
         return false;
     }
-    let seq = SEQ.fetch_add(1, Ordering::Relaxed) + 1;
-    let h = hash(addr);
-    let mut shard = Locked::new(shard_of(h));
-    let stats = &shard.0.stats;
-    let table = shard.table();
-    if !table.reserve_one() {
-        drop(shard);
-        TRACKING.store(false, Ordering::Relaxed);
-        counters::count_call(op);
-        counters::count_rare(Rare::Untracked);
-        return false;
+    true
+}
+
+/// Waits a little for a realloc in progress on another thread (see the module docs).
+#[cold]
+fn wait_for_mover(round: u32) {
+    if round < 64 {
+        std::hint::spin_loop();
+    } else {
+        // SAFETY: sched_yield has no arguments and cannot fail.
+        unsafe { libc::sched_yield() };
     }
-    let i = table.probe(addr, h);
+}
+
+/// What putting a new entry into a locked table did.
+enum Placed {
+    /// Stored; the size of a stale entry it replaced (0 if none).
+    Stored { stale: u64 },
+    /// A realloc of another thread is moving the block at this address: retry later.
+    Busy,
+    /// The table could not grow.
+    Full,
+}
+
+/// Stores `rec` in a locked shard (`stats` its statistics). A moving entry at the address is
+/// left alone (`Busy`) unless `take_moving`.
+fn place(
+    table: &mut Table,
+    stats: &ShardStats,
+    rec: &BlockRecord,
+    h: u64,
+    take_moving: bool,
+) -> Placed {
+    if !table.reserve_one() {
+        return Placed::Full;
+    }
+    let i = table.probe(rec.addr, h);
     let slot = table.slot(i);
-    let (mut stale, mut was_stale) = (0, false);
+    let mut stale = 0;
     if slot.w[0] != 0 {
-        (stale, was_stale) = (slot.size(), true);
+        if slot.moving() && !take_moving {
+            return Placed::Busy;
+        }
+        stale = slot.size();
         stats.released(None, stale);
     } else {
         table.len += 1;
     }
-    table.set(
-        i,
-        Entry::pack(&BlockRecord {
-            addr,
-            size,
-            seq,
-            tid,
-            stack,
-        }),
-    );
-    stats.tracked(op, size);
-    drop(shard);
-    if was_stale {
-        counters::count_rare(Rare::StaleEntry);
+    table.set(i, Entry::pack(rec));
+    Placed::Stored { stale }
+}
+
+/// Records a new block. Returns false (and counts it) when it could not be tracked.
+pub fn insert(addr: u64, size: u64, tid: u32, stack: u32, op: Op) -> bool {
+    if !trackable(addr, size, op) {
+        return false;
     }
-    counters::add_live(size as i64 - stale as i64);
-    true
+    let seq = SEQ.fetch_add(1, Ordering::Relaxed) + 1;
+    let rec = BlockRecord {
+        addr,
+        size,
+        seq,
+        tid,
+        stack,
+        moving: false,
+    };
+    let h = hash(addr);
+    let mut round = 0;
+    loop {
+        let mut shard = Locked::new(shard_of(h));
+        let stats = &shard.0.stats;
+        let placed = place(shard.table(), stats, &rec, h, round >= MOVE_WAIT_LIMIT);
+        match placed {
+            Placed::Stored { stale } => {
+                stats.tracked(op, size);
+                drop(shard);
+                if stale != 0 || round >= MOVE_WAIT_LIMIT {
+                    counters::count_rare(Rare::StaleEntry);
+                }
+                counters::add_live(size as i64 - stale as i64);
+                return true;
+            }
+            Placed::Busy => {
+                drop(shard);
+                round += 1;
+                wait_for_mover(round);
+            }
+            Placed::Full => {
+                drop(shard);
+                TRACKING.store(false, Ordering::Relaxed);
+                counters::count_call(op);
+                counters::count_rare(Rare::Untracked);
+                return false;
+            }
+        }
+    }
 }
 
 /// Removes the block at `addr`; returns its record, or None if it is not tracked. `op` is
@@ -328,21 +414,125 @@ pub fn lookup(addr: u64) -> Option<BlockRecord> {
     (e.w[0] != 0).then(|| e.unpack())
 }
 
-/// Puts back a block that `remove` took out for a realloc that then failed.
-pub fn restore(rec: &BlockRecord) {
-    let h = hash(rec.addr);
+/// Sets or clears the moving mark of the entry at `addr`; its record if tracked.
+fn mark(addr: u64, moving: bool) -> Option<BlockRecord> {
+    let h = hash(addr);
     let mut shard = Locked::new(shard_of(h));
-    let stats = &shard.0.stats;
     let table = shard.table();
-    // The slot it left is free or reusable: remove() never shrinks the table.
-    let i = table.probe(rec.addr, h);
-    if table.slot(i).w[0] == 0 {
-        table.len += 1;
+    if table.cap == 0 {
+        return None;
     }
-    table.set(i, Entry::pack(rec));
-    stats.unreleased(rec.size);
-    drop(shard);
-    counters::add_live(rec.size as i64);
+    let i = table.probe(addr, h);
+    let mut e = table.slot(i);
+    if e.w[0] == 0 {
+        return None;
+    }
+    e.w[2] = if moving {
+        e.w[2] | MOVING
+    } else {
+        e.w[2] & !MOVING
+    };
+    table.set(i, e);
+    Some(e.unpack())
+}
+
+/// A realloc of the block at `addr` starts: the entry stays, marked moving. Its record, or
+/// None when the block is not tracked.
+pub fn begin_move(addr: u64) -> Option<BlockRecord> {
+    mark(addr, true)
+}
+
+/// The realloc failed and libc kept the block where it was: the mark goes.
+pub fn cancel_move(addr: u64) {
+    mark(addr, false);
+}
+
+/// The realloc returned the block at `addr` with `size` bytes (moved or not): the entry of
+/// `old` (see [`begin_move`]) is replaced by the new one with both shard locks held, so a
+/// frozen table holds exactly one of them. Returns false (and counts it) when the new block
+/// could not be tracked (the old entry is gone all the same).
+pub fn finish_move(old: &BlockRecord, addr: u64, size: u64, tid: u32, stack: u32, op: Op) -> bool {
+    if !trackable(addr, size, op) {
+        remove(old.addr, None);
+        return false;
+    }
+    let seq = SEQ.fetch_add(1, Ordering::Relaxed) + 1;
+    let rec = BlockRecord {
+        addr,
+        size,
+        seq,
+        tid,
+        stack,
+        moving: false,
+    };
+    let (h_old, h_new) = (hash(old.addr), hash(addr));
+    let (s_old, s_new) = (shard_of(h_old), shard_of(h_new));
+    let same = std::ptr::eq(s_old, s_new);
+    let mut round = 0;
+    loop {
+        // Two shards are locked in table order, as `lock_all` does.
+        let (low, high) = if (s_old as *const Shard) <= (s_new as *const Shard) {
+            (s_old, s_new)
+        } else {
+            (s_new, s_old)
+        };
+        let first = Locked::new(low);
+        let second = (!same).then(|| Locked::new(high));
+        // SAFETY: the lock of s_old is held (by `first` or `second`) until they drop below.
+        let t_old = unsafe { &mut *s_old.table.get() };
+        // SAFETY: likewise for s_new, a different shard (so a different table) when !same.
+        let t_other = (!same).then(|| unsafe { &mut *s_new.table.get() });
+        if addr != old.addr && round < MOVE_WAIT_LIMIT {
+            let t_new: &Table = t_other.as_deref().unwrap_or(t_old);
+            if t_new.cap > 0 {
+                let e = t_new.slot(t_new.probe(addr, h_new));
+                if e.w[0] != 0 && e.moving() {
+                    // libc handed us the old address of a block another thread is
+                    // reallocating: let that realloc finish first (see the module docs).
+                    drop((first, second));
+                    round += 1;
+                    wait_for_mover(round);
+                    continue;
+                }
+            }
+        }
+        // The old entry leaves first (the new block may have the same address).
+        let mut removed = 0;
+        if t_old.cap > 0 {
+            let i = t_old.probe(old.addr, h_old);
+            let e = t_old.slot(i);
+            if e.w[0] != 0 && e.moving() {
+                t_old.delete(i);
+                removed = e.size();
+                s_old.stats.released(None, removed);
+            }
+        }
+        let t_new: &mut Table = match t_other {
+            Some(t) => t,
+            None => t_old,
+        };
+        let placed = place(t_new, &s_new.stats, &rec, h_new, true);
+        if let Placed::Stored { .. } = placed {
+            s_new.stats.tracked(op, size);
+        }
+        drop((first, second));
+        return match placed {
+            Placed::Stored { stale } => {
+                if stale != 0 {
+                    counters::count_rare(Rare::StaleEntry);
+                }
+                counters::add_live(size as i64 - removed as i64 - stale as i64);
+                true
+            }
+            Placed::Busy | Placed::Full => {
+                TRACKING.store(false, Ordering::Relaxed);
+                counters::count_call(op);
+                counters::count_rare(Rare::Untracked);
+                counters::add_live(-(removed as i64));
+                false
+            }
+        };
+    }
 }
 
 /// The last allocation sequence number handed out.
@@ -444,9 +634,10 @@ mod tests {
         let r = BlockRecord {
             addr: 0x7fff_1234_5670,
             size: (1 << 47) + 3,
-            seq: (1 << 47) + 9,
+            seq: (1 << 46) + 9,
             tid: 4_194_303,
             stack: 0xab_cdef,
+            moving: false,
         };
         assert_eq!(Entry::pack(&r).unpack(), r);
         assert_eq!(std::mem::size_of::<Entry>(), 24);
@@ -495,10 +686,51 @@ mod tests {
         assert!(usable_by(sys::current_tid()));
         assert_eq!(lookup(BASE + 32).map(|r| r.size), Some(1));
         assert_eq!(lookup(BASE), None);
-        // A removed block put back by a failed realloc is found again.
-        let rec = remove(BASE + 32, None).unwrap();
-        restore(&rec);
-        assert_eq!(lookup(BASE + 32), Some(rec));
+        // A failed realloc leaves its block as it was.
+        let rec = begin_move(BASE + 32).unwrap();
+        cancel_move(BASE + 32);
+        assert_eq!(
+            lookup(BASE + 32),
+            Some(BlockRecord {
+                moving: false,
+                ..rec
+            })
+        );
+    }
+
+    #[test]
+    fn a_realloc_keeps_its_block_visible_and_a_reuser_of_its_address_waits() {
+        const OLD: u64 = 0x5600_0000_0000;
+        const NEW: u64 = 0x5600_0010_0000;
+        assert!(insert(OLD, 100, 7, 0, Op::Malloc));
+        let old = begin_move(OLD).unwrap();
+        assert_eq!((old.addr, old.size, old.moving), (OLD, 100, true));
+        // While libc works, the block is still there (old address and size) for a snapshot.
+        let frozen = freeze();
+        let mut seen = Vec::new();
+        frozen.for_each(|r| {
+            if r.addr == OLD || r.addr == NEW {
+                seen.push((r.addr, r.size, r.moving));
+            }
+        });
+        drop(frozen);
+        assert_eq!(seen, [(OLD, 100, true)]);
+        // libc moved the block and gave its old address to another thread, whose insert must
+        // wait until the realloc recorded the new address.
+        let reuser = std::thread::spawn(|| insert(OLD, 40, 8, 0, Op::Malloc));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert_eq!(lookup(OLD).map(|r| (r.size, r.tid)), Some((100, 7)));
+        assert!(finish_move(&old, NEW, 300, 7, 0, Op::Realloc));
+        assert!(reuser.join().unwrap());
+        assert_eq!(lookup(NEW).map(|r| (r.size, r.tid)), Some((300, 7)));
+        assert_eq!(lookup(OLD).map(|r| (r.size, r.tid)), Some((40, 8)));
+        // In place: same address, new size, one entry.
+        let old = begin_move(NEW).unwrap();
+        assert!(finish_move(&old, NEW, 500, 7, 0, Op::Realloc));
+        assert_eq!(lookup(NEW).map(|r| r.size), Some(500));
+        assert!(lookup(NEW).unwrap().seq > old.seq);
+        assert_eq!(remove(NEW, Some(Op::Free)).map(|r| r.size), Some(500));
+        assert_eq!(remove(OLD, Some(Op::Free)).map(|r| r.size), Some(40));
     }
 
     #[test]
@@ -520,6 +752,7 @@ mod tests {
                 seq: 1,
                 tid: 1,
                 stack: 0,
+                moving: false,
             };
             t.set(i, Entry::pack(&rec));
             t.len += 1;

@@ -1,5 +1,5 @@
-//! Allocation stacks: capture (a validated frame-pointer walk) and interning into a table of
-//! unique stacks, each named by a `u32` id (0 = no stack).
+//! Allocation stacks: interning into a table of unique stacks, each named by a `u32` id
+//! (0 = no stack). The hooks capture them with [`crate::hooks::unwind`].
 //!
 //! The table lives in three anonymous mappings reserved once at init with MAP_NORESERVE
 //! (pages cost memory only when touched) and never moved, so [`frames`] can hand out
@@ -8,10 +8,6 @@
 //! with a release store after its record and frames are written); only inserting a new stack
 //! takes the table's futex lock. When the table is full, stacks get id 0 (counted).
 //!
-//! Unwinding is frame-pointer only: each step must stay inside the mapping that holds the
-//! thread's stack, move strictly upwards and be 8-aligned, so a frame without a frame pointer
-//! ends the walk instead of reading wild memory. Code built without frame pointers yields
-//! shorter stacks (DWARF CFI is the capture's unwinder, used outside the hooks).
 //! Nothing here allocates from the heap, prints, or uses Rust thread-locals.
 
 use std::cell::UnsafeCell;
@@ -64,12 +60,18 @@ static TABLE: Table = Table {
     arena_used: UnsafeCell::new(0),
 };
 
-/// Reserves the table and turns capture on with `depth` frames (0 keeps it off). Returns
-/// false if the memory could not be reserved (capture stays off).
+/// Reserves the table, sets the hooks' unwinder up and turns capture on with `depth` frames
+/// (0 keeps it off). Returns false if the memory could not be reserved (capture stays off).
 pub fn init(depth: usize) -> bool {
     let depth = depth.min(MAX_STACK_DEPTH);
     if depth == 0 {
         return true;
+    }
+    if !crate::hooks::unwind::init() {
+        crate::agent_log!(
+            "no _dl_find_object (glibc < 2.35) or no rule cache: allocation stacks follow \
+             frame pointers only"
+        );
     }
     if TABLE.index.load(Ordering::Acquire).is_null() {
         let index = sys::map_anon(INDEX_SLOTS * 4, true);
@@ -206,58 +208,6 @@ pub(crate) fn unlock() {
     TABLE.lock.unlock();
 }
 
-/// The bounds of the calling thread's stack mapping, cached per thread; looked up again when
-/// `sp` is outside the cached one (first call, a signal alternate stack, a coroutine).
-fn stack_bounds(sp: usize) -> (usize, usize) {
-    let st = sys::thread_state();
-    if st.stack_lo <= sp && sp < st.stack_hi {
-        return (st.stack_lo, st.stack_hi);
-    }
-    let (lo, hi) = sys::mapping_containing(sp).unwrap_or((0, 0));
-    let st = sys::thread_state();
-    (st.stack_lo, st.stack_hi) = (lo, hi);
-    (lo, hi)
-}
-
-/// Captures up to `out.len()` return addresses: `ret` (the hooked call's return address),
-/// then the frame-pointer chain starting at `fp` (the caller's frame pointer at the hook's
-/// entry). `sp` is an address in the hook's own frame, below every caller frame.
-///
-/// # Safety
-/// `fp` must be the value the frame-pointer register held when the hooked function was
-/// entered on this thread, and `sp` the address of a local of the calling function: reads
-/// happen only inside the mapping that holds `sp`.
-pub unsafe fn unwind(ret: usize, mut fp: usize, sp: usize, out: &mut [u64]) -> usize {
-    if out.is_empty() {
-        return 0;
-    }
-    out[0] = ret as u64;
-    let mut n = 1;
-    if n == out.len() {
-        return n;
-    }
-    let (lo, hi) = stack_bounds(sp);
-    let lo = lo.max(sp);
-    while n < out.len() {
-        if fp < lo || !fp.is_multiple_of(8) || fp > hi.saturating_sub(16) {
-            break;
-        }
-        // SAFETY: fp..fp+16 lies inside the live stack mapping of this thread (checked above),
-        // above the current stack pointer, so it is mapped and readable.
-        let (next, ra) = unsafe { (*(fp as *const usize), *((fp + 8) as *const usize)) };
-        if ra < 4096 {
-            break;
-        }
-        out[n] = ra as u64;
-        n += 1;
-        if next <= fp {
-            break;
-        }
-        fp = next;
-    }
-    n
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -298,31 +248,5 @@ mod tests {
         for (i, &id) in ids[0].iter().enumerate() {
             assert_eq!(frames(id), &[0x7000_0000 + i as u64, 0x500, i as u64]);
         }
-    }
-
-    #[test]
-    fn unwinding_a_fake_chain_stops_at_a_bad_link() {
-        // A chain laid out in this frame's stack memory: [next_fp, ret] pairs, upwards.
-        let mut words = [0usize; 12];
-        std::hint::black_box(&mut words);
-        let base = words.as_mut_ptr() as usize;
-        words[0] = base + 4 * 8; // -> frame at words[4]
-        words[1] = 0x1111_0000;
-        words[4] = base + 8 * 8; // -> frame at words[8]
-        words[5] = 0x2222_0000;
-        words[8] = base; // goes down: stop after recording its return address
-        words[9] = 0x3333_0000;
-        std::hint::black_box(&mut words);
-        let mut out = [0u64; 8];
-        // SAFETY: the chain lies in this thread's stack; sp is below it.
-        let n = unsafe { unwind(0xaaaa_0000, base, base - 64, &mut out) };
-        assert_eq!(
-            &out[..n],
-            &[0xaaaa_0000, 0x1111_0000, 0x2222_0000, 0x3333_0000]
-        );
-        // A frame pointer outside the stack mapping ends the walk at the first frame.
-        // SAFETY: as above; 0x10 is never inside the stack mapping.
-        let n = unsafe { unwind(0xaaaa_0000, 0x10, base - 64, &mut out) };
-        assert_eq!(n, 1);
     }
 }

@@ -1,0 +1,389 @@
+//! The allocation-stack unwinder of the hooks: the return addresses of the calling thread's
+//! stack at a hooked call, from DWARF CFI reduced to a compact rule per return address and
+//! cached, with the frame pointer where a function has no usable CFI.
+//!
+//! Why CFI first: a frame-pointer walk cannot tell when it went wrong. Code built with
+//! `-fomit-frame-pointer` (glibc, most distribution libraries, `-O2` C) leaves rbp holding
+//! whatever an older frame put there — often a perfectly valid-looking frame pointer of an
+//! outer function, so the walk silently skips every frame in between (checking that rbp lies
+//! in the stack, rises, and that the return addresses are code does not catch it). So the
+//! frame pointer is trusted only for a frame whose own CFI says it is an rbp frame (its rule
+//! is then exactly the frame-pointer step), or whose module has no usable CFI for it
+//! ([`Rule::FramePointer`]: then rbp must point into the thread's stack above the current
+//! frame, 8-aligned, or the walk ends).
+//!
+//! Per frame: the rule of the return address comes from a lock-free cache ([`cache`]), so
+//! the steady state is one hashed slot per frame; a miss computes it ([`cfi`]: glibc's
+//! lock-free `_dl_find_object`, the module's `.eh_frame_hdr` binary search, gimli with an
+//! on-stack context) and caches it. A rule is `CFA = rsp|rbp + offset`, the return address at
+//! CFA − 8, rbp unchanged or restored from a slot below the CFA. Every read is checked to lie
+//! in the calling thread's stack mapping, between the current stack pointer and its top, and
+//! every step must move the stack pointer up, so a wrong rule ends the walk early instead of
+//! reading wild memory.
+//!
+//! The cache is cleared after each `dlclose` (exports.rs wraps it): a module loaded later at
+//! the same address must not inherit rules. Inside a hook: no allocation, no lock, no
+//! printing, no `thread_local!` (the stack bounds live in the agent's initial-exec TLS).
+
+pub mod cache;
+pub mod cfi;
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::sys;
+
+/// How to find the caller of a function, given a return address into it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rule {
+    /// CFA = (rbp if `from_rbp`, else rsp) + `offset`; the return address is at CFA − 8;
+    /// rbp is unchanged (`rbp_slot == 0`) or saved at CFA − 8 × `rbp_slot`.
+    Cfa {
+        from_rbp: bool,
+        offset: u32,
+        rbp_slot: u16,
+    },
+    /// No usable CFI: follow rbp as a frame pointer, if it looks like one.
+    FramePointer,
+    /// The outermost frame, or an address in no loaded module: the walk ends.
+    End,
+}
+
+impl Rule {
+    /// Packs the rule into a non-zero word (kind in bits 0..3, offset in 3..35, slot in 35..51).
+    pub fn encode(self) -> u64 {
+        match self {
+            Rule::Cfa {
+                from_rbp,
+                offset,
+                rbp_slot,
+            } => (1 + u64::from(from_rbp)) | u64::from(offset) << 3 | u64::from(rbp_slot) << 35,
+            Rule::FramePointer => 3,
+            Rule::End => 4,
+        }
+    }
+
+    pub fn decode(w: u64) -> Option<Rule> {
+        match w & 7 {
+            k @ (1 | 2) => Some(Rule::Cfa {
+                from_rbp: k == 2,
+                offset: (w >> 3) as u32,
+                rbp_slot: (w >> 35) as u16,
+            }),
+            3 => Some(Rule::FramePointer),
+            4 => Some(Rule::End),
+            _ => None,
+        }
+    }
+}
+
+/// Sets the unwinder up (the rule cache and `_dl_find_object`). From the constructor only.
+/// Returns false when only frame pointers can be used.
+pub fn init() -> bool {
+    let cached = cache::init();
+    cfi::init() && cached
+}
+
+/// The rule for return address `pc`, from the cache or computed and cached.
+#[inline]
+fn rule_of(pc: u64) -> Rule {
+    if let Some(rule) = cache::get(pc) {
+        return rule;
+    }
+    let rule = cfi::lookup(pc);
+    cache::put(pc, rule);
+    rule
+}
+
+/// The bounds of the calling thread's stack mapping, cached per thread in the agent's TLS;
+/// looked up again when `sp` is outside the cached one (first call, a signal alternate stack,
+/// a coroutine).
+fn stack_bounds(sp: usize) -> (usize, usize) {
+    let st = sys::thread_state();
+    if st.stack_lo <= sp && sp < st.stack_hi {
+        return (st.stack_lo, st.stack_hi);
+    }
+    let (lo, hi) = sys::mapping_containing(sp).unwrap_or((0, 0));
+    let st = sys::thread_state();
+    (st.stack_lo, st.stack_hi) = (lo, hi);
+    (lo, hi)
+}
+
+/// One caller's registers during the walk.
+#[derive(Clone, Copy)]
+struct Frame {
+    pc: usize,
+    sp: usize,
+    rbp: usize,
+}
+
+/// The reads of one walk: only 8-aligned words inside `[lo, hi)`.
+struct Stack {
+    lo: usize,
+    hi: usize,
+}
+
+impl Stack {
+    #[inline]
+    fn read(&self, addr: usize) -> Option<usize> {
+        if addr < self.lo || addr > self.hi.saturating_sub(8) || !addr.is_multiple_of(8) {
+            return None;
+        }
+        // SAFETY: the word lies inside the calling thread's own stack mapping, at or above
+        // the current stack pointer (lo), so it is mapped and readable.
+        Some(unsafe { *(addr as *const usize) })
+    }
+
+    /// The caller of frame `f`, or None when the walk ends here.
+    #[inline]
+    fn step(&self, f: Frame) -> Option<Frame> {
+        let (cfa, rbp_at) = match rule_of(f.pc as u64) {
+            Rule::Cfa {
+                from_rbp,
+                offset,
+                rbp_slot,
+            } => {
+                let base = if from_rbp { f.rbp } else { f.sp };
+                let cfa = base.checked_add(offset as usize)?;
+                let rbp_at = (rbp_slot != 0).then(|| cfa.wrapping_sub(8 * rbp_slot as usize));
+                (cfa, rbp_at)
+            }
+            Rule::FramePointer => (f.rbp.checked_add(16)?, Some(f.rbp)),
+            Rule::End => return None,
+        };
+        // The caller's stack pointer is the CFA: it must be above this frame's.
+        if cfa <= f.sp {
+            return None;
+        }
+        let pc = self.read(cfa - 8)?;
+        let rbp = match rbp_at {
+            Some(at) if at >= f.sp => self.read(at)?,
+            Some(_) => return None,
+            None => f.rbp,
+        };
+        (pc >= 4096).then_some(Frame { pc, sp: cfa, rbp })
+    }
+}
+
+/// Captures up to `out.len()` return addresses of the hooked call whose export stub was
+/// entered with stack pointer `entry_sp` (pointing at the call's return address) and frame
+/// pointer `fp`: the return address, then one per caller, innermost first.
+///
+/// # Safety
+/// `entry_sp` must be the stack pointer at the entry of the hooked function on this thread
+/// (the export stubs pass it), and the hook must still be running on that stack: reads
+/// happen only inside the calling thread's stack mapping, above `entry_sp`.
+pub unsafe fn unwind(entry_sp: usize, fp: usize, out: &mut [u64]) -> usize {
+    if out.is_empty() {
+        return 0;
+    }
+    let (lo, hi) = stack_bounds(entry_sp);
+    if entry_sp < lo || entry_sp > hi.saturating_sub(8) || !entry_sp.is_multiple_of(8) {
+        return 0;
+    }
+    // SAFETY: entry_sp is inside this thread's stack mapping (checked above) and holds the
+    // hooked call's return address.
+    let ret = unsafe { *(entry_sp as *const usize) };
+    out[0] = ret as u64;
+    let stack = Stack { lo: entry_sp, hi };
+    let mut frame = Frame {
+        pc: ret,
+        sp: entry_sp + 8,
+        rbp: fp,
+    };
+    let mut n = 1;
+    while n < out.len() {
+        let Some(caller) = stack.step(frame) else {
+            break;
+        };
+        out[n] = caller.pc as u64;
+        n += 1;
+        frame = caller;
+    }
+    n
+}
+
+/// `dlclose`, forwarded to libc; the rule cache is cleared once the module is gone.
+///
+/// # Safety
+/// As `dlclose(3)`.
+pub unsafe fn dlclose(handle: *mut c_void) -> i32 {
+    static REAL: AtomicUsize = AtomicUsize::new(0);
+    let mut f = REAL.load(Ordering::Acquire);
+    if f == 0 {
+        // SAFETY: dlsym with a NUL-terminated name; not inside a malloc hook.
+        f = unsafe { libc::dlsym(libc::RTLD_NEXT, c"dlclose".as_ptr()) } as usize;
+        if f == 0 {
+            return -1;
+        }
+        REAL.store(f, Ordering::Release);
+    }
+    // SAFETY: `f` is libc's dlclose.
+    let real = unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(*mut c_void) -> i32>(f) };
+    // SAFETY: the caller's handle, as dlclose(3) requires.
+    let rc = unsafe { real(handle) };
+    cache::clear();
+    rc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_encode_and_decode() {
+        for rule in [
+            Rule::Cfa {
+                from_rbp: true,
+                offset: 16,
+                rbp_slot: 2,
+            },
+            Rule::Cfa {
+                from_rbp: false,
+                offset: u32::MAX,
+                rbp_slot: u16::MAX,
+            },
+            Rule::FramePointer,
+            Rule::End,
+        ] {
+            assert_ne!(rule.encode(), 0);
+            assert_eq!(Rule::decode(rule.encode()), Some(rule));
+        }
+        assert_eq!(Rule::decode(0), None);
+    }
+
+    #[test]
+    fn a_frame_pointer_chain_is_followed_where_there_is_no_cfi() {
+        // A chain laid out in this frame's stack memory: [next_fp, ret] pairs, upwards, with
+        // return addresses that no module holds (so their rule is End after the first step).
+        let mut words = [0usize; 12];
+        std::hint::black_box(&mut words);
+        let base = words.as_mut_ptr() as usize;
+        words[0] = base + 4 * 8;
+        words[1] = 0x1111_0000;
+        std::hint::black_box(&mut words);
+        cache::init();
+        cache::put(0xaaaa_0000, Rule::FramePointer);
+        let stack = Stack {
+            lo: base,
+            hi: base + 12 * 8,
+        };
+        let caller = stack
+            .step(Frame {
+                pc: 0xaaaa_0000,
+                sp: base,
+                rbp: base,
+            })
+            .unwrap();
+        assert_eq!(
+            (caller.pc, caller.sp, caller.rbp),
+            (0x1111_0000, base + 16, base + 32)
+        );
+        // A frame pointer below the stack pointer ends the walk.
+        assert!(
+            stack
+                .step(Frame {
+                    pc: 0xaaaa_0000,
+                    sp: base + 8,
+                    rbp: base,
+                })
+                .is_none()
+        );
+    }
+
+    #[inline(never)]
+    fn leaf(out: &mut [u64]) -> usize {
+        // SAFETY: `out` is a valid buffer; the probe runs on this thread's stack.
+        let n = unsafe { unwind_from_here(out) };
+        std::hint::black_box(n)
+    }
+
+    /// Unwinds the calling thread from a real call: `call` pushes the return address, so the
+    /// callee sees exactly what an export stub sees.
+    #[inline(never)]
+    unsafe fn unwind_from_here(out: &mut [u64]) -> usize {
+        let n: usize;
+        // SAFETY: calls `probe` like a hooked function is called: rdi = out pointer,
+        // rsi = out length; probe reads rsp (pointing at the return address) and rbp.
+        unsafe {
+            std::arch::asm!(
+                "call {probe}",
+                probe = sym probe,
+                inout("rdi") out.as_mut_ptr() => _,
+                inout("rsi") out.len() => _,
+                lateout("rax") n,
+                clobber_abi("C"),
+            )
+        };
+        n
+    }
+
+    #[unsafe(naked)]
+    unsafe extern "C" fn probe(out: *mut u64, len: usize) -> usize {
+        core::arch::naked_asm!(
+            ".cfi_startproc",
+            "mov rdx, rsp",
+            "mov rcx, rbp",
+            "jmp {walk}",
+            ".cfi_endproc",
+            walk = sym probe_walk,
+        )
+    }
+
+    unsafe extern "C" fn probe_walk(
+        out: *mut u64,
+        len: usize,
+        entry_sp: usize,
+        fp: usize,
+    ) -> usize {
+        // SAFETY: `out` is the caller's buffer of `len` words; entry_sp/fp come from the stub.
+        unsafe { unwind(entry_sp, fp, std::slice::from_raw_parts_mut(out, len)) }
+    }
+
+    #[inline(never)]
+    fn middle(out: &mut [u64]) -> usize {
+        let n = leaf(out);
+        std::hint::black_box(n)
+    }
+
+    #[inline(never)]
+    fn outer(out: &mut [u64]) -> usize {
+        let n = middle(out);
+        std::hint::black_box(n)
+    }
+
+    #[test]
+    fn the_current_thread_unwinds_through_its_callers() {
+        assert!(init());
+        let mut out = [0u64; 16];
+        let n = outer(&mut out);
+        assert!(n >= 5, "{:#x?}", &out[..n]);
+        // Each return address belongs to the function of the test chain that starts closest
+        // below it: after unwind_from_here's own return address come leaf, middle and outer.
+        let starts = [
+            (leaf as *const () as u64, "leaf"),
+            (middle as *const () as u64, "middle"),
+            (outer as *const () as u64, "outer"),
+            (unwind_from_here as *const () as u64, "unwind_from_here"),
+        ];
+        let owner = |pc: u64| {
+            starts
+                .iter()
+                .filter(|(s, _)| *s < pc)
+                .max_by_key(|(s, _)| *s)
+                .map(|(_, name)| *name)
+        };
+        let names: Vec<Option<&str>> = out[..4].iter().map(|&pc| owner(pc)).collect();
+        assert_eq!(
+            names,
+            [
+                Some("unwind_from_here"),
+                Some("leaf"),
+                Some("middle"),
+                Some("outer")
+            ],
+            "{:#x?} {starts:#x?}",
+            &out[..n]
+        );
+    }
+}

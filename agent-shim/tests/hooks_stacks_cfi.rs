@@ -1,0 +1,116 @@
+//! Allocation stacks of code built without frame pointers (`-O2 -fomit-frame-pointer`): the
+//! hooks' unwinder follows DWARF CFI, so the recorded stack is the real call chain even where
+//! a frame-pointer walk goes wrong. In the target, `main` keeps a frame pointer while `a`,
+//! `b` and `c` do not: at the malloc call rbp still holds main's frame, a valid-looking
+//! chain that a frame-pointer walk follows straight to main's caller, skipping c's callers.
+
+mod common;
+
+use common::*;
+
+const CHAIN: &str = r#"
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include "heaptui.h"
+#pragma weak heaptui_allocation_stack
+
+#define KEEP __asm__ volatile("" ::: "memory")
+__attribute__((noinline)) void *c(size_t n) { void *p = malloc(n); KEEP; return p; }
+__attribute__((noinline)) void *b(size_t n) { void *p = c(n + 1); KEEP; return p; }
+__attribute__((noinline)) void *a(size_t n) { void *p = b(n + 1); KEEP; return p; }
+
+static void print_stack(const char *who, void *p) {
+    uint64_t frames[64];
+    size_t n = heaptui_allocation_stack(p, frames, 64);
+    printf("%s", who);
+    for (size_t i = 0; i < n && i < 64; i++) {
+        Dl_info info;
+        const char *name = "?";
+        if (dladdr((void *)(uintptr_t)frames[i], &info) && info.dli_sname) name = info.dli_sname;
+        printf(" %s", name);
+    }
+    printf("\n");
+}
+
+__attribute__((noinline)) void *worker(void *arg) {
+    void *p = a(100);
+    KEEP;
+    print_stack("thread", p);
+    free(p);
+    return arg;
+}
+
+__attribute__((optimize("no-omit-frame-pointer"))) int main(void) {
+    if (!heaptui_allocation_stack) { printf("no agent\n"); return 4; }
+    void *p = a(10);
+    KEEP;
+    print_stack("main", p);
+    free(p);
+    pthread_t t;
+    if (pthread_create(&t, NULL, worker, NULL) != 0) return 3;
+    pthread_join(t, NULL);
+    return 0;
+}
+"#;
+
+/// The symbolized allocation stacks the target printed, by line tag.
+fn stacks(depth: Option<&str>) -> Vec<(String, Vec<String>)> {
+    let dir = TempDir::new("hooks-stacks-cfi");
+    let exe = compile_c(
+        &dir,
+        "chain",
+        CHAIN,
+        &[
+            &include_flag(),
+            "-rdynamic",
+            "-O2",
+            "-fomit-frame-pointer",
+            "-fno-optimize-sibling-calls",
+        ],
+    );
+    let env: Vec<(&str, &str)> = depth
+        .map(|d| ("HEAPTUI_STACK_DEPTH", d))
+        .into_iter()
+        .collect();
+    let run = run_preloaded(&dir, &exe, &[], &env);
+    assert_eq!(
+        run.code,
+        Some(0),
+        "stdout {} stderr {}",
+        run.stdout,
+        run.stderr
+    );
+    run.stdout
+        .lines()
+        .map(|l| {
+            let mut words = l.split_whitespace().map(str::to_owned);
+            (words.next().unwrap(), words.collect())
+        })
+        .collect()
+}
+
+#[test]
+fn code_without_frame_pointers_has_its_whole_call_chain() {
+    let all = stacks(None);
+    assert_eq!(all.len(), 2, "{all:?}");
+    let (tag, main) = &all[0];
+    assert_eq!(tag, "main");
+    assert!(main.len() >= 4 && main.len() <= 16, "{main:?}");
+    assert_eq!(&main[..4], &["c", "b", "a", "main"], "{main:?}");
+    // The walk goes on past main into libc's start-up code (CFI of libc.so.6).
+    assert!(main.len() > 4, "{main:?}");
+    let (tag, thread) = &all[1];
+    assert_eq!(tag, "thread");
+    assert_eq!(&thread[..4], &["c", "b", "a", "worker"], "{thread:?}");
+}
+
+#[test]
+fn the_depth_limit_holds_for_cfi_walks() {
+    let all = stacks(Some("3"));
+    assert_eq!(all[0].1, ["c", "b", "a"]);
+    assert_eq!(all[1].1, ["c", "b", "a"]);
+}
