@@ -2,8 +2,9 @@
 //! write a binary snapshot `PREFIX.<pid>.<n>.hsnap` (SPEC §2, §4).
 //!
 //! Owns: the agent thread (started from the agent's constructor, marked as the agent's own so
-//! it is never stopped or listed), the `SIGUSR2` handler (it only writes one byte to a pipe:
-//! async-signal-safe), the exit hook, and the file writing (a temporary name, then a rename,
+//! it is never stopped or listed), the dump trigger that `SIGUSR2` calls (it only writes one
+//! byte to a pipe: async-signal-safe; `signals::chain` keeps it working beside a handler the
+//! program installs), the exit hook, and the file writing (a temporary name, then a rename,
 //! so a reader never sees half a file). Every capture happens on the agent thread; the
 //! exiting thread only asks for one and waits, with a deadline, so it is stopped like any
 //! other thread.
@@ -37,7 +38,9 @@ static EXIT_DONE: (Mutex<bool>, Condvar) = (Mutex::new(false), Condvar::new());
 /// How long the exit hook waits for the final snapshot.
 const EXIT_DEADLINE: Duration = Duration::from_secs(60);
 
-extern "C" fn on_sigusr2(_sig: libc::c_int) {
+/// Asks the agent thread for a snapshot; called by the `SIGUSR2` dispatcher
+/// (`signals::chain`), in a signal handler.
+extern "C" fn on_sigusr2() {
     // SAFETY: errno is thread-local and addressable; restored before returning.
     let saved = unsafe { *libc::__errno_location() };
     let fd = WAKE_FD.load(Ordering::Relaxed);
@@ -85,15 +88,9 @@ pub fn start() {
     // SAFETY: getpid cannot fail.
     OWNER_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
     WAKE_FD.store(fds[1], Ordering::Release);
-    // SAFETY: a zeroed sigaction is valid; we set a plain handler that is async-signal-safe.
-    unsafe {
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = on_sigusr2 as *const () as usize;
-        sa.sa_flags = libc::SA_RESTART;
-        libc::sigemptyset(&mut sa.sa_mask);
-        if libc::sigaction(libc::SIGUSR2, &sa, std::ptr::null_mut()) != 0 {
-            crate::agent_log!("cannot install the SIGUSR2 handler; dumps only at exit");
-        }
+    // The program may install a SIGUSR2 handler of its own later: the dispatcher keeps both.
+    if let Err(e) = crate::signals::chain::take_over(on_sigusr2) {
+        crate::agent_log!("cannot install the SIGUSR2 handler ({e}); dumps only at exit");
     }
 }
 

@@ -280,3 +280,201 @@ pub unsafe extern "C" fn heaptui_on_cancel(
 pub extern "C" fn heaptui_cancel_requested() -> c_int {
     crate::policy::cancel::poll()
 }
+
+// ---- signals ----
+// The blocking calls that the agent's signals would cut short (signals::blocking); "C-unwind"
+// because each is a cancellation point and pthread_cancel unwinds through it.
+
+/// # Safety
+/// As `nanosleep(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn nanosleep(
+    req: *const libc::timespec,
+    rem: *mut libc::timespec,
+) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { crate::signals::blocking::nanosleep(req, rem) }
+}
+
+/// # Safety
+/// As `clock_nanosleep(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn clock_nanosleep(
+    clock: libc::clockid_t,
+    flags: c_int,
+    req: *const libc::timespec,
+    rem: *mut libc::timespec,
+) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { crate::signals::blocking::clock_nanosleep(clock, flags, req, rem) }
+}
+
+/// `sleep(3)`.
+#[unsafe(no_mangle)]
+pub extern "C-unwind" fn sleep(seconds: libc::c_uint) -> libc::c_uint {
+    crate::signals::blocking::sleep(seconds)
+}
+
+/// `usleep(3)`.
+#[unsafe(no_mangle)]
+pub extern "C-unwind" fn usleep(usec: libc::useconds_t) -> c_int {
+    crate::signals::blocking::usleep(usec)
+}
+
+/// # Safety
+/// As `poll(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn poll(
+    fds: *mut libc::pollfd,
+    n: libc::nfds_t,
+    timeout: c_int,
+) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { crate::signals::blocking::poll(fds, n, timeout) }
+}
+
+/// # Safety
+/// As `ppoll(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn ppoll(
+    fds: *mut libc::pollfd,
+    n: libc::nfds_t,
+    tmo: *const libc::timespec,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { crate::signals::blocking::ppoll(fds, n, tmo, mask) }
+}
+
+/// # Safety
+/// As `epoll_wait(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn epoll_wait(
+    epfd: c_int,
+    events: *mut libc::epoll_event,
+    max: c_int,
+    timeout: c_int,
+) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { crate::signals::blocking::epoll_wait(epfd, events, max, timeout) }
+}
+
+/// # Safety
+/// As `epoll_pwait(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn epoll_pwait(
+    epfd: c_int,
+    events: *mut libc::epoll_event,
+    max: c_int,
+    timeout: c_int,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { crate::signals::blocking::epoll_pwait(epfd, events, max, timeout, mask) }
+}
+
+/// # Safety
+/// As `select(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn select(
+    n: c_int,
+    r: *mut libc::fd_set,
+    w: *mut libc::fd_set,
+    e: *mut libc::fd_set,
+    tv: *mut libc::timeval,
+) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { crate::signals::blocking::select(n, r, w, e, tv) }
+}
+
+/// # Safety
+/// As `pselect(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn pselect(
+    n: c_int,
+    r: *mut libc::fd_set,
+    w: *mut libc::fd_set,
+    e: *mut libc::fd_set,
+    tmo: *const libc::timespec,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { crate::signals::blocking::pselect(n, r, w, e, tmo, mask) }
+}
+
+/// `pause(2)`.
+#[unsafe(no_mangle)]
+pub extern "C-unwind" fn pause() -> c_int {
+    crate::signals::blocking::pause()
+}
+
+/// # Safety
+/// As `sigsuspend(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn sigsuspend(mask: *const libc::sigset_t) -> c_int {
+    // SAFETY: the caller's argument.
+    unsafe { crate::signals::blocking::sigsuspend(mask) }
+}
+
+/// # Safety
+/// As `sigwaitinfo(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn sigwaitinfo(
+    set: *const libc::sigset_t,
+    info: *mut libc::siginfo_t,
+) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { crate::signals::blocking::sigwaitinfo(set, info) }
+}
+
+/// # Safety
+/// As `sigtimedwait(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn sigtimedwait(
+    set: *const libc::sigset_t,
+    info: *mut libc::siginfo_t,
+    tmo: *const libc::timespec,
+) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { crate::signals::blocking::sigtimedwait(set, info, tmo) }
+}
+
+/// # Safety
+/// As `sigwait(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn sigwait(set: *const libc::sigset_t, sig: *mut c_int) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { crate::signals::blocking::sigwait(set, sig) }
+}
+
+// `SIGUSR2` kept for both the program and HEAPTUI_DUMP (signals::chain).
+
+/// # Safety
+/// As `sigaction(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sigaction(
+    sig: c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { crate::signals::chain::sigaction(sig, act, old) }
+}
+
+/// `signal(2)`.
+#[unsafe(no_mangle)]
+pub extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    crate::signals::chain::signal(sig, handler)
+}
+
+/// `bsd_signal(3)`.
+#[unsafe(no_mangle)]
+pub extern "C" fn bsd_signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    crate::signals::chain::bsd_signal(sig, handler)
+}
+
+/// `sysv_signal(3)`.
+#[unsafe(no_mangle)]
+pub extern "C" fn sysv_signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    crate::signals::chain::sysv_signal(sig, handler)
+}

@@ -30,5 +30,6 @@ pub mod log;
 pub mod policy;
 pub mod registry;
 pub mod server;
+pub mod signals;
 pub mod sync;
 pub mod sys;

@@ -5,7 +5,9 @@
 //! fork: `prepare` takes every agent lock in one order (thread registry, stack table, block
 //! shards, agent allocator), so the child never inherits a lock held by a thread that does
 //! not exist there; the parent releases them; the child releases them, forgets the cached
-//! tid and keeps a working agent with only the forking thread registered.
+//! tid and keeps a working agent with only the forking thread registered. The child has no
+//! agent threads (no dump, no server): its `SIGUSR2` goes back to the program's disposition
+//! and its exit writes no snapshot.
 
 use std::ffi::{CStr, c_char, c_void};
 
@@ -34,6 +36,9 @@ pub extern "C" fn init() {
     }
     threads::register_current();
     hooks::pthread::init();
+    // Before any handler is installed and before the program runs: the real functions behind
+    // the signal wrappers are resolved here, never inside a signal handler.
+    crate::signals::init();
     // SAFETY: the handlers are plain functions that only take and release agent locks.
     let rc = unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
     if rc != 0 {
@@ -51,12 +56,13 @@ pub extern "C" fn init() {
 pub extern "C" fn fini() {
     crate::dump::at_exit();
     crate::agent_log!(
-        "exit summary: {} table_bytes={} stacks={} agent_heap_bytes={} tracking_stopped={}",
+        "exit summary: {} table_bytes={} stacks={} agent_heap_bytes={} tracking_stopped={} blocking_retries={}",
         counters::counters(),
         blocks::table_bytes(),
         stacks::len(),
         AGENT_ALLOC.mapped_bytes(),
-        u8::from(!blocks::tracking())
+        u8::from(!blocks::tracking()),
+        crate::signals::blocking::retries()
     );
 }
 
@@ -76,6 +82,7 @@ extern "C" fn parent() {
 
 extern "C" fn child() {
     sys::reset_thread_cache();
+    crate::signals::chain::release_in_child();
     AGENT_ALLOC.unlock_all();
     blocks::unlock_all();
     stacks::unlock();

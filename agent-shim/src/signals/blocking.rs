@@ -1,0 +1,792 @@
+//! Blocking calls the agent's signals must not cut short.
+//!
+//! The stop signal is installed with `SA_RESTART`, but the kernel never restarts a sleep, a
+//! wait with a timeout or a wait for signals after a handler ran (signal(7)): `nanosleep`,
+//! `clock_nanosleep`, `poll`, `ppoll`, `epoll_wait`, `epoll_pwait`, `select`, `pselect`,
+//! `pause`, `sigsuspend`, `sigwaitinfo`, `sigtimedwait` return `EINTR` (and glibc's
+//! `sleep`/`usleep`, which call its internal `__clock_nanosleep` without going through any
+//! interposable symbol, return early). Without help, a program sleeping 2 s while a
+//! snapshot is taken would wake after a few milliseconds. The same holds for `SIGUSR2` when
+//! the agent's dump trigger, not the program, owns it (see `signals::chain`).
+//!
+//! Design: each of those functions is interposed (exports.rs) and runs the real one through
+//! [`run`]:
+//! - A per-thread byte in a table indexed by tid (an mmap'd, lazily touched array of 4 Mi
+//!   bytes — the kernel's largest pid — so a signal handler reaches it with no TLS, lock or
+//!   allocation) says "inside a wrapped blocking call" (`IN_CALL`).
+//! - The agent's handlers call [`agent_signal_arrived`]; when the thread is `IN_CALL` and the
+//!   interrupted context shows the kernel ending a system call with `EINTR` (`rax == -EINTR`:
+//!   the call was cut short by this very signal, not merely about to start), it sets
+//!   `BY_AGENT`. A program signal seen while the thread is held in the stop handler (its
+//!   futex wait ends with `EINTR` because the program's handler ran on top of ours), or still
+//!   pending and deliverable when the stop handler returns, sets `OTHER`
+//!   ([`program_signal_arrived`]).
+//! - When the real call fails with `EINTR`, the wrapper retries only if `BY_AGENT` is set and
+//!   `OTHER` is not; it retries with what is left of the timeout, measured against a deadline
+//!   taken before the first call on the call's own clock (`CLOCK_MONOTONIC` for the relative
+//!   sleeps and the millisecond/`timeval` timeouts, which the kernel measures that way;
+//!   absolute `clock_nanosleep` retries unchanged). errno is restored before each retry.
+//! - So a program's own signal still interrupts the call exactly as before: its handler ran,
+//!   `BY_AGENT` is not set, and the wrapper returns the `EINTR` untouched (with `nanosleep`'s
+//!   `rem`, `sleep`'s unslept seconds and `select`'s updated `timeval`, as the kernel gave them).
+//!
+//! Not covered (the call still sees `EINTR` from a stop, as before): the rest of signal(7)'s
+//! list — socket calls with `SO_RCVTIMEO`/`SO_SNDTIMEO`, System V `msgrcv`/`msgsnd`/`semop`/
+//! `semtimedop`, `io_getevents`, `epoll_pwait2` — and any call a program or runtime makes with
+//! a raw `syscall(2)` (Go's, for one), which no interposition can see.
+//!
+//! Residual race, accepted: a program signal delivered in the same instant, just before the
+//! stop signal (both pending when the call was interrupted), is indistinguishable from the
+//! stop alone: the program's handler runs, but the call goes on to its timeout.
+//!
+//! The wrappers use the "C-unwind" ABI, because every one of these functions is a
+//! cancellation point: `pthread_cancel` unwinds through them. They hold nothing with drop glue,
+//! so they have no cleanup code for the unwinder to run (nor for the cancel policy to refuse).
+//! Nested calls (a program handler that sleeps while its thread was in a wrapped call) save and
+//! restore the outer call's byte.
+//!
+//! The signal masks these calls install for their duration (`ppoll`, `pselect`,
+//! `epoll_pwait`, `sigsuspend`) and the sets they wait for (`sigwaitinfo`, `sigtimedwait`,
+//! `sigwait`) lose the stop signal on the way, as the `pthread_sigmask` wrapper does.
+//!
+//! Must never: allocate, lock, print, or change a call's result when the agent did not cause
+//! its `EINTR`.
+
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicU64, Ordering};
+
+use super::Real;
+use crate::sys;
+
+/// Inside a wrapped blocking call.
+const IN_CALL: u8 = 1;
+/// The call was cut short by one of the agent's signals.
+const BY_AGENT: u8 = 2;
+/// A program signal was handled (or is about to be) during the call.
+const OTHER: u8 = 4;
+
+/// One byte per possible tid: `PID_MAX_LIMIT` on 64-bit kernels.
+const SLOTS: usize = 1 << 22;
+
+static TABLE: AtomicPtr<AtomicU8> = AtomicPtr::new(std::ptr::null_mut());
+/// Calls retried because the agent interrupted them (the exit summary's `blocking_retries`).
+static RETRIES: AtomicU64 = AtomicU64::new(0);
+
+pub(super) static NANOSLEEP: Real = Real::new(c"nanosleep");
+pub(super) static CLOCK_NANOSLEEP: Real = Real::new(c"clock_nanosleep");
+pub(super) static SLEEP: Real = Real::new(c"sleep");
+pub(super) static USLEEP: Real = Real::new(c"usleep");
+pub(super) static POLL: Real = Real::new(c"poll");
+pub(super) static PPOLL: Real = Real::new(c"ppoll");
+pub(super) static EPOLL_WAIT: Real = Real::new(c"epoll_wait");
+pub(super) static EPOLL_PWAIT: Real = Real::new(c"epoll_pwait");
+pub(super) static SELECT: Real = Real::new(c"select");
+pub(super) static PSELECT: Real = Real::new(c"pselect");
+pub(super) static PAUSE: Real = Real::new(c"pause");
+pub(super) static SIGSUSPEND: Real = Real::new(c"sigsuspend");
+pub(super) static SIGWAITINFO: Real = Real::new(c"sigwaitinfo");
+pub(super) static SIGTIMEDWAIT: Real = Real::new(c"sigtimedwait");
+pub(super) static SIGWAIT: Real = Real::new(c"sigwait");
+
+pub(super) fn init() {
+    for f in [
+        &NANOSLEEP,
+        &CLOCK_NANOSLEEP,
+        &SLEEP,
+        &USLEEP,
+        &POLL,
+        &PPOLL,
+        &EPOLL_WAIT,
+        &EPOLL_PWAIT,
+        &SELECT,
+        &PSELECT,
+        &PAUSE,
+        &SIGSUSPEND,
+        &SIGWAITINFO,
+        &SIGTIMEDWAIT,
+        &SIGWAIT,
+    ] {
+        f.get();
+    }
+    let _ = slot(sys::current_tid(), true);
+}
+
+/// Calls retried so far because only the agent interrupted them.
+pub fn retries() -> u64 {
+    RETRIES.load(Ordering::Relaxed)
+}
+
+/// The byte of thread `tid`; the table is mapped on first use when `create`.
+fn slot(tid: u32, create: bool) -> Option<&'static AtomicU8> {
+    let idx = tid as usize;
+    if idx >= SLOTS {
+        return None;
+    }
+    let mut table = TABLE.load(Ordering::Acquire);
+    if table.is_null() {
+        if !create {
+            return None;
+        }
+        let fresh = sys::map_anon(SLOTS, true)?.cast::<AtomicU8>();
+        match TABLE.compare_exchange(
+            std::ptr::null_mut(),
+            fresh,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => table = fresh,
+            Err(winner) => {
+                // SAFETY: our own mapping, never published.
+                unsafe { sys::unmap(fresh.cast(), SLOTS) };
+                table = winner;
+            }
+        }
+    }
+    // SAFETY: the table is a zeroed mapping of SLOTS bytes that is never unmapped; AtomicU8
+    // has the layout of u8 and zero is a valid value.
+    Some(unsafe { &*table.add(idx) })
+}
+
+/// Called by the agent's own signal handlers (stop, and `SIGUSR2` when the program has no
+/// handler of its own) with the handler's `ucontext`: marks the thread's wrapped blocking
+/// call, if this signal is what cut it short. Async-signal-safe.
+pub fn agent_signal_arrived(uctx: *const c_void) {
+    let Some(slot) = slot(sys::current_tid(), false) else {
+        return;
+    };
+    if slot.load(Ordering::Relaxed) & IN_CALL == 0 || uctx.is_null() {
+        return;
+    }
+    // SAFETY: the kernel passes a valid ucontext_t to an SA_SIGINFO handler.
+    let uc = unsafe { &*(uctx as *const libc::ucontext_t) };
+    if uc.uc_mcontext.gregs[libc::REG_RAX as usize] == -i64::from(libc::EINTR) {
+        slot.fetch_or(BY_AGENT, Ordering::Relaxed);
+    }
+}
+
+/// Called by the agent's handlers when a program signal was handled on top of them or is
+/// pending for delivery right after: the thread's wrapped call must then report its `EINTR`.
+pub fn program_signal_arrived() {
+    if let Some(slot) = slot(sys::current_tid(), false)
+        && slot.load(Ordering::Relaxed) & IN_CALL != 0
+    {
+        slot.fetch_or(OTHER, Ordering::Relaxed);
+    }
+}
+
+fn errno() -> c_int {
+    // SAFETY: errno is this thread's own.
+    unsafe { *libc::__errno_location() }
+}
+
+fn set_errno(e: c_int) {
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = e };
+}
+
+/// A wrapped call in progress on this thread. Deliberately without `Drop`: a destructor
+/// would give the wrappers unwind cleanup code (an LSDA), which the cancel policy rightly
+/// refuses to unwind through; see [`Call::leave`].
+struct Call {
+    slot: Option<&'static AtomicU8>,
+    prev: u8,
+    errno: c_int,
+}
+
+impl Call {
+    #[inline]
+    fn enter() -> Self {
+        let slot = slot(sys::current_tid(), true);
+        let prev = slot.map_or(0, |s| s.swap(IN_CALL, Ordering::Relaxed));
+        Self {
+            slot,
+            prev,
+            errno: errno(),
+        }
+    }
+
+    /// After the call failed with `EINTR`: whether only the agent interrupted it. If so, the
+    /// call is re-armed and errno restored for the retry.
+    fn agent_only(&self) -> bool {
+        let Some(slot) = self.slot else {
+            return false;
+        };
+        let state = slot.swap(IN_CALL, Ordering::Relaxed);
+        if state & BY_AGENT != 0 && state & OTHER == 0 {
+            RETRIES.fetch_add(1, Ordering::Relaxed);
+            set_errno(self.errno);
+            true
+        } else {
+            false
+        }
+    }
+}
+
+impl Call {
+    /// Restores the outer state. Skipped when `pthread_cancel` unwinds through the call: the
+    /// thread's byte then stays `IN_CALL`, which is harmless — the thread is ending, the next
+    /// wrapped call on its tid overwrites the byte, and until then the stop handler marks it
+    /// only for an `EINTR` that no wrapper will read.
+    fn leave(self) {
+        if let Some(slot) = self.slot {
+            slot.store(self.prev, Ordering::Relaxed);
+        }
+    }
+}
+
+/// What a retry waits for.
+#[derive(Clone, Copy)]
+pub enum Timeout {
+    /// No timeout, or an absolute one: retry with the original arguments.
+    Same,
+    /// `ns` nanoseconds on `clock`, counted from the first call.
+    Relative { clock: libc::clockid_t, ns: i128 },
+}
+
+fn now_ns(clock: libc::clockid_t) -> Option<i128> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec (vDSO, async-signal-safe).
+    (unsafe { libc::clock_gettime(clock, &mut ts) } == 0).then(|| ts_ns(&ts))
+}
+
+pub fn ts_ns(ts: &libc::timespec) -> i128 {
+    i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec)
+}
+
+pub fn ns_ts(ns: i128) -> libc::timespec {
+    let ns = ns.max(0);
+    libc::timespec {
+        tv_sec: (ns / 1_000_000_000).min(i128::from(libc::time_t::MAX)) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    }
+}
+
+/// Milliseconds left, rounded up (a poll timeout never ends before its deadline).
+pub fn ns_ms(ns: i128) -> c_int {
+    ((ns.max(0) + 999_999) / 1_000_000).min(i128::from(c_int::MAX)) as c_int
+}
+
+/// Runs `call` (given `None` for the original arguments, or the nanoseconds left) until it
+/// ends for a reason other than one of the agent's signals. `interrupted` says whether a
+/// result is an `EINTR`.
+///
+/// Both are taken by reference: a closure taken by value would be dropped on unwind, and in
+/// an unoptimised build that alone gives `run` unwind cleanup code (see [`Call`]).
+pub fn run<R: Copy>(
+    timeout: Timeout,
+    call: &mut dyn FnMut(Option<i128>) -> R,
+    interrupted: &dyn Fn(R) -> bool,
+) -> R {
+    let deadline = match timeout {
+        Timeout::Same => None,
+        Timeout::Relative { clock, ns } => now_ns(clock).map(|t| (clock, t + ns)),
+    };
+    let guard = Call::enter();
+    let mut r = call(None);
+    while interrupted(r) && guard.agent_only() {
+        let left = deadline.map(|(clock, end)| end - now_ns(clock).unwrap_or(end));
+        r = call(left);
+    }
+    guard.leave();
+    r
+}
+
+/// For the functions that report failure as -1 and errno.
+pub fn eintr(r: c_int) -> bool {
+    r == -1 && errno() == libc::EINTR
+}
+
+/// The real function behind `$real` with type `$ty`, or `$fail` returned (errno ENOSYS) when
+/// libc has none.
+macro_rules! real {
+    ($real:expr, $ty:ty, $fail:expr) => {{
+        let p = $real.get();
+        if p.is_null() {
+            set_errno(libc::ENOSYS);
+            return $fail;
+        }
+        // SAFETY: `p` is libc's definition of the function, whose C signature `$ty` is.
+        unsafe { std::mem::transmute::<*mut c_void, $ty>(p) }
+    }};
+}
+
+type NanosleepFn = unsafe extern "C-unwind" fn(*const libc::timespec, *mut libc::timespec) -> c_int;
+type ClockNanosleepFn = unsafe extern "C-unwind" fn(
+    libc::clockid_t,
+    c_int,
+    *const libc::timespec,
+    *mut libc::timespec,
+) -> c_int;
+type SleepFn = unsafe extern "C-unwind" fn(libc::c_uint) -> libc::c_uint;
+type UsleepFn = unsafe extern "C-unwind" fn(libc::useconds_t) -> c_int;
+type PollFn = unsafe extern "C-unwind" fn(*mut libc::pollfd, libc::nfds_t, c_int) -> c_int;
+type PpollFn = unsafe extern "C-unwind" fn(
+    *mut libc::pollfd,
+    libc::nfds_t,
+    *const libc::timespec,
+    *const libc::sigset_t,
+) -> c_int;
+type EpollWaitFn =
+    unsafe extern "C-unwind" fn(c_int, *mut libc::epoll_event, c_int, c_int) -> c_int;
+type EpollPwaitFn = unsafe extern "C-unwind" fn(
+    c_int,
+    *mut libc::epoll_event,
+    c_int,
+    c_int,
+    *const libc::sigset_t,
+) -> c_int;
+type SelectFn = unsafe extern "C-unwind" fn(
+    c_int,
+    *mut libc::fd_set,
+    *mut libc::fd_set,
+    *mut libc::fd_set,
+    *mut libc::timeval,
+) -> c_int;
+type PselectFn = unsafe extern "C-unwind" fn(
+    c_int,
+    *mut libc::fd_set,
+    *mut libc::fd_set,
+    *mut libc::fd_set,
+    *const libc::timespec,
+    *const libc::sigset_t,
+) -> c_int;
+
+/// A relative timeout of `ns` on CLOCK_MONOTONIC, or [`Timeout::Same`] when there is nothing
+/// to count down (no timeout, or zero: the call cannot block).
+fn monotonic(ns: Option<i128>) -> Timeout {
+    match ns {
+        Some(ns) if ns > 0 => Timeout::Relative {
+            clock: libc::CLOCK_MONOTONIC,
+            ns,
+        },
+        _ => Timeout::Same,
+    }
+}
+
+/// Reads a caller's timespec (None for a null pointer).
+///
+/// # Safety
+/// `ts` is null or readable.
+unsafe fn read_ts(ts: *const libc::timespec) -> Option<libc::timespec> {
+    // SAFETY: guaranteed by the caller.
+    (!ts.is_null()).then(|| unsafe { *ts })
+}
+
+/// A copy of the signal set at `set` without the stop signal, when it holds it: a mask
+/// installed for the length of a call must not block the stop signal (the thread would be
+/// unstoppable meanwhile), and a set waited for must not take it (the program would receive
+/// the agent's signal instead of its handler running).
+///
+/// # Safety
+/// `set` is null or readable.
+unsafe fn without_stop(set: *const libc::sigset_t) -> Option<libc::sigset_t> {
+    if set.is_null() {
+        return None;
+    }
+    let stop = crate::capture::stop::stop_signal();
+    // SAFETY: `set` is readable per the contract.
+    let mut copy = unsafe { *set };
+    // SAFETY: `copy` is a valid sigset_t.
+    (unsafe { libc::sigismember(&copy, stop) } == 1).then(|| {
+        // SAFETY: as above.
+        unsafe { libc::sigdelset(&mut copy, stop) };
+        copy
+    })
+}
+
+/// `set`, or the filtered copy of it in `copy`.
+fn pick(set: *const libc::sigset_t, copy: &Option<libc::sigset_t>) -> *const libc::sigset_t {
+    copy.as_ref().map_or(set, |c| c as *const libc::sigset_t)
+}
+
+/// `nanosleep(2)`.
+///
+/// # Safety
+/// As `nanosleep(2)`.
+pub unsafe fn nanosleep(req: *const libc::timespec, rem: *mut libc::timespec) -> c_int {
+    let real = real!(NANOSLEEP, NanosleepFn, -1);
+    // SAFETY: the caller's pointer, as nanosleep(2) requires.
+    let timeout = monotonic(unsafe { read_ts(req) }.map(|t| ts_ns(&t)));
+    run(
+        timeout,
+        &mut |left| match left {
+            // SAFETY: the caller's arguments.
+            None => unsafe { real(req, rem) },
+            // SAFETY: a local timespec and the caller's `rem`.
+            Some(ns) => unsafe { real(&ns_ts(ns), rem) },
+        },
+        &eintr,
+    )
+}
+
+/// `clock_nanosleep(2)`: returns 0 or an error number.
+///
+/// # Safety
+/// As `clock_nanosleep(2)`.
+pub unsafe fn clock_nanosleep(
+    clock: libc::clockid_t,
+    flags: c_int,
+    req: *const libc::timespec,
+    rem: *mut libc::timespec,
+) -> c_int {
+    let real = real!(CLOCK_NANOSLEEP, ClockNanosleepFn, libc::ENOSYS);
+    // SAFETY: the caller's pointer.
+    let req_ns = unsafe { read_ts(req) }.map(|t| ts_ns(&t));
+    let timeout = match req_ns {
+        Some(ns) if flags & libc::TIMER_ABSTIME == 0 && ns > 0 => Timeout::Relative { clock, ns },
+        _ => Timeout::Same,
+    };
+    run(
+        timeout,
+        &mut |left| match left {
+            // SAFETY: the caller's arguments.
+            None => unsafe { real(clock, flags, req, rem) },
+            // SAFETY: a local timespec and the caller's `rem`.
+            Some(ns) => unsafe { real(clock, flags, &ns_ts(ns), rem) },
+        },
+        &|r| r == libc::EINTR,
+    )
+}
+
+/// `sleep(3)`: the unslept seconds when a program signal ends it early. glibc may report
+/// less than a second left as 0, so an interruption is told by errno, not by the result.
+pub fn sleep(seconds: libc::c_uint) -> libc::c_uint {
+    let real = real!(SLEEP, SleepFn, seconds);
+    let nano = real!(NANOSLEEP, NanosleepFn, seconds);
+    let entry_errno = errno();
+    let (left, _) = run(
+        monotonic(Some(i128::from(seconds) * 1_000_000_000)),
+        &mut |left| match left {
+            None => {
+                set_errno(0);
+                // SAFETY: sleep has no pointer arguments.
+                let r = unsafe { real(seconds) };
+                let interrupted = errno() == libc::EINTR;
+                if !interrupted {
+                    set_errno(entry_errno);
+                }
+                (r, interrupted)
+            }
+            Some(ns) => {
+                let mut rem = ns_ts(0);
+                // SAFETY: two local timespecs.
+                let r = unsafe { nano(&ns_ts(ns), &mut rem) };
+                if r == 0 {
+                    (0, false)
+                } else {
+                    (rem.tv_sec as libc::c_uint, errno() == libc::EINTR)
+                }
+            }
+        },
+        &|(_, interrupted)| interrupted,
+    );
+    left
+}
+
+/// `usleep(3)`.
+pub fn usleep(usec: libc::useconds_t) -> c_int {
+    let real = real!(USLEEP, UsleepFn, -1);
+    run(
+        monotonic(Some(i128::from(usec) * 1000)),
+        &mut |left| {
+            let us = left.map_or(usec, |ns| ((ns.max(0) + 999) / 1000) as libc::useconds_t);
+            // SAFETY: usleep has no pointer arguments.
+            unsafe { real(us) }
+        },
+        &eintr,
+    )
+}
+
+/// `poll(2)`.
+///
+/// # Safety
+/// As `poll(2)`.
+pub unsafe fn poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int) -> c_int {
+    let real = real!(POLL, PollFn, -1);
+    run(
+        monotonic((timeout >= 0).then(|| i128::from(timeout) * 1_000_000)),
+        // SAFETY: the caller's arguments, with what is left of the timeout.
+        &mut |left| unsafe { real(fds, n, left.map_or(timeout, ns_ms)) },
+        &eintr,
+    )
+}
+
+/// `ppoll(2)`.
+///
+/// # Safety
+/// As `ppoll(2)`.
+pub unsafe fn ppoll(
+    fds: *mut libc::pollfd,
+    n: libc::nfds_t,
+    tmo: *const libc::timespec,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    let real = real!(PPOLL, PpollFn, -1);
+    // SAFETY: the caller's mask, null or readable.
+    let filtered = unsafe { without_stop(mask) };
+    let mask = pick(mask, &filtered);
+    // SAFETY: the caller's pointer.
+    let timeout = monotonic(unsafe { read_ts(tmo) }.map(|t| ts_ns(&t)));
+    run(
+        timeout,
+        &mut |left| match left {
+            // SAFETY: the caller's arguments.
+            None => unsafe { real(fds, n, tmo, mask) },
+            // SAFETY: the caller's arguments with a local timespec.
+            Some(ns) => unsafe { real(fds, n, &ns_ts(ns), mask) },
+        },
+        &eintr,
+    )
+}
+
+/// `epoll_wait(2)`.
+///
+/// # Safety
+/// As `epoll_wait(2)`.
+pub unsafe fn epoll_wait(
+    epfd: c_int,
+    events: *mut libc::epoll_event,
+    max: c_int,
+    timeout: c_int,
+) -> c_int {
+    let real = real!(EPOLL_WAIT, EpollWaitFn, -1);
+    run(
+        monotonic((timeout >= 0).then(|| i128::from(timeout) * 1_000_000)),
+        // SAFETY: the caller's arguments, with what is left of the timeout.
+        &mut |left| unsafe { real(epfd, events, max, left.map_or(timeout, ns_ms)) },
+        &eintr,
+    )
+}
+
+/// `epoll_pwait(2)`.
+///
+/// # Safety
+/// As `epoll_pwait(2)`.
+pub unsafe fn epoll_pwait(
+    epfd: c_int,
+    events: *mut libc::epoll_event,
+    max: c_int,
+    timeout: c_int,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    let real = real!(EPOLL_PWAIT, EpollPwaitFn, -1);
+    // SAFETY: the caller's mask, null or readable.
+    let filtered = unsafe { without_stop(mask) };
+    let mask = pick(mask, &filtered);
+    run(
+        monotonic((timeout >= 0).then(|| i128::from(timeout) * 1_000_000)),
+        // SAFETY: the caller's arguments, with what is left of the timeout.
+        &mut |left| unsafe { real(epfd, events, max, left.map_or(timeout, ns_ms), mask) },
+        &eintr,
+    )
+}
+
+/// `select(2)`: Linux writes the time left into `tv`; each retry passes what is left of the
+/// original timeout there, so the caller sees the last call's value as it would have.
+///
+/// # Safety
+/// As `select(2)`.
+pub unsafe fn select(
+    n: c_int,
+    r: *mut libc::fd_set,
+    w: *mut libc::fd_set,
+    e: *mut libc::fd_set,
+    tv: *mut libc::timeval,
+) -> c_int {
+    let real = real!(SELECT, SelectFn, -1);
+    // SAFETY: the caller's pointer, null or readable.
+    let timeout = monotonic((!tv.is_null()).then(|| unsafe {
+        i128::from((*tv).tv_sec) * 1_000_000_000 + i128::from((*tv).tv_usec) * 1000
+    }));
+    run(
+        timeout,
+        &mut |left| {
+            if let Some(ns) = left {
+                let us = (ns.max(0) + 999) / 1000;
+                // SAFETY: `tv` is non-null whenever a time is left to pass (a relative
+                // timeout came from it); the sets are unchanged after EINTR (select(2)).
+                unsafe {
+                    (*tv).tv_sec = (us / 1_000_000) as libc::time_t;
+                    (*tv).tv_usec = (us % 1_000_000) as libc::suseconds_t;
+                }
+            }
+            // SAFETY: the caller's arguments.
+            unsafe { real(n, r, w, e, tv) }
+        },
+        &eintr,
+    )
+}
+
+/// `pause(2)`: only a program signal ends it.
+pub fn pause() -> c_int {
+    type PauseFn = unsafe extern "C-unwind" fn() -> c_int;
+    let real = real!(PAUSE, PauseFn, -1);
+    // SAFETY: pause has no arguments.
+    run(Timeout::Same, &mut |_| unsafe { real() }, &eintr)
+}
+
+/// `sigsuspend(2)`.
+///
+/// # Safety
+/// As `sigsuspend(2)`.
+pub unsafe fn sigsuspend(mask: *const libc::sigset_t) -> c_int {
+    type SigsuspendFn = unsafe extern "C-unwind" fn(*const libc::sigset_t) -> c_int;
+    let real = real!(SIGSUSPEND, SigsuspendFn, -1);
+    // SAFETY: the caller's mask, null or readable.
+    let filtered = unsafe { without_stop(mask) };
+    let mask = pick(mask, &filtered);
+    // SAFETY: the caller's argument.
+    run(Timeout::Same, &mut |_| unsafe { real(mask) }, &eintr)
+}
+
+/// `sigwaitinfo(2)`.
+///
+/// # Safety
+/// As `sigwaitinfo(2)`.
+pub unsafe fn sigwaitinfo(set: *const libc::sigset_t, info: *mut libc::siginfo_t) -> c_int {
+    type SigwaitinfoFn =
+        unsafe extern "C-unwind" fn(*const libc::sigset_t, *mut libc::siginfo_t) -> c_int;
+    let real = real!(SIGWAITINFO, SigwaitinfoFn, -1);
+    // SAFETY: the caller's set, null or readable.
+    let filtered = unsafe { without_stop(set) };
+    let set = pick(set, &filtered);
+    // SAFETY: the caller's arguments.
+    run(Timeout::Same, &mut |_| unsafe { real(set, info) }, &eintr)
+}
+
+/// `sigtimedwait(2)`.
+///
+/// # Safety
+/// As `sigtimedwait(2)`.
+pub unsafe fn sigtimedwait(
+    set: *const libc::sigset_t,
+    info: *mut libc::siginfo_t,
+    tmo: *const libc::timespec,
+) -> c_int {
+    type SigtimedwaitFn = unsafe extern "C-unwind" fn(
+        *const libc::sigset_t,
+        *mut libc::siginfo_t,
+        *const libc::timespec,
+    ) -> c_int;
+    let real = real!(SIGTIMEDWAIT, SigtimedwaitFn, -1);
+    // SAFETY: the caller's set, null or readable.
+    let filtered = unsafe { without_stop(set) };
+    let set = pick(set, &filtered);
+    // SAFETY: the caller's pointer.
+    let timeout = monotonic(unsafe { read_ts(tmo) }.map(|t| ts_ns(&t)));
+    run(
+        timeout,
+        &mut |left| match left {
+            // SAFETY: the caller's arguments.
+            None => unsafe { real(set, info, tmo) },
+            // SAFETY: the caller's arguments with a local timespec.
+            Some(ns) => unsafe { real(set, info, &ns_ts(ns)) },
+        },
+        &eintr,
+    )
+}
+
+/// `sigwait(3)`: glibc's retries its own `EINTR`; only the set is filtered here.
+///
+/// # Safety
+/// As `sigwait(3)`.
+pub unsafe fn sigwait(set: *const libc::sigset_t, sig: *mut c_int) -> c_int {
+    type SigwaitFn = unsafe extern "C-unwind" fn(*const libc::sigset_t, *mut c_int) -> c_int;
+    let real = real!(SIGWAIT, SigwaitFn, libc::ENOSYS);
+    // SAFETY: the caller's set, null or readable.
+    let filtered = unsafe { without_stop(set) };
+    // SAFETY: the caller's arguments, the set filtered.
+    unsafe { real(pick(set, &filtered), sig) }
+}
+
+/// `pselect(2)`.
+///
+/// # Safety
+/// As `pselect(2)`.
+pub unsafe fn pselect(
+    n: c_int,
+    r: *mut libc::fd_set,
+    w: *mut libc::fd_set,
+    e: *mut libc::fd_set,
+    tmo: *const libc::timespec,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    let real = real!(PSELECT, PselectFn, -1);
+    // SAFETY: the caller's mask, null or readable.
+    let filtered = unsafe { without_stop(mask) };
+    let mask = pick(mask, &filtered);
+    // SAFETY: the caller's pointer.
+    let timeout = monotonic(unsafe { read_ts(tmo) }.map(|t| ts_ns(&t)));
+    run(
+        timeout,
+        &mut |left| match left {
+            // SAFETY: the caller's arguments.
+            None => unsafe { real(n, r, w, e, tmo, mask) },
+            // SAFETY: the caller's arguments with a local timespec.
+            Some(ns) => unsafe { real(n, r, w, e, &ns_ts(ns), mask) },
+        },
+        &eintr,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_conversions_round_the_right_way() {
+        assert_eq!(ns_ms(1), 1);
+        assert_eq!(ns_ms(1_000_000), 1);
+        assert_eq!(ns_ms(1_000_001), 2);
+        assert_eq!(ns_ms(-5), 0);
+        let ts = ns_ts(2_500_000_000);
+        assert_eq!((ts.tv_sec, ts.tv_nsec), (2, 500_000_000));
+        assert_eq!(ts_ns(&ts), 2_500_000_000);
+        assert_eq!(ns_ts(-1).tv_sec, 0);
+    }
+
+    #[test]
+    fn retries_only_what_the_agent_interrupted() {
+        // Simulated interruptions: the first two "calls" are cut short, by the agent and
+        // then by a program signal; the wrapper retries the first and reports the second.
+        let mut calls = 0;
+        let r = run(
+            Timeout::Relative {
+                clock: libc::CLOCK_MONOTONIC,
+                ns: 5_000_000_000,
+            },
+            &mut |left| {
+                calls += 1;
+                let slot = slot(sys::current_tid(), false).unwrap();
+                match calls {
+                    1 => {
+                        assert!(left.is_none());
+                        slot.fetch_or(BY_AGENT, Ordering::Relaxed);
+                        set_errno(libc::EINTR);
+                        -1
+                    }
+                    2 => {
+                        let left = left.unwrap();
+                        assert!(left > 4_000_000_000 && left <= 5_000_000_000, "{left}");
+                        slot.fetch_or(BY_AGENT | OTHER, Ordering::Relaxed);
+                        set_errno(libc::EINTR);
+                        -1
+                    }
+                    _ => unreachable!(),
+                }
+            },
+            &eintr,
+        );
+        assert_eq!((r, errno(), calls), (-1, libc::EINTR, 2));
+        assert_eq!(
+            slot(sys::current_tid(), false)
+                .unwrap()
+                .load(Ordering::Relaxed),
+            0,
+            "the thread's byte is restored"
+        );
+    }
+}

@@ -1,0 +1,195 @@
+/* Blocking calls under snapshots (prepended with sync.h).
+ *
+ * One worker thread per blocking function. Phase 1: each blocks for 2 s while the main thread
+ * takes three snapshots (every stop signal lands in the calls); each must block the full 2 s
+ * and see no EINTR (the waits without a timeout — pause, sigsuspend, sigwaitinfo — are ended
+ * after 2.2 s by the program's own WAKE signal, which they must be the first to see). Phase 2: each blocks for 6 s; the main thread takes a snapshot, then
+ * sends every worker SIGUSR1, whose handler the program installed: each call must end early
+ * with EINTR, exactly as without the agent. One line per function:
+ * "<name> full=ok intr=eintr". */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
+#include <sys/syscall.h>
+#include <time.h>
+
+enum { NANOSLEEP, CLOCK_REL, CLOCK_ABS, SLEEP, USLEEP, POLL, PPOLL, EPOLL_WAIT, EPOLL_PWAIT,
+       SELECT, PSELECT, PAUSE, SIGSUSPEND, SIGWAITINFO, SIGTIMEDWAIT, N };
+static const char *names[N] = {"nanosleep", "clock_nanosleep", "clock_nanosleep_abs", "sleep",
+                               "usleep", "poll", "ppoll", "epoll_wait", "epoll_pwait",
+                               "select", "pselect", "pause", "sigsuspend", "sigwaitinfo",
+                               "sigtimedwait"};
+#define WAKE (SIGRTMIN + 10)
+#define NEVER (SIGRTMIN + 11)
+static __thread volatile sig_atomic_t woke;
+static void on_wake(int sig) { (void)sig; woke = 1; }
+
+static int pipefd[2], epfd;
+static pid_t tids[N];
+static atomic_int entered[N];
+static pthread_barrier_t phase;
+static int full_err[N], intr_err[N];
+static double full_s[N], intr_s[N];
+static atomic_int usr1_handled;
+
+static void on_usr1(int sig) { (void)sig; usr1_handled++; }
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+/* Blocks for `secs` with function `which`; returns 0 after a full timeout, else the errno
+ * (or -1 when the call reported something else, such as a ready descriptor). */
+static int block(int which, int secs) {
+    struct timespec ts = {secs, 0}, rem;
+    struct pollfd p = {pipefd[0], POLLIN, 0};
+    struct epoll_event ev;
+    fd_set rs;
+    FD_ZERO(&rs);
+    FD_SET(pipefd[0], &rs);
+    struct timeval tv = {secs, 0};
+    int r;
+    sigset_t set;
+    sigemptyset(&set);
+    switch (which) {
+    case PAUSE:
+    case SIGSUSPEND:
+        woke = 0;
+        r = which == PAUSE ? pause() : sigsuspend(&set);
+        return woke ? 0 : errno;
+    case SIGWAITINFO:
+        sigaddset(&set, WAKE);
+        r = sigwaitinfo(&set, NULL);
+        return r == WAKE ? 0 : r < 0 ? errno : -1;
+    case SIGTIMEDWAIT:
+        sigaddset(&set, NEVER);
+        r = sigtimedwait(&set, NULL, &ts);
+        return r < 0 && errno == EAGAIN ? 0 : r < 0 ? errno : -1;
+    case NANOSLEEP:
+        return nanosleep(&ts, &rem) == 0 ? 0 : errno;
+    case CLOCK_REL:
+        return clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, &rem);
+    case CLOCK_ABS: {
+        struct timespec at;
+        clock_gettime(CLOCK_MONOTONIC, &at);
+        at.tv_sec += secs;
+        return clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, NULL);
+    }
+    case SLEEP:
+        errno = 0;
+        sleep(secs);
+        return errno == EINTR ? EINTR : 0;
+    case USLEEP:
+        return usleep(secs * 1000000u) == 0 ? 0 : errno;
+    case POLL:
+        r = poll(&p, 1, secs * 1000);
+        break;
+    case PPOLL:
+        r = ppoll(&p, 1, &ts, NULL);
+        break;
+    case EPOLL_WAIT:
+        r = epoll_wait(epfd, &ev, 1, secs * 1000);
+        break;
+    case EPOLL_PWAIT:
+        r = epoll_pwait(epfd, &ev, 1, secs * 1000, NULL);
+        break;
+    case SELECT:
+        r = select(pipefd[0] + 1, &rs, NULL, NULL, &tv);
+        break;
+    default:
+        r = pselect(pipefd[0] + 1, &rs, NULL, NULL, &ts, NULL);
+        break;
+    }
+    return r == 0 ? 0 : r < 0 ? errno : -1;
+}
+
+static void *worker(void *arg) {
+    int which = (int)(long)arg;
+    tids[which] = (pid_t)syscall(SYS_gettid);
+    /* What sigwaitinfo and sigtimedwait wait for must be blocked. */
+    sigset_t waited;
+    sigemptyset(&waited);
+    sigaddset(&waited, WAKE);
+    sigaddset(&waited, NEVER);
+    if (which == SIGWAITINFO || which == SIGTIMEDWAIT) pthread_sigmask(SIG_BLOCK, &waited, NULL);
+    for (int round = 0; round < 2; round++) {
+        pthread_barrier_wait(&phase);
+        int secs = round == 0 ? 2 : 6;
+        double t0 = now();
+        entered[which] = round + 1;
+        int e = block(which, secs);
+        double took = now() - t0;
+        if (round == 0) { full_err[which] = e; full_s[which] = took; }
+        else { intr_err[which] = e; intr_s[which] = took; }
+    }
+    return NULL;
+}
+
+/* Scheduler state letter of a thread of this process. */
+static char state_of(pid_t tid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
+    FILE *f = fopen(path, "r");
+    if (!f) return '?';
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *close = strrchr(buf, ')');
+    return close && close[1] ? close[2] : '?';
+}
+
+/* Waits until every worker is inside its call of round `round` (1 or 2). */
+static void wait_blocked(int round) {
+    for (int i = 0; i < N; i++) {
+        while (entered[i] != round) usleep(1000);
+        for (int k = 0; k < 5000 && state_of(tids[i]) != 'S'; k++) usleep(200);
+    }
+    usleep(50000);
+}
+
+int main(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_usr1; /* no SA_RESTART: none of these calls restarts anyway */
+    sigaction(SIGUSR1, &sa, NULL);
+    sa.sa_handler = on_wake;
+    sigaction(WAKE, &sa, NULL);
+    if (pipe(pipefd) != 0) return 3;
+    epfd = epoll_create1(0);
+    struct epoll_event ev = {.events = EPOLLIN};
+    epoll_ctl(epfd, EPOLL_CTL_ADD, pipefd[0], &ev);
+    pthread_barrier_init(&phase, NULL, N + 1);
+    pthread_t t[N];
+    for (long i = 0; i < N; i++) pthread_create(&t[i], NULL, worker, (void *)i);
+
+    pthread_barrier_wait(&phase);
+    double start = now();
+    wait_blocked(1);
+    for (int n = 1; n <= 3; n++) snapshot_and_wait(n);
+    while (now() - start < 2.2) usleep(10000);
+    for (int i = PAUSE; i <= SIGWAITINFO; i++) pthread_kill(t[i], WAKE);
+
+    pthread_barrier_wait(&phase);
+    wait_blocked(2);
+    snapshot_and_wait(4);
+    for (int i = 0; i < N; i++) pthread_kill(t[i], SIGUSR1);
+    for (int i = 0; i < N; i++) pthread_join(t[i], NULL);
+
+    int bad = 0;
+    for (int i = 0; i < N; i++) {
+        int full = full_err[i] == 0 && full_s[i] >= 2.0;
+        int intr = intr_err[i] == EINTR && intr_s[i] < 5.0;
+        printf("%s full=%s intr=%s\n", names[i], full ? "ok" : "short", intr ? "eintr" : "missed");
+        if (!full || !intr)
+            fprintf(stderr, "%s: full err %d after %.3f s; interrupted err %d after %.3f s\n",
+                    names[i], full_err[i], full_s[i], intr_err[i], intr_s[i]);
+        bad += !full || !intr;
+    }
+    printf("usr1 handled: %d\n", (int)usr1_handled);
+    return bad ? 1 : 0;
+}
