@@ -76,10 +76,17 @@ pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> 
 
 /// # Safety
 /// As `free(3)`.
+#[unsafe(naked)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn free(p: *mut c_void) {
-    // SAFETY: the caller's free.
-    unsafe { hooks::free(p) }
+    core::arch::naked_asm!(
+        ".cfi_startproc",
+        "mov rsi, rsp",
+        "mov rdx, rbp",
+        "jmp {hook}",
+        ".cfi_endproc",
+        hook = sym hooks::free,
+    )
 }
 
 /// # Safety

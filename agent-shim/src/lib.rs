@@ -28,6 +28,7 @@ pub mod hooks;
 pub mod lifecycle;
 pub mod log;
 pub mod policy;
+pub mod record;
 pub mod registry;
 pub mod server;
 pub mod signals;

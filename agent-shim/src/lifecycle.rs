@@ -50,11 +50,14 @@ pub extern "C" fn init() {
     crate::dump::start();
     crate::policy::start();
     crate::server::start();
+    // Last, so the agent's own start-up is not in the recording.
+    crate::record::start();
 }
 
 /// Writes the exit summary line.
 pub extern "C" fn fini() {
     crate::dump::at_exit();
+    crate::record::at_exit();
     crate::agent_log!(
         "exit summary: {} table_bytes={} stacks={} agent_heap_bytes={} tracking_stopped={} blocking_retries={}",
         counters::counters(),

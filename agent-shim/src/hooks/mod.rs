@@ -24,6 +24,7 @@ pub mod unwind;
 use std::ffi::c_void;
 
 use crate::config::MAX_STACK_DEPTH;
+use crate::record;
 use crate::registry::blocks;
 use crate::registry::counters::{self, Op, Rare};
 use crate::registry::stacks;
@@ -133,6 +134,9 @@ fn allocated(p: *mut c_void, size: usize, op: Op, entry_sp: usize, fp: usize) {
     };
     let stack = stack_id(entry_sp, fp);
     let tracked = blocks::insert(p as u64, size as u64, busy.tid, stack, op);
+    if tracked && record::enabled() {
+        record::on_alloc(p as u64, size as u64, op, busy.tid, stack);
+    }
     agent_share(op, tracked.then_some(size as u64), None);
 }
 
@@ -188,6 +192,8 @@ unsafe fn resize(p: *mut c_void, size: usize, op: Op, entry_sp: usize, fp: usize
     let stack = stack_id(entry_sp, fp);
     // SAFETY: forwarding the caller's block.
     let q = unsafe { __libc_realloc(p, size) };
+    // Its place in the recording: after libc returned, before the move is finished.
+    let recorded = record::Realloc::claim();
     let old_size = old.map(|r| r.size);
     if q.is_null() {
         if size == 0 {
@@ -195,6 +201,7 @@ unsafe fn resize(p: *mut c_void, size: usize, op: Op, entry_sp: usize, fp: usize
             if old.is_some() {
                 blocks::remove(p as u64, None);
             }
+            recorded.freed(p as u64, busy.tid, || stack_id(entry_sp, fp));
             counters::count_call(op);
             agent_share(op, None, old_size);
         } else {
@@ -211,6 +218,7 @@ unsafe fn resize(p: *mut c_void, size: usize, op: Op, entry_sp: usize, fp: usize
         Some(old) => blocks::finish_move(old, q as u64, size as u64, busy.tid, stack, op),
         None => blocks::insert(q as u64, size as u64, busy.tid, stack, op),
     };
+    recorded.moved(p as u64, q as u64, size as u64, busy.tid, stack);
     agent_share(op, tracked.then_some(size as u64), old_size);
     q
 }
@@ -248,23 +256,33 @@ pub(crate) unsafe extern "C" fn reallocarray(
 }
 
 /// # Safety
-/// As `free(3)`.
-pub(crate) unsafe fn free(p: *mut c_void) {
+/// As `free(3)`; `entry_sp`/`fp` as for [`malloc`] (the freeing stack, for a recording).
+pub(crate) unsafe extern "C" fn free(p: *mut c_void, entry_sp: usize, fp: usize) {
     if p.is_null() {
         counters::count_call(Op::Free);
         counters::count_rare(Rare::FreeNull);
         agent_share(Op::Free, None, None);
+        if record::enabled()
+            && let Some(busy) = Busy::enter()
+        {
+            record::on_free(0, busy.tid, stack_id(entry_sp, fp));
+        }
         return;
     }
     match Busy::enter() {
-        Some(_busy) => match blocks::remove(p as u64, Some(Op::Free)) {
-            Some(rec) => agent_share(Op::Free, None, Some(rec.size)),
-            None => {
-                counters::count_call(Op::Free);
-                counters::count_rare(Rare::UnknownFree);
-                agent_share(Op::Free, None, None);
+        Some(busy) => {
+            match blocks::remove(p as u64, Some(Op::Free)) {
+                Some(rec) => agent_share(Op::Free, None, Some(rec.size)),
+                None => {
+                    counters::count_call(Op::Free);
+                    counters::count_rare(Rare::UnknownFree);
+                    agent_share(Op::Free, None, None);
+                }
             }
-        },
+            if record::enabled() {
+                record::on_free(p as u64, busy.tid, stack_id(entry_sp, fp));
+            }
+        }
         None => {
             untracked(Op::Free);
             agent_share(Op::Free, None, None);

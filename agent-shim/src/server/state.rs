@@ -201,6 +201,7 @@ fn take_locked(cause: Cause) -> Result<SnapshotInfo, String> {
         unix_ms: taken_unix_ms,
     };
     let boundaries = record(&graph, boundary);
+    crate::record::snapshot_boundary(boundary.last_seq, boundary.unix_ms);
     info.held_bytes = (AGENT_ALLOC.mapped_bytes() as u64).saturating_sub(mapped_before);
     let kept = Arc::new(Kept {
         graph,
