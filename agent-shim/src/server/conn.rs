@@ -188,6 +188,9 @@ pub fn answer(request: &RequestBody, subscribed: &mut bool) -> Response {
             Err(e) => Response::error(ErrorKind::Internal, format!("snapshot failed: {e}")),
         },
         RequestBody::Policy => Response::Policy(crate::policy::policy_answer()),
+        RequestBody::Units { query, sort, page } => {
+            crate::record::units::answer(*query, *sort, *page)
+        }
         RequestBody::Growth { page } => Response::Growth(state::growth_page(*page)),
         RequestBody::CounterHistory => Response::CounterHistory(super::auto::counter_history()),
         RequestBody::Cancel { tid, dry_run } => Response::Cancel(crate::policy::operator_cancel(
