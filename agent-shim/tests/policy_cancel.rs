@@ -7,7 +7,7 @@ mod common;
 mod policy_support;
 
 use common::{TempDir, compile_c, compile_cpp, include_flag};
-use heaptui_protocol::{Mechanism, PolicyAnswer, Verdict};
+use heaptui_protocol::{Mechanism, PolicyAnswer, Push, Verdict};
 use policy_support::{POLICY_C, Target};
 
 const POLICY: &str = r#"
@@ -76,7 +76,9 @@ fn operator_cancels_refusals_and_audit() {
     assert!(t.thread_alive(runaway));
     assert!(!t.lines().iter().any(|l| l.starts_with("runaway:")));
 
-    // The cooperative cancel.
+    // The cooperative cancel, with a second client watching the pushes.
+    let mut watcher = t.client();
+    watcher.subscribe();
     let v = c.cancel(runaway, false);
     assert_eq!(v.verdict, Verdict::Done, "{v:?}");
     assert_eq!(
@@ -170,6 +172,16 @@ fn operator_cancels_refusals_and_audit() {
         (m - predicted as f64).abs() <= 0.05 * predicted as f64,
         "{measured}"
     );
+    // The watcher was pushed the same measured release.
+    let Push::ReleaseMeasured(pushed) = watcher.wait_push(
+        "the runaway's measured release",
+        |p| matches!(p, Push::ReleaseMeasured(m) if m.tids == [runaway]),
+    ) else {
+        unreachable!()
+    };
+    assert_eq!(pushed.decision, done["decision"].as_u64().unwrap());
+    assert_eq!(pushed.predicted, predicted);
+    assert_eq!(pushed.measured, measured["measured_release"].as_u64());
 
     // The target ran on and exits normally; the others were never touched.
     let lines = t.quit();
@@ -215,7 +227,14 @@ fn an_invalid_policy_refuses_with_the_parse_error_and_harms_nothing() {
     );
     assert!(stderr.contains("mechansim"), "{stderr}");
     let mut c = t.client();
-    assert_eq!(c.policy(), PolicyAnswer::NotLoaded);
+    let PolicyAnswer::Invalid { path, error } = c.policy() else {
+        panic!("an invalid policy must be answered as Invalid");
+    };
+    assert!(path.ends_with("policy.toml"), "{path}");
+    assert!(
+        error.contains("line 4, column 1") && error.contains("mechansim"),
+        "{error}"
+    );
     let v = c.cancel(t.tids()["runaway"], false);
     let r = refused(&v);
     assert!(

@@ -1,15 +1,18 @@
 //! The autonomous mode under a soft limit on live heap bytes, on a C target under the real
 //! preload: it cancels the right thread when a permitted one suffices, and reports a memory
-//! shortage (cancelling nothing) when none does.
+//! shortage (cancelling nothing) when none does; either way a subscribed client gets the
+//! episode as a `Push::Shortage`, and the measured release as a `Push::ReleaseMeasured`.
 
 mod common;
 mod policy_support;
 
 use common::{TempDir, compile_c, include_flag};
+use heaptui_protocol::{Push, ShortageCause, ShortageOutcome};
 use policy_support::{POLICY_C, Target};
 
-/// holder-1 and holder-2 hold 1 MiB each, grow-a 2 MiB, then grow-b 6 MiB in one block: live
-/// bytes jump from about 4 MiB to about 10 MiB, 3 MiB over a 7 MiB limit.
+/// holder-1 and holder-2 hold 1 MiB each, grow-a 2 MiB, then (on the "grow-b" command, once
+/// the client has subscribed) grow-b 6 MiB in one block: live bytes jump from about 4 MiB to
+/// about 10 MiB, 3 MiB over a 7 MiB limit.
 const LIMIT: &str = "[trigger]\nlive_bytes = \"7 MiB\"\n";
 
 #[test]
@@ -19,7 +22,11 @@ fn the_trigger_cancels_the_thread_that_covers_the_need() {
     let policy = format!(
         "[[permit]]\nthread = \"grow-*\"\nmechanism = \"pthread_cancel\"\n\n[[permit]]\nthread = \"holder-*\"\nmechanism = \"pthread_cancel\"\n\n{LIMIT}"
     );
-    let t = Target::start(&dir, &exe, &["grow"], Some(&policy));
+    let mut t = Target::start(&dir, &exe, &["grow-late"], Some(&policy));
+    let mut c = t.client();
+    c.subscribe();
+    t.command("grow-b");
+    t.wait_line("grow-b started");
     let tids = t.tids();
     let audit = t.wait_audit("the measured line of the autonomous cancel", |a| {
         a.iter().any(|l| l["event"] == "measured")
@@ -45,6 +52,28 @@ fn the_trigger_cancels_the_thread_that_covers_the_need() {
         (m - predicted as f64).abs() <= 0.05 * predicted as f64,
         "{measured}"
     );
+    // The subscribed client was told: the episode, then the measured release.
+    let Push::Shortage(report) = c.wait_push("the shortage", |p| matches!(p, Push::Shortage(_)))
+    else {
+        unreachable!()
+    };
+    assert_eq!(report.cause, ShortageCause::SoftLimit { limit: 7 << 20 });
+    assert_eq!(report.need_bytes, need);
+    assert_eq!(
+        report.outcome,
+        ShortageOutcome::Cancelled {
+            tids: vec![tids["grow-b"]],
+            predicted_release: predicted,
+        }
+    );
+    let Push::ReleaseMeasured(m) = c.wait_push("the measured release", |p| {
+        matches!(p, Push::ReleaseMeasured(_))
+    }) else {
+        unreachable!()
+    };
+    assert_eq!(m.decision, d["decision"].as_u64().unwrap());
+    assert_eq!((m.tids, m.predicted), (vec![tids["grow-b"]], predicted));
+    assert_eq!(m.measured, measured["measured_release"].as_u64());
     // Back under the limit: nothing else is cancelled.
     std::thread::sleep(std::time::Duration::from_millis(700));
     assert_eq!(
@@ -67,7 +96,11 @@ fn a_shortage_is_reported_and_nothing_cancelled_when_no_permitted_set_suffices()
     // Only grow-a (2 MiB) may go: not enough for a 3 MiB need.
     let policy =
         format!("[[permit]]\nthread = \"grow-a\"\nmechanism = \"pthread_cancel\"\n\n{LIMIT}");
-    let t = Target::start(&dir, &exe, &["grow"], Some(&policy));
+    let mut t = Target::start(&dir, &exe, &["grow-late"], Some(&policy));
+    let mut c = t.client();
+    c.subscribe();
+    t.command("grow-b");
+    t.wait_line("grow-b started");
     let tids = t.tids();
     let audit = t.wait_audit("a shortage line", |a| {
         a.iter().any(|l| l["event"] == "shortage")
@@ -78,6 +111,18 @@ fn a_shortage_is_reported_and_nothing_cancelled_when_no_permitted_set_suffices()
     let best = s["permitted_release"].as_u64().unwrap();
     let need = s["need"].as_u64().unwrap();
     assert!(best < need, "{s}");
+    let Push::Shortage(report) = c.wait_push("the shortage", |p| matches!(p, Push::Shortage(_)))
+    else {
+        unreachable!()
+    };
+    assert_eq!(report.need_bytes, need);
+    let ShortageOutcome::Unresolved { reason } = &report.outcome else {
+        panic!("expected an unresolved shortage, got {report:?}");
+    };
+    assert!(
+        reason.contains(&format!("need {need} bytes")) && reason.contains("nothing cancelled"),
+        "{reason}"
+    );
     assert!(
         t.agent_log().contains("memory shortage"),
         "{}",

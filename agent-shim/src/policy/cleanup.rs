@@ -76,6 +76,15 @@ pub fn check(tid: u32) -> Cleanup {
     first_cleanup(&space, &pcs)
 }
 
+/// Whether a frame of the agent's own module is one that a cancel may unwind through: the
+/// blocking-call wrappers (`signals::blocking`, on the stack of every thread sleeping in
+/// `nanosleep`, `poll`… — the usual cancellation points) are built for it: `C-unwind` entry
+/// points, no state that must be restored, only cleanup landing pads (an unoptimised build
+/// gives them an LSDA all the same).
+fn unwind_safe_agent_frame(function: &str) -> bool {
+    function.starts_with("heaptui_agent::signals::blocking::")
+}
+
 /// The innermost call frame of `pcs` whose FDE has an LSDA or a personality.
 fn first_cleanup(space: &AddressSpace, pcs: &[(FrameSort, u64)]) -> Cleanup {
     let mut symbols = Symbolizer::new(space);
@@ -98,6 +107,9 @@ fn first_cleanup(space: &AddressSpace, pcs: &[(FrameSort, u64)]) -> Cleanup {
             continue;
         };
         let s = symbols.symbolize(pc, i == 0);
+        if module.is_agent && unwind_safe_agent_frame(&s.function) {
+            continue;
+        }
         return Cleanup::Found {
             frame: i,
             function: s.function,
@@ -139,6 +151,20 @@ mod tests {
         assert!(exempt("ld-linux-x86-64.so.2"));
         assert!(!exempt("libstdc++.so.6"));
         assert!(!exempt("target"));
+    }
+
+    #[test]
+    fn only_the_blocking_wrappers_of_the_agent_are_unwind_safe() {
+        assert!(unwind_safe_agent_frame(
+            "heaptui_agent::signals::blocking::run"
+        ));
+        assert!(unwind_safe_agent_frame(
+            "heaptui_agent::signals::blocking::nanosleep::{{closure}}"
+        ));
+        assert!(!unwind_safe_agent_frame("heaptui_agent::hooks::malloc"));
+        assert!(!unwind_safe_agent_frame(
+            "heaptui_agent::signals::chain::handler"
+        ));
     }
 
     #[test]

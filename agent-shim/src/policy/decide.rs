@@ -5,7 +5,7 @@
 //! Never trusts a number from outside: the release is always the engine's
 //! [`Analysis::release`] over the snapshot the agent just took.
 
-use heaptui_analysis::{Analysis, FrameKind, HeapGraph, Thread, ThreadState};
+use heaptui_analysis::{Analysis, FrameKind, GroupKind, HeapGraph, Sharer, Thread, ThreadState};
 
 use super::parse::{Permit, Policy};
 
@@ -171,22 +171,127 @@ pub fn candidates<'p>(
     out
 }
 
+/// Most candidates the exact search of [`choose`] considers: the best-ranked ones (largest
+/// single release first). 2^16 subsets are summed in about a million additions, and 16
+/// threads that together cannot cover a shortage are rarely helped by a 17th.
+pub const SEARCH_CANDIDATES: usize = 16;
+
 /// The set the autonomous mode cancels: the smallest set of ranked candidates whose release
-/// (SPEC §3, shared memory included) is at least `target`, with its release; `None` when even
-/// all of them together do not reach it.
+/// (SPEC §3, shared memory included: not a sum of single releases) is at least `target`,
+/// with its release; `None` when even all of them together do not reach it.
 ///
-/// One thread: the best-ranked single thread that suffices (exact). More: greedy, adding at
-/// each step the candidate that raises the set's release most (ties by rank) — choosing the
-/// truly smallest cover is NP-hard, and the greedy set is within a log factor of it.
+/// Exact over the first [`SEARCH_CANDIDATES`] of `ranked`: every subset's release is
+/// computed from the analysis (each thread's own release plus every thread-shared group
+/// whose sharers all lie in the subset), sets are tried by increasing size, and among the
+/// sets of the smallest size that cover the need the largest release wins, then the most
+/// threads with user frames, then the best-ranked members. Only when no subset of those
+/// covers it and there are more candidates does it fall back to adding, greedily, the
+/// candidate that raises the set's release most.
 pub fn choose<'c, 'p>(
     ranked: &'c [Candidate<'p>],
     analysis: &Analysis,
     target: u64,
 ) -> Option<(Vec<&'c Candidate<'p>>, u64)> {
     let target = target.max(1);
-    if let Some(c) = ranked.iter().find(|c| c.release >= target) {
-        return Some((vec![c], c.release));
+    let n = ranked.len().min(SEARCH_CANDIDATES);
+    let release = subset_releases(&ranked[..n], analysis);
+    let mut best: Option<(u32, u64, u32, u32)> = None; // (size, release, user, mask)
+    for (mask, &r) in release.iter().enumerate() {
+        if r < target {
+            continue;
+        }
+        let mask = mask as u32;
+        let size = mask.count_ones();
+        let user = (0..n)
+            .filter(|&i| mask & (1 << i) != 0 && ranked[i].user)
+            .count() as u32;
+        let better = match best {
+            None => true,
+            Some((bs, br, bu, bm)) => {
+                (size, std::cmp::Reverse(r), std::cmp::Reverse(user))
+                    .cmp(&(bs, std::cmp::Reverse(br), std::cmp::Reverse(bu)))
+                    .then_with(|| better_ranked(mask, bm))
+                    == std::cmp::Ordering::Less
+            }
+        };
+        if better {
+            best = Some((size, r, user, mask));
+        }
     }
+    if let Some((_, r, _, mask)) = best {
+        let set = (0..n)
+            .filter(|&i| mask & (1 << i) != 0)
+            .map(|i| &ranked[i])
+            .collect();
+        return Some((set, r));
+    }
+    if ranked.len() <= n {
+        return None;
+    }
+    greedy(ranked, analysis, target)
+}
+
+/// `Less` when set `a` has the better-ranked members: its lowest rank not shared with `b`
+/// comes first.
+fn better_ranked(a: u32, b: u32) -> std::cmp::Ordering {
+    let diff = a ^ b;
+    if diff == 0 {
+        return std::cmp::Ordering::Equal;
+    }
+    let first = diff.trailing_zeros();
+    if a & (1 << first) != 0 {
+        std::cmp::Ordering::Less
+    } else {
+        std::cmp::Ordering::Greater
+    }
+}
+
+/// The release of every subset of `cands` (at most [`SEARCH_CANDIDATES`]), indexed by the
+/// bit mask of its members: each candidate's own release, plus each thread-shared group whose
+/// sharers are all in the subset (and not the globals), summed over subsets in `n · 2^n`.
+pub fn subset_releases(cands: &[Candidate<'_>], analysis: &Analysis) -> Vec<u64> {
+    let n = cands.len();
+    assert!(
+        n <= SEARCH_CANDIDATES,
+        "{n} candidates is too many for an exact search"
+    );
+    let mut weight = vec![0u64; 1 << n];
+    for (i, c) in cands.iter().enumerate() {
+        weight[1 << i] = c.release;
+    }
+    let bit_of = |tid: u32| cands.iter().position(|c| c.tid == tid);
+    for g in analysis.groups() {
+        if g.id.kind != GroupKind::ThreadShared {
+            continue;
+        }
+        let mut mask = 0usize;
+        let inside = g.sharers.iter().all(|s| match s {
+            Sharer::Thread(tid) => bit_of(*tid).map(|b| mask |= 1 << b).is_some(),
+            Sharer::Globals => false,
+        });
+        // A group with a single sharer is in that thread's own release already.
+        if inside && mask.count_ones() >= 2 {
+            weight[mask] += g.size;
+        }
+    }
+    // Sum over subsets (the zeta transform): release(S) = Σ weight(m) for m ⊆ S.
+    for i in 0..n {
+        for mask in 0..weight.len() {
+            if mask & (1 << i) != 0 {
+                weight[mask] += weight[mask ^ (1 << i)];
+            }
+        }
+    }
+    weight
+}
+
+/// Adds, at each step, the candidate that raises the set's release most (ties by rank),
+/// until the release covers `target`.
+fn greedy<'c, 'p>(
+    ranked: &'c [Candidate<'p>],
+    analysis: &Analysis,
+    target: u64,
+) -> Option<(Vec<&'c Candidate<'p>>, u64)> {
     let mut chosen: Vec<&Candidate> = Vec::new();
     let mut tids: Vec<u32> = Vec::new();
     let mut have = 0u64;
@@ -353,5 +458,148 @@ mod tests {
         let ranked = candidates(&p, &g, &a, &[]);
         assert_eq!(ranked[0].tid, 2);
         assert!(ranked[0].user && !ranked[1].user);
+    }
+
+    /// The smallest covering set by brute force over every subset, releases from
+    /// `Analysis::release`: (size, release) of the best, or None.
+    fn brute_force(ranked: &[Candidate], a: &Analysis, target: u64) -> Option<(u32, u64, u32)> {
+        let n = ranked.len();
+        let mut best: Option<(u32, u64, u32)> = None;
+        for mask in 1u32..(1 << n) {
+            let tids: Vec<u32> = (0..n)
+                .filter(|&i| mask & (1 << i) != 0)
+                .map(|i| ranked[i].tid)
+                .collect();
+            let r = a.release(&tids).unwrap();
+            if r < target.max(1) {
+                continue;
+            }
+            let size = mask.count_ones();
+            let user = (0..n)
+                .filter(|&i| mask & (1 << i) != 0 && ranked[i].user)
+                .count() as u32;
+            let key = (size, std::cmp::Reverse(r), std::cmp::Reverse(user));
+            if best
+                .is_none_or(|(bs, br, bu)| key < (bs, std::cmp::Reverse(br), std::cmp::Reverse(bu)))
+            {
+                best = Some((size, r, user));
+            }
+        }
+        best
+    }
+
+    fn synthetic(seed: u64, threads: usize) -> (HeapGraph, Analysis) {
+        use heaptui_analysis::synthetic::{SyntheticConfig, generate};
+        let mut g = generate(&SyntheticConfig::new(3000, threads, 3).seed(seed));
+        // Every third thread has system frames only, for the user-before-system tie break.
+        for t in g.threads.iter_mut().filter(|t| t.tid % 3 == 0) {
+            for f in &mut t.frames {
+                f.kind = FrameKind::System;
+            }
+        }
+        let a = Analysis::new(&g);
+        (g, a)
+    }
+
+    #[test]
+    fn subset_releases_are_the_analysis_release_of_every_subset() {
+        let p = parse("[[permit]]\nthread = \"worker-*\"\n").unwrap();
+        for seed in 1..=4 {
+            let (g, a) = synthetic(seed, 10);
+            let ranked = candidates(&p, &g, &a, &[]);
+            assert_eq!(ranked.len(), 10);
+            let releases = subset_releases(&ranked, &a);
+            let mut shared_somewhere = false;
+            for (mask, &r) in releases.iter().enumerate() {
+                let tids: Vec<u32> = (0..ranked.len())
+                    .filter(|&i| mask & (1 << i) != 0)
+                    .map(|i| ranked[i].tid)
+                    .collect();
+                assert_eq!(r, a.release(&tids).unwrap(), "seed {seed}, set {tids:?}");
+                let sum: u64 = tids.iter().map(|&t| a.release(&[t]).unwrap()).sum();
+                shared_somewhere |= r > sum;
+            }
+            // The graphs share memory between threads, so the test is not about sums.
+            assert!(shared_somewhere, "seed {seed}: no thread-shared release");
+        }
+    }
+
+    #[test]
+    fn choose_finds_the_smallest_set_a_brute_force_finds() {
+        let p = parse("[[permit]]\nthread = \"worker-*\"\n").unwrap();
+        let mut multi = 0;
+        for seed in 1..=6 {
+            let (g, a) = synthetic(seed, 9);
+            let ranked = candidates(&p, &g, &a, &[]);
+            let all: Vec<u32> = ranked.iter().map(|c| c.tid).collect();
+            let most = a.release(&all).unwrap();
+            // Targets from one byte to beyond everything, through every single release.
+            let mut targets: Vec<u64> = vec![1, most, most + 1, most / 2, most * 3 / 4];
+            targets.extend(ranked.iter().map(|c| c.release + 1));
+            for target in targets {
+                let expected = brute_force(&ranked, &a, target);
+                let got = choose(&ranked, &a, target);
+                match (expected, got) {
+                    (None, None) => {}
+                    (Some((size, release, user)), Some((set, r))) => {
+                        let tids: Vec<u32> = set.iter().map(|c| c.tid).collect();
+                        assert_eq!(
+                            (set.len() as u32, r),
+                            (size, release),
+                            "seed {seed}, target {target}: chose {tids:?}"
+                        );
+                        assert_eq!(r, a.release(&tids).unwrap());
+                        assert_eq!(set.iter().filter(|c| c.user).count() as u32, user);
+                        if size > 1 {
+                            multi += 1;
+                        }
+                    }
+                    (e, g) => panic!(
+                        "seed {seed}, target {target}: brute force {e:?}, choose {:?}",
+                        g.map(|(s, r)| (s.iter().map(|c| c.tid).collect::<Vec<_>>(), r))
+                    ),
+                }
+            }
+        }
+        assert!(multi > 10, "too few multi-thread sets exercised: {multi}");
+    }
+
+    #[test]
+    fn choose_prefers_the_set_whose_shared_memory_covers_the_need() {
+        // Greedy by single release would take 1 (100) and then need two more; the pair 2+3
+        // (40 + 40 alone, 200 shared between just them) frees 280 on its own.
+        let json = r#"{ "format": "heaptui-snapshot", "version": 1,
+          "objects": [
+            {"id": 1, "size": 100, "refs": []},
+            {"id": 2, "size": 40, "refs": []},
+            {"id": 3, "size": 40, "refs": []},
+            {"id": 4, "size": 200, "refs": []},
+            {"id": 5, "size": 90, "refs": []},
+            {"id": 6, "size": 90, "refs": []}
+          ],
+          "threads": [
+            {"tid": 1, "name": "r1", "frames": [{"function": "a", "kind": "user", "refs": [1]}]},
+            {"tid": 2, "name": "r2", "frames": [{"function": "b", "kind": "user", "refs": [2, 4]}]},
+            {"tid": 3, "name": "r3", "frames": [{"function": "c", "kind": "user", "refs": [3, 4]}]},
+            {"tid": 4, "name": "r4", "frames": [{"function": "d", "kind": "system", "refs": [5]}]},
+            {"tid": 5, "name": "r5", "frames": [{"function": "e", "kind": "user", "refs": [6]}]}
+          ] }"#;
+        let g = read_json(json.as_bytes()).unwrap();
+        let a = Analysis::new(&g);
+        let p = parse("[[permit]]\nthread = \"r*\"\n").unwrap();
+        let ranked = candidates(&p, &g, &a, &[]);
+        let (set, r) = choose(&ranked, &a, 250).unwrap();
+        let mut tids: Vec<u32> = set.iter().map(|c| c.tid).collect();
+        tids.sort();
+        assert_eq!((tids, r), (vec![2, 3], 280));
+        // Of the pairs covering 150, 2+3 frees the most.
+        let (set, r) = choose(&ranked, &a, 150).unwrap();
+        assert_eq!((set.len(), r), (2, 280));
+        // Without 2 and 3, 1+4 and 1+5 both free 190: 5 has user frames, 4 system only.
+        let ranked = candidates(&p, &g, &a, &[2, 3]);
+        let (set, r) = choose(&ranked, &a, 150).unwrap();
+        let mut tids: Vec<u32> = set.iter().map(|c| c.tid).collect();
+        tids.sort();
+        assert_eq!((tids, r), (vec![1, 5], 190));
     }
 }

@@ -121,8 +121,8 @@ pub fn start() {
     }
 }
 
-/// The answer to the protocol's `Policy` request. An invalid file is reported as not loaded
-/// (the protocol has no variant for it; the cancel verdicts carry the parse error).
+/// The answer to the protocol's `Policy` request: the policy in force, or the file that failed
+/// with its one-line error (every cancel is then refused).
 pub fn policy_answer() -> PolicyAnswer {
     match loaded() {
         Loaded::Valid { path, text, policy } => PolicyAnswer::Loaded {
@@ -130,7 +130,11 @@ pub fn policy_answer() -> PolicyAnswer {
             text: text.clone(),
             summary: policy.summary(),
         },
-        _ => PolicyAnswer::NotLoaded,
+        Loaded::Invalid { path, error } => PolicyAnswer::Invalid {
+            path: path.display().to_string(),
+            error: error.clone(),
+        },
+        Loaded::None => PolicyAnswer::NotLoaded,
     }
 }
 

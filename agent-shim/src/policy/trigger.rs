@@ -9,22 +9,27 @@
 //! realloc returning NULL, posix_memalign/aligned_alloc failing) grew and
 //! `on_malloc_failure` is set. The need is `live − live_bytes` (at least 1 byte, and at least
 //! `min_release`). It then takes a fresh snapshot, ranks the permitted threads and cancels
-//! the smallest set whose release meets the need, each with its own decision line; if none
-//! suffices it cancels nothing and reports a memory shortage (agent log and audit log; the
-//! protocol has no push for it). After acting it waits for the follow-up before firing
-//! again; a shortage is reported once per episode (until the trigger clears).
+//! the smallest set whose release meets the need (`decide::choose`), each with its own
+//! decision line; if none suffices it cancels nothing and reports a memory shortage (agent
+//! log and audit log). Every episode — cancelled, dry run or unresolved — is published to
+//! attached clients as a `Push::Shortage`, and every measured line as a
+//! `Push::ReleaseMeasured` (operator cancels too). After acting it waits for the follow-up
+//! before firing again; a shortage is reported once per episode (until the trigger clears).
 //!
 //! Never: runs on a hook's path; it is an agent thread (never stopped, never listed).
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use heaptui_protocol::Verdict;
+use heaptui_protocol::{
+    MeasuredRelease, Push, ShortageCause, ShortageOutcome, ShortageReport, Verdict,
+};
 use serde_json::json;
 
 use super::parse::{Policy, TriggerRule};
 use super::{Fresh, Outcome, Who, audit, cancel, decide, fresh_snapshot, record};
 use crate::registry::{counters, threads};
+use crate::server::events;
 
 /// The thread's period.
 pub const TICK: Duration = Duration::from_millis(100);
@@ -96,7 +101,31 @@ pub struct Fire {
     pub live: u64,
     pub limit: Option<u64>,
     pub malloc_failed: bool,
+    /// Allocations that failed since the previous tick.
+    pub failures: u64,
     pub need: u64,
+}
+
+impl Fire {
+    fn cause(&self) -> ShortageCause {
+        match self.limit {
+            Some(limit) if !self.malloc_failed => ShortageCause::SoftLimit { limit },
+            _ => ShortageCause::AllocationFailed {
+                failures: self.failures,
+            },
+        }
+    }
+}
+
+/// Tells attached clients about a shortage episode.
+fn publish(fire: &Fire, need: u64, outcome: ShortageOutcome) {
+    events::publish(Push::Shortage(ShortageReport {
+        unix_ms: audit::unix_ms(),
+        cause: fire.cause(),
+        live_bytes: fire.live,
+        need_bytes: need,
+        outcome,
+    }));
 }
 
 /// The trigger's state between ticks.
@@ -157,6 +186,11 @@ pub fn evaluate(rule: TriggerRule, live: u64, nulls: u64, nulls_before: u64) -> 
         live,
         limit: rule.live_bytes,
         malloc_failed,
+        failures: if malloc_failed {
+            nulls - nulls_before
+        } else {
+            0
+        },
         need: rule.live_bytes.map_or(0, |l| live.saturating_sub(l)).max(1),
     })
 }
@@ -166,6 +200,13 @@ fn autonomous(policy: &'static Policy, fire: Fire, watch: &mut Watch) {
         Ok(s) => s,
         Err(e) => {
             crate::agent_log!("memory trigger fired but no snapshot could be taken: {e}");
+            publish(
+                &fire,
+                fire.need.max(policy.min_release),
+                ShortageOutcome::Unresolved {
+                    reason: format!("no snapshot could be taken to decide on: {e}"),
+                },
+            );
             watch.quiet_until = Some(Instant::now() + FOLLOW_UP_DEADLINE);
             return;
         }
@@ -214,6 +255,7 @@ fn autonomous(policy: &'static Policy, fire: Fire, watch: &mut Watch) {
         }
         let mut ids = Vec::new();
         let mut tids = Vec::new();
+        let mut refusals = Vec::new();
         for c in &set {
             let dry = policy.dry_run;
             let mut o = Outcome {
@@ -236,11 +278,38 @@ fn autonomous(policy: &'static Policy, fire: Fire, watch: &mut Watch) {
                 Err(r) => o.verdict = Verdict::Refused(r.reason(c.tid)),
             }
             let acted = o.verdict == Verdict::Done;
+            if let Verdict::Refused(r) = &o.verdict {
+                refusals.push(r.clone());
+            }
             ids.push(record(&Who::Autonomous, c.tid, &o));
             if acted {
                 tids.push(c.tid);
             }
         }
+        let set_tids: Vec<u32> = set.iter().map(|c| c.tid).collect();
+        publish(
+            &fire,
+            target,
+            if policy.dry_run {
+                ShortageOutcome::DryRun {
+                    tids: set_tids,
+                    predicted_release: release,
+                }
+            } else if !tids.is_empty() {
+                ShortageOutcome::Cancelled {
+                    tids: tids.clone(),
+                    predicted_release: release,
+                }
+            } else {
+                // The mechanism checks passed a moment before; the threads changed since.
+                ShortageOutcome::Unresolved {
+                    reason: format!(
+                        "the chosen threads {set_tids:?} were refused: {}",
+                        refusals.join("; ")
+                    ),
+                }
+            },
+        );
         if !tids.is_empty() {
             FOLLOW_UPS
                 .lock()
@@ -296,6 +365,16 @@ fn shortage(
             ("verdict", json!("shortage")),
         ],
     );
+    publish(
+        fire,
+        target,
+        ShortageOutcome::Unresolved {
+            reason: format!(
+                "{why}: need {target} bytes, but the {} permitted thread(s) free at most {best} bytes together; nothing cancelled",
+                all.len()
+            ),
+        },
+    );
     watch.reported = true;
 }
 
@@ -346,6 +425,12 @@ fn measure_due() {
                     ("error", json!(error)),
                 ],
             );
+            events::publish(Push::ReleaseMeasured(MeasuredRelease {
+                decision: id,
+                tids: f.tids.clone(),
+                predicted: f.predicted,
+                measured,
+            }));
         }
         crate::agent_log!(
             "cancel decision(s) {:?}: predicted release {} bytes, measured {:?} bytes (heap {:?} -> {:?}), ended threads {:?}",
@@ -373,7 +458,10 @@ mod tests {
         let f = evaluate(both, 1500, 0, 0).unwrap();
         assert_eq!((f.need, f.malloc_failed), (500, false));
         let f = evaluate(both, 10, 3, 2).unwrap();
-        assert_eq!((f.need, f.malloc_failed), (1, true));
+        assert_eq!((f.need, f.malloc_failed, f.failures), (1, true, 1));
+        assert_eq!(f.cause(), ShortageCause::AllocationFailed { failures: 1 });
+        let f = evaluate(both, 1500, 7, 7).unwrap();
+        assert_eq!(f.cause(), ShortageCause::SoftLimit { limit: 1000 });
         let limit_only = TriggerRule {
             live_bytes: Some(1000),
             on_malloc_failure: false,

@@ -1,5 +1,7 @@
 //! One client connection, on its own thread: the handshake, then requests answered in order,
-//! and live counters pushed about once a second while subscribed.
+//! and live counters pushed about once a second while subscribed, with the agent's events
+//! (`events`: shortage reports, measured releases) forwarded within a [`TICK`] of being
+//! published.
 //!
 //! Bounded by design: the hello must arrive within [`HANDSHAKE_TIMEOUT`] and be at most
 //! `HANDSHAKE_MAX_FRAME_LEN` bytes; afterwards a frame that has begun must keep arriving (a
@@ -23,7 +25,7 @@ use heaptui_protocol::{
 };
 
 use super::Stream;
-use super::state;
+use super::{events, state};
 
 /// How long a client has to send its hello.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -68,6 +70,8 @@ fn run(stream: &mut Stream, peer: &str, token: &str) -> Result<(), String> {
     let mut out = Vec::new();
     let mut subscribed = false;
     let mut last_push: Option<Instant> = None;
+    // Where this connection is in the agent's events, while subscribed.
+    let mut cursor: Option<events::Cursor> = None;
     let mut last_byte = Instant::now();
     loop {
         match stream.read(&mut buf) {
@@ -102,8 +106,10 @@ fn run(stream: &mut Stream, peer: &str, token: &str) -> Result<(), String> {
                     if subscribed && last_push.is_none() {
                         // The first push follows the subscription at once.
                         last_push = Some(Instant::now() - PUSH_INTERVAL);
+                        cursor = Some(events::Cursor::now());
                     } else if !subscribed {
                         last_push = None;
+                        cursor = None;
                     }
                     send(
                         stream,
@@ -133,6 +139,20 @@ fn run(stream: &mut Stream, peer: &str, token: &str) -> Result<(), String> {
             let push = ServerMessage::Push(Push::Counters(state::live_counters()));
             send(stream, &mut out, &push)?;
             last_push = Some(Instant::now());
+        }
+        if let Some(c) = &mut cursor
+            && c.behind()
+        {
+            let (pushes, missed) = c.take();
+            if missed > 0 {
+                crate::agent_log!(
+                    "client at {peer} missed {missed} event(s): more than {} came between two of its wake-ups",
+                    events::RING
+                );
+            }
+            for push in pushes {
+                send(stream, &mut out, &ServerMessage::Push(push))?;
+            }
         }
     }
 }

@@ -5,7 +5,8 @@
 //! Owns: the listening socket (TCP on loopback unless `HEAPTUI_LISTEN_PUBLIC=1`, or a Unix
 //! socket, mode 0600, whose peers must have our uid), the token file (`token`), the accept
 //! thread and one thread per connection (`conn`), all marked as the agent's own so a capture
-//! never stops them; the kept snapshot (`state`). Plain blocking std sockets with timeouts:
+//! never stops them; the kept snapshot (`state`); the events pushed to clients (`events`).
+//! Plain blocking std sockets with timeouts:
 //! no async runtime in the target, and every byte of the server's memory comes from the
 //! agent's allocator.
 //!
@@ -15,6 +16,7 @@
 
 pub mod auto;
 pub mod conn;
+pub mod events;
 pub mod metrics;
 pub mod state;
 pub mod token;

@@ -15,7 +15,7 @@ use heaptui_agent::config::Listen;
 use heaptui_agent::server::token;
 use heaptui_protocol::handshake::client_handshake;
 use heaptui_protocol::{
-    CancelVerdict, Hello, MAX_FRAME_LEN, Page, PolicyAnswer, Request, RequestBody, RequestId,
+    CancelVerdict, Hello, MAX_FRAME_LEN, Page, PolicyAnswer, Push, Request, RequestBody, RequestId,
     Response, ServerMessage, SnapshotInfo, Sort, ThreadKey, ThreadRow, recv, send,
 };
 
@@ -214,10 +214,12 @@ impl Drop for Target {
     }
 }
 
-/// A blocking protocol client.
+/// A blocking protocol client. Pushes other than the counters that arrive while it waits are
+/// kept in `pushes`.
 pub struct Client {
     stream: UnixStream,
     next: u64,
+    pub pushes: Vec<Push>,
 }
 
 impl Client {
@@ -231,7 +233,11 @@ impl Client {
             .set_read_timeout(Some(Duration::from_secs(60)))
             .unwrap();
         client_handshake(&mut stream, &Hello::new(token.trim(), "policy-test")).expect("handshake");
-        Client { stream, next: 1 }
+        Client {
+            stream,
+            next: 1,
+            pushes: Vec::new(),
+        }
     }
 
     pub fn request(&mut self, body: RequestBody) -> Response {
@@ -240,10 +246,41 @@ impl Client {
         send(&mut self.stream, &Request { id, body }).expect("send");
         loop {
             let m: ServerMessage = recv(&mut self.stream, MAX_FRAME_LEN).expect("answer");
-            if let ServerMessage::Response { id: got, body } = m
-                && got == id
-            {
-                return *body;
+            match m {
+                ServerMessage::Response { id: got, body } if got == id => return *body,
+                ServerMessage::Push(Push::Counters(_)) => {}
+                ServerMessage::Push(p) => self.pushes.push(p),
+                _ => {}
+            }
+        }
+    }
+
+    /// Subscribes to the agent's pushes.
+    pub fn subscribe(&mut self) {
+        match self.request(RequestBody::Subscribe) {
+            Response::Subscribed { .. } => {}
+            other => panic!("subscribe answered {other:?}"),
+        }
+    }
+
+    /// Reads pushes (after [`Client::subscribe`]) until one satisfies `pred`, for at most
+    /// 30 s; returns it (it stays in `pushes` too).
+    pub fn wait_push(&mut self, what: &str, pred: impl Fn(&Push) -> bool) -> Push {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(p) = self.pushes.iter().find(|p| pred(p)) {
+                return p.clone();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no push for {what} within 30 s; got {:?}",
+                self.pushes
+            );
+            let m: ServerMessage = recv(&mut self.stream, MAX_FRAME_LEN).expect("a push");
+            match m {
+                ServerMessage::Push(Push::Counters(_)) => {}
+                ServerMessage::Push(p) => self.pushes.push(p),
+                _ => {}
             }
         }
     }

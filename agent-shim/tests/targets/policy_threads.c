@@ -9,7 +9,9 @@
  *   small     4 KiB: permitted, below any sensible min_release.
  *   short     ends when main reads "end-short" (holds nothing).
  *   grow-a    2 MiB, grow-b 6 MiB, one block each (only with the argument "grow"), 100 ms
- *             apart: for the autonomous trigger. Holders free their memory in a
+ *             apart: for the autonomous trigger. With the argument "grow-late" grow-a
+ *             starts at once and grow-b only on the stdin command "grow-b" (so a client can
+ *             subscribe to the agent's pushes first). Holders free their memory in a
  *             pthread_cleanup_push handler when cancelled.
  *
  * stdin commands: "end-short" (short ends, main joins it and prints "short ended"), "quit"
@@ -179,6 +181,7 @@ static void *shortlived(void *arg) {
 
 int main(int argc, char **argv) {
     int grow = argc > 1 && strcmp(argv[1], "grow") == 0;
+    int grow_late = argc > 1 && strcmp(argv[1], "grow-late") == 0;
     static struct holder h1 = {"holder-1", 16, 64 << 10, 0x11};
     static struct holder h2 = {"holder-2", 16, 64 << 10, 0x22};
     static struct holder sm = {"small", 1, 4096, 0x33};
@@ -193,6 +196,8 @@ int main(int argc, char **argv) {
         pthread_create(&t[n++], NULL, holder, &ga);
         nap(100);
         pthread_create(&t[n++], NULL, holder, &gb);
+    } else if (grow_late) {
+        pthread_create(&t[n++], NULL, holder, &ga);
     } else {
         pthread_create(&t[n++], NULL, runaway, NULL);
         pthread_create(&t[n++], NULL, legacy, NULL);
@@ -210,6 +215,9 @@ int main(int argc, char **argv) {
             pthread_join(sh, NULL);
             short_joined = 1;
             say("short ended");
+        } else if (grow_late && strncmp(line, "grow-b", 6) == 0) {
+            pthread_create(&t[n++], NULL, holder, &gb);
+            say("grow-b started");
         } else if (strncmp(line, "quit", 4) == 0) {
             break;
         }
