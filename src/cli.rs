@@ -64,6 +64,9 @@ pub struct SnapshotArgs {
     /// The snapshot file to write.
     #[arg(short, long, value_name = "FILE")]
     pub output: PathBuf,
+    /// Save the peak snapshot the agent keeps (HEAPTUI_AUTO_SNAPSHOT) instead of taking one.
+    #[arg(long)]
+    pub peak: bool,
     /// The agent's token file (needed for agents on other machines).
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,

@@ -94,6 +94,7 @@ fn snapshot(args: &cli::SnapshotArgs, out: &mut impl Write) -> anyhow::Result<()
         &address,
         &token_source(args.token_file.as_deref()),
         &args.output,
+        args.peak,
         out,
     )
 }

@@ -63,16 +63,47 @@ fn live_report(
     report::write(&live.graph, args, Some(timing), out)
 }
 
-/// `heaptui snapshot ADDR -o FILE`: writes the binary snapshot file (under a temporary name,
-/// then renamed, so FILE is never half written).
+/// The peak snapshot the agent keeps under its automatic rule (`HEAPTUI_AUTO_SNAPSHOT`),
+/// fetched without taking a new one.
+pub fn peak_snapshot(session: &mut Session) -> anyhow::Result<LiveSnapshot> {
+    let process = match session.request(heaptui_protocol::RequestBody::ProcessInfo)? {
+        heaptui_protocol::Response::ProcessInfo(p) => p,
+        other => anyhow::bail!(
+            "the agent answered a process-info request with {}",
+            other.kind()
+        ),
+    };
+    let Some(info) = process.peak_snapshot else {
+        if process.snapshot_rule == heaptui_protocol::SnapshotRule::Off {
+            anyhow::bail!(
+                "the agent keeps no peak snapshot: start the target with \
+                 HEAPTUI_AUTO_SNAPSHOT=tolerance:SIZE (or every:SIZE)"
+            );
+        }
+        anyhow::bail!("the agent has taken no automatic snapshot yet: try again later");
+    };
+    let file = session.snapshot_file(info.snapshot)?;
+    let graph = heaptui_analysis::snapshot::read_bytes(&file)
+        .context("the agent sent a snapshot that does not read back")?;
+    Ok(LiveSnapshot { graph, file, info })
+}
+
+/// `heaptui snapshot ADDR -o FILE [--peak]`: writes the binary snapshot file (under a
+/// temporary name, then renamed, so FILE is never half written); with `peak`, the agent's
+/// peak snapshot rather than a new one.
 pub fn snapshot(
     address: &Address,
     token: &TokenSource,
     output: &Path,
+    peak: bool,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
     let mut session = Session::connect(address, token)?;
-    let live = live_snapshot(&mut session)?;
+    let live = if peak {
+        peak_snapshot(&mut session)?
+    } else {
+        live_snapshot(&mut session)?
+    };
     let mut tmp = output.as_os_str().to_owned();
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);
