@@ -405,20 +405,16 @@ fn a_target_killed_mid_run_leaves_a_recording_that_replays() {
             charge: UnitCharge::Allocator,
         },
     );
-    eprintln!(
-        "events {} lost {} truncated {:?} bytes {}",
-        r.events,
-        r.tracker.lost(),
-        r.truncated,
-        bytes.len()
-    );
     assert!(r.events > 10_000, "only {} events", r.events);
-    // At most 64 blocks of the loop's ring are live at any time, plus the C runtime's few.
-    let c = r.tracker.counters().counters();
-    assert!(c.live_blocks <= 64 + 8, "{c:?}");
     let b = r.tracker.units().get("libb.so").expect("libb unit");
     assert!(b.malloc > 1000 && b.free > 1000 && b.realloc > 100, "{b:?}");
-    assert_eq!(r.tracker.units().unknown().frees, 0);
+    if r.tracker.lost() == 0 {
+        // Complete: at most 64 blocks of the loop's ring are live at any time, plus the C
+        // runtime's few, and every free names a recorded block.
+        let c = r.tracker.counters().counters();
+        assert!(c.live_blocks <= 64 + 8, "{c:?}");
+        assert_eq!(r.tracker.units().unknown().frees, 0);
+    }
     // A cut anywhere in the last records still replays (the reader ignores the cut tail).
     for cut in [1, 3, 7] {
         let shorter = &bytes[..bytes.len() - cut];

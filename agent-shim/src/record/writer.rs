@@ -426,3 +426,108 @@ pub fn finish() {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use heaptui_analysis::recording::replay;
+    use heaptui_analysis::views::TrackerConfig;
+
+    #[inline(never)]
+    fn allocating_function() -> u64 {
+        std::hint::black_box(allocating_function as *const () as u64)
+    }
+
+    // One test: the ring is a process-wide singleton.
+    #[test]
+    fn drained_events_replay_with_symbolized_stacks_thread_names_and_lost_events() {
+        assert!(ring::init());
+        assert!(stacks::init(16));
+        // Return addresses inside a function of this binary.
+        let pc = allocating_function() + 4;
+        let stack = stacks::intern(&[pc, pc + 1]);
+        assert_ne!(stack, 0);
+        let dir = std::env::temp_dir().join(format!("heaptui-writer-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("w.hrec");
+        let mut rec = Recorder::new(&path).unwrap();
+        let tid = sys::current_tid();
+        let events = [
+            Raw::Alloc {
+                kind: 0,
+                seq: 1,
+                addr: 0x1000,
+                size: 100,
+                stack,
+                tid,
+            },
+            Raw::Alloc {
+                kind: 1,
+                seq: 2,
+                addr: 0x2000,
+                size: 50,
+                stack: 0,
+                tid,
+            },
+            Raw::Free {
+                addr: 0x1000,
+                stack,
+                tid,
+            },
+            Raw::Realloc {
+                seq: 3,
+                old: 0x2000,
+                new: 0x3000,
+                size: 80,
+                stack,
+                tid,
+            },
+            Raw::Free {
+                addr: 0,
+                stack: 0,
+                tid,
+            },
+            Raw::Boundary {
+                last_seq: 3,
+                unix_ms: 5,
+            },
+        ];
+        for raw in events {
+            assert!(ring::push(raw));
+        }
+        // Fill the ring with empty claims, then three events do not fit: lost.
+        while ring::claim().is_some() {}
+        assert!(!ring::push(Raw::Nothing));
+        assert!(!ring::push(Raw::Nothing));
+        let lost = ring::lost();
+        assert!(lost >= 3);
+        rec.catch_up(Duration::from_secs(1));
+        assert_eq!(rec.tail, ring::head());
+        assert_eq!(rec.events, 5);
+        drop(rec);
+
+        let bytes = std::fs::read(&path).unwrap();
+        let r = replay(&bytes, TrackerConfig::default()).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(r.truncated, None);
+        let c = r.tracker.counters().counters();
+        assert_eq!(
+            (c.live_bytes, c.live_blocks, c.allocated_bytes),
+            (80, 1, 230)
+        );
+        assert_eq!(r.tracker.lost(), lost);
+        assert_eq!(r.tracker.boundaries().len(), 1);
+        assert_eq!(r.tracker.units().unknown().frees, 0);
+        let frames = r.tracker.stacks().frame_names(0);
+        assert_eq!(frames.len(), 2);
+        assert!(frames[0].contains("allocating_function"), "{frames:?}");
+        let mut comm = [0u8; 32];
+        let n = sys::thread_comm(tid, &mut comm);
+        assert_eq!(
+            r.tracker.thread_name(tid),
+            Some(String::from_utf8_lossy(&comm[..n]).as_ref())
+        );
+        assert!(r.tracker.modules().count() > 1);
+        assert!(r.tracker.recorded_counters().is_some());
+    }
+}

@@ -36,6 +36,8 @@ int main(int argc, char **argv) {
             free_b(ring[slot]);
             ring[slot] = func_0(16 + i % 200, (int)(i & 1));
             if (i % 7 == 0) ring[slot] = realloc_b(ring[slot], 300);
+            /* Paced, so that a loaded test machine's writer keeps up. */
+            if (i % 1024 == 0) usleep(100);
         }
     }
     void *first = func_0(100, 0);  /* malloc 100 in liba */
