@@ -15,8 +15,10 @@
 //! ([`snapshot_boundary`]) and, when the ring was full, a running count of lost events.
 //! A recording with a `Lost` record is incomplete (`Tracker::lost` > 0): its figures are a
 //! lower bound, and frees of blocks whose allocation was lost show as unknown pointers.
-//! Blocks allocated before the agent's constructor, and the libc calls of the agent's own
-//! threads, are not recorded (frees of the former show as unknown pointers).
+//! `%p` in FILE stands for the process id (with `HEAPTUI_FOLLOW_EXEC=1`, each exec'd program
+//! then writes its own file). Blocks allocated before the agent's constructor, and the libc
+//! calls of the agent's own threads, are not recorded (frees of the former show as unknown
+//! pointers).
 //!
 //! Survives a crash: the file is written record by record and flushed after every drain, so
 //! a target killed at any moment leaves a file whose cut tail the reader ignores; what the
@@ -40,6 +42,9 @@ pub mod ring;
 pub mod units;
 pub mod writer;
 
+use std::ffi::OsString;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::registry::blocks;
@@ -173,9 +178,11 @@ pub fn snapshot_boundary(last_seq: u64, unix_ms: u64) {
 /// the writer thread. Called once from the agent's constructor; any failure is one line on
 /// stderr and the program runs on unrecorded.
 pub fn start() {
-    let Some(path) = crate::config::config().record_path.clone() else {
+    let Some(path) = crate::config::config().record_path.as_deref() else {
         return;
     };
+    // SAFETY: getpid cannot fail.
+    let path = with_pid(path, unsafe { libc::getpid() } as u32);
     let refused = |why: String| {
         crate::log::to_stderr(format_args!(
             "HEAPTUI_RECORD={}: {why}; the program runs on without a recording",
@@ -197,6 +204,21 @@ pub fn start() {
     crate::agent_log!("recording events to {}", path.display());
 }
 
+/// `path` with every `%p` replaced by `pid`: with `HEAPTUI_FOLLOW_EXEC=1` each program the
+/// target execs loads the agent again, and would otherwise truncate the same file.
+pub fn with_pid(path: &Path, pid: u32) -> PathBuf {
+    let bytes = path.as_os_str().as_bytes();
+    let mut out = Vec::with_capacity(bytes.len() + 8);
+    let mut rest = bytes;
+    while let Some(at) = rest.windows(2).position(|w| w == b"%p") {
+        out.extend_from_slice(&rest[..at]);
+        out.extend_from_slice(pid.to_string().as_bytes());
+        rest = &rest[at + 2..];
+    }
+    out.extend_from_slice(rest);
+    PathBuf::from(OsString::from_vec(out))
+}
+
 /// A fork child has no writer thread and must not write its parent's file: it records
 /// nothing.
 extern "C" fn in_fork_child() {
@@ -207,5 +229,23 @@ extern "C" fn in_fork_child() {
 pub fn at_exit() {
     if enabled() {
         writer::finish();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percent_p_in_the_path_is_the_pid() {
+        assert_eq!(
+            with_pid(Path::new("/tmp/run.%p.hrec"), 42),
+            Path::new("/tmp/run.42.hrec")
+        );
+        assert_eq!(with_pid(Path::new("%p%p"), 7), Path::new("77"));
+        assert_eq!(
+            with_pid(Path::new("/tmp/plain"), 7),
+            Path::new("/tmp/plain")
+        );
     }
 }

@@ -64,7 +64,9 @@ pub struct Recorder {
     threads: HashMap<u32, String>,
     tail: u64,
     lost_written: u64,
+    /// The clock reading written last, and the one taken at the start of this drain.
     clock_ms: u64,
+    now_ms: u64,
     last_counters: Option<Instant>,
     /// Heap events (allocations, frees, reallocs) written.
     events: u64,
@@ -98,6 +100,7 @@ impl Recorder {
             tail: ring::head(),
             lost_written: ring::lost(),
             clock_ms: 0,
+            now_ms: 0,
             last_counters: None,
             events: 0,
         };
@@ -214,6 +217,21 @@ impl Recorder {
         self.threads.insert(tid, name);
     }
 
+    /// What every heap event needs first: the clock, if it moved since the last one
+    /// written (an idle target's recording does not grow), its thread's name at first
+    /// sight, and its stack's recording id.
+    fn heap_event(&mut self, tid: u32, stack: u32) -> StackId {
+        if self.now_ms != self.clock_ms {
+            self.clock_ms = self.now_ms;
+            self.emit(Event::Clock {
+                unix_ms: self.now_ms,
+            });
+        }
+        self.thread(tid);
+        self.events += 1;
+        self.stack(stack)
+    }
+
     fn apply(&mut self, raw: Raw) {
         match raw {
             Raw::Alloc {
@@ -224,14 +242,12 @@ impl Recorder {
                 stack,
                 tid,
             } => {
-                self.thread(tid);
-                let stack = self.stack(stack);
+                let stack = self.heap_event(tid, stack);
                 let kind = match kind {
                     1 => AllocKind::Calloc,
                     2 => AllocKind::Memalign,
                     _ => AllocKind::Malloc,
                 };
-                self.events += 1;
                 self.emit(Event::Alloc {
                     kind,
                     seq,
@@ -242,9 +258,7 @@ impl Recorder {
                 });
             }
             Raw::Free { addr, stack, tid } => {
-                self.thread(tid);
-                let stack = self.stack(stack);
-                self.events += 1;
+                let stack = self.heap_event(tid, stack);
                 self.emit(Event::Free { addr, stack, tid });
             }
             Raw::Realloc {
@@ -255,9 +269,7 @@ impl Recorder {
                 stack,
                 tid,
             } => {
-                self.thread(tid);
-                let stack = self.stack(stack);
-                self.events += 1;
+                let stack = self.heap_event(tid, stack);
                 self.emit(Event::Realloc {
                     seq,
                     old_addr: old,
@@ -274,14 +286,10 @@ impl Recorder {
         }
     }
 
-    /// Takes what the ring holds (up to a batch), with a clock reading first, and the
-    /// counters and thread names when they are due; then flushes.
+    /// Takes what the ring holds (up to a batch), and the counters and thread names when
+    /// they are due; then flushes.
     fn drain(&mut self) -> usize {
-        let now = unix_ms();
-        if now != self.clock_ms {
-            self.clock_ms = now;
-            self.emit(Event::Clock { unix_ms: now });
-        }
+        self.now_ms = unix_ms();
         let mut n = 0;
         while n < DRAIN_BATCH {
             let Some(raw) = ring::pop(&mut self.tail) else {
@@ -342,7 +350,7 @@ impl Recorder {
             live_blocks: c.live_blocks,
             allocated_bytes: c.allocated_bytes,
             peak_live_bytes: c.peak_live_bytes,
-            unix_ms: self.clock_ms,
+            unix_ms: unix_ms(),
         }));
     }
 
@@ -518,6 +526,10 @@ mod tests {
         assert_eq!(r.tracker.lost(), lost);
         assert_eq!(r.tracker.boundaries().len(), 1);
         assert_eq!(r.tracker.units().unknown().frees, 0);
+        // Stamped with the wall clock of the drain that wrote it.
+        let (addr, block) = r.tracker.live_blocks().next().unwrap();
+        assert_eq!((addr, block.seq), (0x3000, 3));
+        assert!(block.unix_ms > 1_700_000_000_000, "{block:?}");
         let frames = r.tracker.stacks().frame_names(0);
         assert_eq!(frames.len(), 2);
         assert!(frames[0].contains("allocating_function"), "{frames:?}");
