@@ -6,7 +6,10 @@
 //!
 //! The tracker computes the units under every configuration a client can ask for
 //! ([`unit_configs`]), so any query is answered from it. It runs on the requesting server
-//! thread, never in a hook, and reads the file in bounded chunks.
+//! thread, never in a hook, and reads the file in bounded chunks. The first request after a
+//! long unobserved run pays for the whole file once (a replay runs at roughly a million
+//! events per second per unit configuration computed; BENCHMARKS.md "Views"); later ones
+//! only for what was written since.
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
