@@ -211,6 +211,16 @@ fn scrape(addr: &str, accept: &str) -> (String, String, BTreeMap<String, f64>) {
     (status, body.to_string(), samples)
 }
 
+/// The status line the endpoint answers `request_line` with.
+fn status_of(addr: &str, request_line: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "{request_line}\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    text.lines().next().unwrap_or("").to_string()
+}
+
 #[test]
 fn automatic_snapshots_keep_the_peak_and_metrics_show_it() {
     let dir = TempDir::new("views-peak");
@@ -349,6 +359,20 @@ fn automatic_snapshots_keep_the_peak_and_metrics_show_it() {
     let (_, om, _) = scrape(&metrics, "application/openmetrics-text; version=1.0.0");
     assert!(om.ends_with("# EOF\n"), "{om}");
     assert!(om.contains("# TYPE heaptui_allocated_bytes counter"));
+    assert_eq!(
+        status_of(&metrics, "GET /elsewhere HTTP/1.1"),
+        "HTTP/1.1 404 Not Found"
+    );
+    assert_eq!(
+        status_of(&metrics, "POST /metrics HTTP/1.1"),
+        "HTTP/1.1 405 Method Not Allowed"
+    );
+    // A client that never finishes its request does not keep the endpoint from the next.
+    let stalled = TcpStream::connect(&metrics).unwrap();
+    (&stalled).write_all(b"GET /metr").unwrap();
+    let (status, _, _) = scrape(&metrics, "text/plain");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    drop(stalled);
     t.quit();
 }
 

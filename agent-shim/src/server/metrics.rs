@@ -6,8 +6,8 @@
 //! Owns its listening socket (loopback unless `HEAPTUI_LISTEN_PUBLIC=1`, checked in
 //! `config`) and one agent thread, `heaptui-metrics`, that serves one scrape at a time with a
 //! minimal HTTP/1.1 (one request per connection, `Connection: close`): a scrape is a few
-//! kilobytes once every few seconds. Reads and writes time out after [`IO_TIMEOUT`], so a
-//! stalled scraper holds the next one up for at most that long.
+//! kilobytes once every few seconds. The request must arrive within [`IO_TIMEOUT`] and each
+//! write completes within it, so a stalled scraper holds the next one up for about that long.
 //!
 //! Never: take a snapshot (the per-thread figures are those of the latest one, labelled with
 //! its id), stop the program when the port is taken (one line on stderr, no endpoint), or
@@ -87,9 +87,18 @@ fn scrape(mut s: TcpStream) -> io::Result<()> {
     s.set_write_timeout(Some(IO_TIMEOUT))?;
     let mut head = Vec::with_capacity(1024);
     let mut buf = [0u8; 1024];
+    // The whole request within IO_TIMEOUT, not each read: a scraper trickling a byte at a
+    // time would otherwise hold the endpoint indefinitely.
+    let started = Instant::now();
     while !head.windows(4).any(|w| w == b"\r\n\r\n") {
         if head.len() > MAX_HEAD {
             return respond(&mut s, "431 Request Header Fields Too Large", TEXT, "");
+        }
+        if started.elapsed() >= IO_TIMEOUT {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the request did not arrive within the timeout",
+            ));
         }
         let n = s.read(&mut buf)?;
         if n == 0 {
