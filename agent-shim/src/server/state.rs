@@ -211,8 +211,10 @@ fn take_locked(cause: Cause) -> Result<SnapshotInfo, String> {
         encoded: OnceLock::new(),
     });
     TAKEN[cause as usize].fetch_add(1, Ordering::Relaxed);
-    let higher = auto::snapshot_taken(allocated_before, kept.heap_bytes());
-    let old_peak = if higher && config().auto_snapshot != SnapshotRule::Off {
+    // Every snapshot restarts the rule; only with a rule on is a peak snapshot kept.
+    let higher = auto::snapshot_taken(allocated_before, kept.heap_bytes())
+        && config().auto_snapshot != SnapshotRule::Off;
+    let old_peak = if higher {
         PEAK.lock()
             .unwrap_or_else(|e| e.into_inner())
             .replace(kept.clone())
@@ -236,7 +238,7 @@ fn take_locked(cause: Cause) -> Result<SnapshotInfo, String> {
         info.capture_us as f64 / 1e3,
         info.analysis_us as f64 / 1e3,
         info.held_bytes,
-        if higher { "; the peak so far" } else { "" }
+        if higher { "; kept as the peak" } else { "" }
     );
     Ok(info)
 }
