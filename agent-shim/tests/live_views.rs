@@ -7,135 +7,16 @@ mod common;
 mod policy_support;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{TempDir, agent_path, compile_c, run_preloaded};
+use common::{TempDir, compile_c, run_preloaded};
 use heaptui_protocol::{
     AgeScope, Direction, GrowthPage, ObjectKey, Page, ProcessInfo, RequestBody, Response,
     SnapshotId, SnapshotRule, Sort,
 };
-use policy_support::Client;
-
-/// A target started under the agent with extra variables; stdout followed, stdin a command
-/// channel.
-struct Target {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: Arc<Mutex<Vec<String>>>,
-    socket: PathBuf,
-    log: PathBuf,
-    stderr: PathBuf,
-}
-
-impl Target {
-    fn start(dir: &TempDir, exe: &Path, env: &[(&str, &str)]) -> Target {
-        let socket = dir.path().join("agent.sock");
-        let log = dir.path().join("agent.log");
-        let stderr = dir.path().join("stderr.txt");
-        let mut cmd = Command::new(exe);
-        cmd.env("LD_PRELOAD", agent_path())
-            .env("HEAPTUI_LOG", &log)
-            .env("HEAPTUI_LISTEN", format!("unix:{}", socket.display()))
-            .env_remove("HEAPTUI_POLICY")
-            .env_remove("HEAPTUI_AUTO_SNAPSHOT")
-            .env_remove("HEAPTUI_METRICS")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&stderr).unwrap());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().expect("start target");
-        let stdout = child.stdout.take().unwrap();
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let sink = lines.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                sink.lock().unwrap().push(line);
-            }
-        });
-        let stdin = child.stdin.take();
-        let t = Target {
-            child,
-            stdin,
-            lines,
-            socket,
-            log,
-            stderr,
-        };
-        t.wait_line("ready");
-        t
-    }
-
-    fn wait_line(&self, prefix: &str) -> String {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(l) = self
-                .lines
-                .lock()
-                .unwrap()
-                .iter()
-                .find(|l| l.starts_with(prefix))
-            {
-                return l.clone();
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no line {prefix:?} from the target; stdout {:?}\nlog:\n{}",
-                self.lines.lock().unwrap(),
-                self.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    fn command(&mut self, text: &str) {
-        let stdin = self.stdin.as_mut().expect("stdin open");
-        writeln!(stdin, "{text}").unwrap();
-        stdin.flush().unwrap();
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn client(&self) -> Client {
-        Client::connect(&self.socket)
-    }
-
-    fn quit(mut self) {
-        self.command("quit");
-        drop(self.stdin.take());
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let status = loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                break s;
-            }
-            assert!(Instant::now() < deadline, "target did not exit after quit");
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        assert!(
-            status.success(),
-            "target exited with {status}; stderr {}",
-            std::fs::read_to_string(&self.stderr).unwrap_or_default()
-        );
-    }
-}
-
-impl Drop for Target {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
+use policy_support::{Client, Target};
 
 fn process_info(c: &mut Client) -> ProcessInfo {
     match c.request(RequestBody::ProcessInfo) {
@@ -227,15 +108,17 @@ fn automatic_snapshots_keep_the_peak_and_metrics_show_it() {
     let exe = compile_c(&dir, "peak", PEAK_C, &[]);
     // 1.1 MiB: 4.4 steps, so the rule fires every fifth step while rising.
     let tolerance = 1_153_434u64;
-    let mut t = Target::start(
+    let mut t = Target::start_with(
         &dir,
         &exe,
+        &[],
+        None,
         &[
             ("HEAPTUI_AUTO_SNAPSHOT", "tolerance:1153434"),
             ("HEAPTUI_METRICS", "127.0.0.1:0"),
         ],
     );
-    let log = t.log_text();
+    let log = t.agent_log();
     let metrics = log
         .lines()
         .find_map(|l| l.split_once("metrics on http://").map(|(_, r)| r))
@@ -263,7 +146,7 @@ fn automatic_snapshots_keep_the_peak_and_metrics_show_it() {
     assert!(
         bytes + tolerance >= true_peak,
         "peak snapshot {bytes} more than {tolerance} below the true peak {true_peak}\n{}",
-        t.log_text()
+        t.agent_log()
     );
 
     t.wait_line("done");
@@ -375,7 +258,7 @@ fn automatic_snapshots_keep_the_peak_and_metrics_show_it() {
     let (status, _, _) = scrape(&metrics, "text/plain");
     assert_eq!(status, "HTTP/1.1 200 OK");
     drop(stalled);
-    t.quit();
+    let _ = t.quit();
 }
 
 /// Fetches a kept snapshot's file chunk by chunk.
@@ -439,7 +322,7 @@ fn growth(c: &mut Client) -> GrowthPage {
 fn growth_flags_the_growing_site_and_ages_count_snapshots() {
     let dir = TempDir::new("views-growth");
     let exe = compile_c(&dir, "growth", GROWTH_C, &[]);
-    let mut t = Target::start(&dir, &exe, &[]);
+    let mut t = Target::start(&dir, &exe, &[], None);
     let mut c = t.client();
     assert_eq!(growth(&mut c).snapshots, 0);
     for n in 1..=3 {
@@ -513,7 +396,7 @@ fn growth_flags_the_growing_site_and_ages_count_snapshots() {
     let p = process_info(&mut c);
     assert_eq!(p.snapshot_rule, SnapshotRule::Off);
     assert!(p.peak_snapshot.is_none());
-    t.quit();
+    let _ = t.quit();
 }
 
 #[test]

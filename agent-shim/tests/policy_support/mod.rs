@@ -37,6 +37,17 @@ pub struct Target {
 impl Target {
     /// Starts `exe args` with the agent, `policy` (None: no HEAPTUI_POLICY) and an audit log.
     pub fn start(dir: &TempDir, exe: &Path, args: &[&str], policy: Option<&str>) -> Target {
+        Target::start_with(dir, exe, args, policy, &[])
+    }
+
+    /// [`Target::start`] with more variables (`HEAPTUI_AUTO_SNAPSHOT`, `HEAPTUI_METRICS`…).
+    pub fn start_with(
+        dir: &TempDir,
+        exe: &Path,
+        args: &[&str],
+        policy: Option<&str>,
+        env: &[(&str, &str)],
+    ) -> Target {
         let socket = dir.path().join("agent.sock");
         let log = dir.path().join("agent.log");
         let audit = dir.path().join("audit.jsonl");
@@ -52,6 +63,9 @@ impl Target {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&stderr_path).unwrap());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
         if let Some(text) = policy {
             let path = dir.path().join("policy.toml");
             std::fs::write(&path, text).unwrap();
