@@ -7,10 +7,22 @@
 //! `free(NULL)`, unknown pointers, untracked blocks) use shared atomics. [`counters`] sums
 //! them on read.
 //!
-//! Peak: live bytes are kept in one global atomic updated with `fetch_add` by every hook that
-//! changes them; the returned new value is compared with the peak (`fetch_max` only when it
-//! is higher). So the peak is exactly the maximum the live-bytes counter ever held in the
-//! order of its atomic updates — not an estimate from sampled sums.
+//! Live bytes are exact: each shard's allocated minus freed bytes, summed on read (like the
+//! live blocks).
+//!
+//! Peak: each shard publishes its live bytes into one global atomic ([`ShardStats::settle`],
+//! under the shard lock) once they moved by at least the shard's *quantum* since it last did,
+//! and the peak is the highest value that global total ever held (`fetch_add`, then
+//! `fetch_max` only when higher), raised on read to the exact live bytes if those are higher.
+//! A quantum is 0 while the published total is below 1 MiB — every change is published and
+//! the peak is exact, as it was when every hook updated the global counter — and 1/4096 of
+//! the published total above that. So the global total is off the true live bytes by less
+//! than 64 quanta (one per shard), and the peak is within that of the true maximum: less
+//! than 1/64 (1.6%) of the live bytes around the peak, never more than the true peak plus
+//! that. Why not exact at any size: every hook would then need a read-modify-write on one
+//! shared cache line (measured at about 10% of the stacks-off overhead on the stress
+//! benchmark, with 4 threads on 2 cores); with the quantum, the stress workload publishes
+//! about once per ten calls.
 //! Never allocates, locks or prints: hooks call into this module.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -43,6 +55,10 @@ pub struct ShardStats {
     freed_bytes: AtomicU64,
     blocks_in: AtomicU64,
     blocks_out: AtomicU64,
+    /// The live bytes (allocated − freed) this shard last published into [`PUBLISHED`].
+    published: AtomicI64,
+    /// How far its live bytes may move before it publishes them again (see the module docs).
+    quantum: AtomicI64,
 }
 
 #[inline]
@@ -62,7 +78,37 @@ impl ShardStats {
             freed_bytes: AtomicU64::new(0),
             blocks_in: AtomicU64::new(0),
             blocks_out: AtomicU64::new(0),
+            published: AtomicI64::new(0),
+            quantum: AtomicI64::new(0),
         }
+    }
+
+    /// Publishes this shard's live bytes into the global total when they moved by at least
+    /// the quantum since the last time, and raises the peak. Caller holds the shard lock
+    /// (after its `tracked`/`released` calls).
+    #[inline]
+    pub fn settle(&self) {
+        let live = self
+            .allocated_bytes
+            .load(Ordering::Relaxed)
+            .wrapping_sub(self.freed_bytes.load(Ordering::Relaxed)) as i64;
+        let delta = live.wrapping_sub(self.published.load(Ordering::Relaxed));
+        if delta == 0 || delta.unsigned_abs() < self.quantum.load(Ordering::Relaxed) as u64 {
+            return;
+        }
+        self.published.store(live, Ordering::Relaxed);
+        let now = PUBLISHED
+            .fetch_add(delta, Ordering::Relaxed)
+            .wrapping_add(delta);
+        if delta > 0 && now > PEAK_BYTES.load(Ordering::Relaxed) {
+            PEAK_BYTES.fetch_max(now, Ordering::Relaxed);
+        }
+        let quantum = if now < EXACT_BELOW {
+            0
+        } else {
+            now >> QUANTUM_SHIFT
+        };
+        self.quantum.store(quantum, Ordering::Relaxed);
     }
 
     /// A block entered the table. Caller holds the shard lock.
@@ -133,8 +179,13 @@ static AGENT_BYTES_IN: AtomicU64 = AtomicU64::new(0);
 static AGENT_BYTES_OUT: AtomicU64 = AtomicU64::new(0);
 static AGENT_BLOCKS_IN: AtomicU64 = AtomicU64::new(0);
 static AGENT_BLOCKS_OUT: AtomicU64 = AtomicU64::new(0);
-static LIVE_BYTES: CacheLine<AtomicI64> = CacheLine(AtomicI64::new(0));
+/// The sum of what the shards published of their live bytes (see [`ShardStats::settle`]).
+static PUBLISHED: CacheLine<AtomicI64> = CacheLine(AtomicI64::new(0));
 static PEAK_BYTES: CacheLine<AtomicI64> = CacheLine(AtomicI64::new(0));
+/// Below this published total every change is published (an exact peak).
+const EXACT_BELOW: i64 = 1 << 20;
+/// Above it, a shard's quantum is the published total over 2^12.
+const QUANTUM_SHIFT: u32 = 12;
 
 #[inline]
 pub fn count_rare(what: Rare) {
@@ -165,18 +216,6 @@ pub fn agent_block_in(size: u64) {
 pub fn agent_block_out(size: u64) {
     AGENT_BYTES_OUT.fetch_add(size, Ordering::Relaxed);
     AGENT_BLOCKS_OUT.fetch_add(1, Ordering::Relaxed);
-}
-
-/// Adds `delta` to the live bytes and raises the peak if the new value exceeds it.
-#[inline]
-pub fn add_live(delta: i64) {
-    if delta == 0 {
-        return;
-    }
-    let now = LIVE_BYTES.fetch_add(delta, Ordering::Relaxed) + delta;
-    if delta > 0 && now > PEAK_BYTES.load(Ordering::Relaxed) {
-        PEAK_BYTES.fetch_max(now, Ordering::Relaxed);
-    }
 }
 
 /// A snapshot of every counter.
@@ -240,8 +279,8 @@ pub fn counters() -> Counters {
     c.agent.freed_bytes = AGENT_BYTES_OUT.load(Ordering::Relaxed);
     c.agent.blocks_in = AGENT_BLOCKS_IN.load(Ordering::Relaxed);
     c.agent.blocks_out = AGENT_BLOCKS_OUT.load(Ordering::Relaxed);
-    c.live_bytes = LIVE_BYTES.load(Ordering::Relaxed).max(0) as u64;
-    c.peak_live_bytes = PEAK_BYTES.load(Ordering::Relaxed).max(0) as u64;
+    c.live_bytes = (c.allocated_bytes.wrapping_sub(c.freed_bytes) as i64).max(0) as u64;
+    c.peak_live_bytes = (PEAK_BYTES.load(Ordering::Relaxed).max(0) as u64).max(c.live_bytes);
     c
 }
 
