@@ -35,9 +35,18 @@
 //! `semtimedop`, `io_getevents`, `epoll_pwait2` — and any call a program or runtime makes with
 //! a raw `syscall(2)` (Go's, for one), which no interposition can see.
 //!
-//! Residual race, accepted: a program signal delivered in the same instant, just before the
-//! stop signal (both pending when the call was interrupted), is indistinguishable from the
-//! stop alone: the program's handler runs, but the call goes on to its timeout.
+//! Residual race, accepted: when a program signal and the stop signal are both pending as the
+//! call is cut short, the kernel sets up both handler frames before returning to user space:
+//! the signal dequeued first gets the outer frame, runs last, and sees the call's `EINTR` in
+//! its context; the other runs first and sees the outer handler's entry. With a standard
+//! program signal (dequeued before any real-time one) the stop handler is the inner one,
+//! marks nothing, and the `EINTR` is returned as it should. But a program real-time signal
+//! numbered above the stop signal is dequeued after it: its handler runs first, and the stop
+//! handler then finds the bare `EINTR`; the call goes on to its timeout although the
+//! program's handler ran. The same holds when the stop signal lands in the few instructions
+//! between the system call's return (after a program handler) and the wrapper's check. Closing it would mean wrapping every handler the program
+//! installs (as `signals::chain` does for `SIGUSR2`, which is therefore covered); the window is
+//! a few instructions wide, so the agent does not.
 //!
 //! The wrappers use the "C-unwind" ABI, because every one of these functions is a
 //! cancellation point: `pthread_cancel` unwinds through them. They hold nothing with drop glue,

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Stop-the-world with threads that cannot be stopped, and the cost of the blocking-call
+# wrappers (agent-shim/src/signals, capture/stop.rs).
+#
+#   bash bench/signals.sh
+#
+# 1. The target of the agent's test (agent-shim/tests/targets/unstoppable.c): snapshot 1 with
+#    a thread that blocked every signal with the raw system call; snapshot 2 with a vfork
+#    parent seen for the first time (waited the full 1 s deadline); snapshot 3 with the same
+#    vfork parent again. pause_ms from the agent's log.
+# 2. bench/signals_overhead.c bare and preloaded: ns per poll(NULL, 0, 0) and per select with
+#    a zero timeout (each a real system call), best of 5 runs of 1M calls.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release -q -p heaptui-agent
+AGENT="$PWD/target/release/libheaptui_agent.so"
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+cat agent-shim/tests/targets/sync.h agent-shim/tests/targets/unstoppable.c >"$WORK/unstoppable.c"
+gcc -O1 -pthread "$WORK/unstoppable.c" -o "$WORK/unstoppable"
+gcc -O2 bench/signals_overhead.c -o "$WORK/overhead"
+
+HEAPTUI_DUMP="$WORK/snap" HEAPTUI_LOG="$WORK/agent.log" HEAPTUI_LISTEN="unix:$WORK/agent.sock" \
+    LD_PRELOAD="$AGENT" "$WORK/unstoppable" >/dev/null
+printf '| snapshot | threads that cannot be stopped | pause ms |\n|---:|---|---:|\n'
+for n in 1 2 3; do
+    pause=$(grep -m1 "\.$n\.hsnap:" "$WORK/agent.log" | sed -n 's/.*pause_ms=\([0-9.]*\).*/\1/p')
+    case $n in
+    1) what="stop signal blocked" ;;
+    2) what="stop signal blocked; vfork parent (first time)" ;;
+    3) what="stop signal blocked; vfork parent (again)" ;;
+    esac
+    printf '| %s | %s | %s |\n' "$n" "$what" "$pause"
+done
+
+best() {
+    local key=$1 mode=$2 best=
+    for _ in 1 2 3 4 5; do
+        if [[ $mode == bare ]]; then out=$("$WORK/overhead" 1000000)
+        else out=$(LD_PRELOAD="$AGENT" HEAPTUI_LOG="$WORK/o.log" HEAPTUI_LISTEN="unix:$WORK/o.sock" \
+            "$WORK/overhead" 1000000); fi
+        v=$(sed -n "s/.*$key=\([0-9.]*\).*/\1/p" <<<"$out")
+        if [[ -z $best ]] || awk -v a="$v" -v b="$best" 'BEGIN { exit !(a < b) }'; then best=$v; fi
+    done
+    echo "$best"
+}
+printf '\n| call | bare ns | under the agent ns |\n|---|---:|---:|\n'
+for key in poll_ns select_ns; do
+    printf '| %s | %s | %s |\n' "${key%_ns}" "$(best "$key" bare)" "$(best "$key" agent)"
+done
