@@ -265,3 +265,33 @@ fn fork_children_under_the_dump_trigger_work_alone_and_are_never_stuck() {
         );
     }
 }
+
+#[test]
+fn the_stop_signal_survives_a_program_that_resets_or_takes_its_number() {
+    let dir = TempDir::new("sig-stopnum");
+    let exe = c_target(&dir, "stopnum", include_str!("targets/stopnum.c"));
+    let run = run_dumping(&dir, &exe);
+    assert_eq!(
+        run.stdout,
+        "alive after resetting all signals\n\
+         old was default: 1, reads back: 1\n\
+         own handler: 1\n\
+         after a snapshot: 1\n",
+        "stderr:\n{}\nlog:\n{}",
+        run.stderr,
+        run.log
+    );
+    assert_eq!(run.code, Some(0));
+    for n in [1, 2] {
+        let graph = read_snapshot(dir.path(), n);
+        assert_eq!(graph.threads.len(), 2, "snapshot {n}");
+        for t in &graph.threads {
+            assert_eq!(
+                t.state,
+                ThreadState::Stopped,
+                "snapshot {n}, thread {}",
+                t.tid
+            );
+        }
+    }
+}

@@ -23,6 +23,11 @@
 //! the thread's blocking call (and whether a program signal was handled on top of it), so the
 //! wrapped `nanosleep`, `poll`, … carry on as if nothing happened.
 //!
+//! The signal is queued with `rt_tgsigqueueinfo` and a value of the agent's own, so the
+//! handler tells the agent's stops from the same number sent by the program, whose own
+//! handler for it (kept by `signals::chain`, which also keeps a program's `SIG_DFL` for it
+//! from ever reaching the kernel) then runs instead.
+//!
 //! Must never: allocate with libc, take a lock, or use stdio in the handler or while the world
 //! is stopped; wait on any thread without a deadline; free the slot table while a handler may
 //! still touch it.
@@ -109,10 +114,75 @@ fn gettid() -> u32 {
     unsafe { libc::syscall(libc::SYS_gettid) as u32 }
 }
 
-extern "C" fn handler(_sig: libc::c_int, _info: *mut libc::siginfo_t, uctx: *mut libc::c_void) {
+/// The `siginfo_t` the agent queues with its stop signal (`rt_tgsigqueueinfo`, `SI_QUEUE`):
+/// the value says it is the agent's, so the same number sent by the program reaches the
+/// program's own handler instead.
+#[repr(C)]
+struct StopInfo {
+    signo: libc::c_int,
+    errno: libc::c_int,
+    code: libc::c_int,
+    _pad: libc::c_int,
+    pid: libc::pid_t,
+    uid: libc::uid_t,
+    value: u64,
+    _rest: [u64; 12],
+}
+
+const _: () = assert!(std::mem::size_of::<StopInfo>() == std::mem::size_of::<libc::siginfo_t>());
+
+/// "heaptui" and a version byte.
+const COOKIE: u64 = 0x6865_6170_7475_6901;
+
+fn from_agent(info: *const libc::siginfo_t) -> bool {
+    if info.is_null() {
+        return false;
+    }
+    // SAFETY: the kernel's siginfo_t, read through a layout of the same size whose fields
+    // are those of the SI_QUEUE member of its union.
+    let q = unsafe { &*(info as *const StopInfo) };
+    // SAFETY: getpid is async-signal-safe and cannot fail.
+    let me = unsafe { libc::getpid() };
+    q.code == libc::SI_QUEUE && q.value == COOKIE && q.pid == me
+}
+
+/// Queues the stop signal to thread `tid` of process `pid`; false when the thread is gone.
+fn send_stop(pid: libc::pid_t, tid: u32, sig: libc::c_int) -> bool {
+    let info = StopInfo {
+        signo: sig,
+        errno: 0,
+        code: libc::SI_QUEUE,
+        _pad: 0,
+        pid,
+        // SAFETY: getuid cannot fail.
+        uid: unsafe { libc::getuid() },
+        value: COOKIE,
+        _rest: [0; 12],
+    };
+    // SAFETY: rt_tgsigqueueinfo to a thread of our own process (so SI_QUEUE is allowed) with
+    // a siginfo of the kernel's size.
+    unsafe {
+        libc::syscall(
+            libc::SYS_rt_tgsigqueueinfo,
+            pid,
+            tid as libc::pid_t,
+            sig,
+            &info as *const StopInfo,
+        ) == 0
+    }
+}
+
+extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, uctx: *mut libc::c_void) {
     // SAFETY: errno is thread-local and always addressable; restored before returning so the
     // interrupted code never sees our syscalls' errors.
     let saved_errno = unsafe { *libc::__errno_location() };
+    if !from_agent(info) {
+        // The program's use of this signal number, run as the program asked.
+        // SAFETY: as above.
+        unsafe { *libc::__errno_location() = saved_errno };
+        chain::program_stop_signal(sig, info, uctx);
+        return;
+    }
     // Whatever the table says, this signal is the agent's: a blocking call it cut short is
     // resumed by its wrapper (signals::blocking).
     blocking::agent_signal_arrived(uctx);
@@ -198,9 +268,15 @@ pub fn install() -> std::io::Result<()> {
     sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
     // SAFETY: `sa.sa_mask` is a valid sigset_t.
     unsafe { libc::sigemptyset(&mut sa.sa_mask) };
-    // SAFETY: installs a handler for our own real-time signal; `sa` is valid.
-    if unsafe { chain::real_sigaction(stop_signal(), &sa, std::ptr::null_mut()) } != 0 {
+    // SAFETY: a zeroed sigaction is valid output space.
+    let mut inherited: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: installs a handler for our own real-time signal; `sa` is valid, `inherited`
+    // receives what was there.
+    if unsafe { chain::real_sigaction(stop_signal(), &sa, &mut inherited) } != 0 {
         return Err(std::io::Error::last_os_error());
+    }
+    if inherited.sa_sigaction != handler as *const () as usize {
+        chain::protect_stop_signal(&inherited);
     }
     Ok(())
 }
@@ -421,9 +497,7 @@ pub fn stop(tids: &[u32], timeouts: Timeouts) -> World {
     let mut threads: Vec<(u32, Outcome)> = Vec::with_capacity(t.slots.len());
     let started = Instant::now();
     let send = |i: usize, gone: &mut Vec<bool>| {
-        // SAFETY: tgkill to a thread of our own process with our own signal.
-        let r = unsafe { libc::syscall(libc::SYS_tgkill, pid, t.slots[i].tid, sig) };
-        if r != 0 {
+        if !send_stop(pid, t.slots[i].tid, sig) {
             gone[i] = true;
         }
     };

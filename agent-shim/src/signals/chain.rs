@@ -1,4 +1,5 @@
-//! `SIGUSR2` shared between the program and the `HEAPTUI_DUMP` trigger.
+//! `SIGUSR2` shared between the program and the `HEAPTUI_DUMP` trigger, and the stop signal
+//! kept from the program's hands.
 //!
 //! Without this, a program that installs its own `SIGUSR2` handler silently replaces the dump
 //! trigger. With `HEAPTUI_DUMP` set, the agent owns the kernel's disposition of `SIGUSR2` (its
@@ -23,6 +24,12 @@
 //! Not covered: `sigset(3)` and a raw `rt_sigaction` system call replace the agent's handler;
 //! the program keeps its behaviour and the trigger is lost. A fork child has no agent thread,
 //! so it gets the program's disposition back for real ([`release_in_child`]).
+//!
+//! The agent's stop signal gets the same treatment, always: once its handler is installed,
+//! the program's `sigaction`/`signal` calls for that number are stored and read back but never
+//! reach the kernel ([`protect_stop_signal`]), so a program that resets every signal to
+//! `SIG_DFL` does not make the next stop kill it; a handler the program installs for the
+//! number runs when the program (not the agent) sends it ([`program_stop_signal`]).
 //!
 //! For every signal, the wrapper also removes the stop signal from the handler's `sa_mask`
 //! (as the `pthread_sigmask` wrapper does for the thread's mask), so a thread running a
@@ -66,68 +73,96 @@ struct Stored {
 // checking that `seq` was even and unchanged (a sequence lock).
 unsafe impl Sync for Stored {}
 
-static STORED: Stored = Stored {
-    seq: AtomicU32::new(0),
-    writer: AtomicBool::new(false),
-    // SAFETY: an all-zero sigaction is SIG_DFL with no flags and an empty mask.
-    action: UnsafeCell::new(unsafe { std::mem::zeroed() }),
-};
-
-fn load() -> libc::sigaction {
-    loop {
-        let before = STORED.seq.load(Ordering::Acquire);
-        if before & 1 == 0 {
-            // SAFETY: a racy copy, kept only if no write overlapped it (checked below); a
-            // sigaction is plain data, so a torn copy is harmless until discarded.
-            let copy = unsafe { std::ptr::read_volatile(STORED.action.get()) };
-            std::sync::atomic::fence(Ordering::Acquire);
-            if STORED.seq.load(Ordering::Relaxed) == before {
-                return copy;
-            }
+impl Stored {
+    const fn new() -> Self {
+        Stored {
+            seq: AtomicU32::new(0),
+            writer: AtomicBool::new(false),
+            // SAFETY: an all-zero sigaction is SIG_DFL with no flags and an empty mask.
+            action: UnsafeCell::new(unsafe { std::mem::zeroed() }),
         }
-        std::hint::spin_loop();
+    }
+
+    fn load(&self) -> libc::sigaction {
+        loop {
+            let before = self.seq.load(Ordering::Acquire);
+            if before & 1 == 0 {
+                // SAFETY: a racy copy, kept only if no write overlapped it (checked below); a
+                // sigaction is plain data, so a torn copy is harmless until discarded.
+                let copy = unsafe { std::ptr::read_volatile(self.action.get()) };
+                std::sync::atomic::fence(Ordering::Acquire);
+                if self.seq.load(Ordering::Relaxed) == before {
+                    return copy;
+                }
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Replaces the stored disposition; returns the previous one.
+    fn store(&self, new: &libc::sigaction) -> libc::sigaction {
+        // SAFETY: zeroed sigsets are valid; the raw call blocks every signal on this thread.
+        let mut old_mask: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        unsafe {
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::syscall(
+                libc::SYS_rt_sigprocmask,
+                libc::SIG_BLOCK,
+                &all as *const libc::sigset_t,
+                &mut old_mask as *mut libc::sigset_t,
+                8usize,
+            );
+        }
+        while self
+            .writer
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            std::hint::spin_loop();
+        }
+        self.seq.fetch_add(1, Ordering::AcqRel);
+        // SAFETY: we hold `writer`; readers discard copies taken while `seq` is odd.
+        let previous = unsafe { std::ptr::replace(self.action.get(), *new) };
+        self.seq.fetch_add(1, Ordering::Release);
+        self.writer.store(false, Ordering::Release);
+        // SAFETY: restores this thread's mask as it was.
+        unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigprocmask,
+                libc::SIG_SETMASK,
+                &old_mask as *const libc::sigset_t,
+                std::ptr::null_mut::<libc::sigset_t>(),
+                8usize,
+            );
+        }
+        previous
+    }
+
+    /// In a fork child: frees the writer lock, which a thread that does not exist there may
+    /// have held at the fork.
+    fn unlock_in_child(&self) {
+        self.writer.store(false, Ordering::Relaxed);
+        if self.seq.load(Ordering::Relaxed) & 1 == 1 {
+            self.seq.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
-/// Replaces the stored disposition; returns the previous one.
+/// The program's `SIGUSR2` disposition.
+static STORED: Stored = Stored::new();
+/// The program's disposition of the agent's stop signal, which the kernel never gets.
+static STOP_STORED: Stored = Stored::new();
+/// The agent's stop handler is installed: the program's changes to it are kept apart.
+static STOP_OWNED: AtomicBool = AtomicBool::new(false);
+
+fn load() -> libc::sigaction {
+    STORED.load()
+}
+
 fn store(new: &libc::sigaction) -> libc::sigaction {
-    // SAFETY: zeroed sigsets are valid; the raw call blocks every signal on this thread.
-    let mut old_mask: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::syscall(
-            libc::SYS_rt_sigprocmask,
-            libc::SIG_BLOCK,
-            &all as *const libc::sigset_t,
-            &mut old_mask as *mut libc::sigset_t,
-            8usize,
-        );
-    }
-    while STORED
-        .writer
-        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-        .is_err()
-    {
-        std::hint::spin_loop();
-    }
-    STORED.seq.fetch_add(1, Ordering::AcqRel);
-    // SAFETY: we hold `writer`; readers discard copies taken while `seq` is odd.
-    let previous = unsafe { std::ptr::replace(STORED.action.get(), *new) };
-    STORED.seq.fetch_add(1, Ordering::Release);
-    STORED.writer.store(false, Ordering::Release);
-    // SAFETY: restores this thread's mask as it was.
-    unsafe {
-        libc::syscall(
-            libc::SYS_rt_sigprocmask,
-            libc::SIG_SETMASK,
-            &old_mask as *const libc::sigset_t,
-            std::ptr::null_mut::<libc::sigset_t>(),
-            8usize,
-        );
-    }
-    previous
+    STORED.store(new)
 }
 
 pub(super) fn init() {
@@ -206,14 +241,62 @@ pub fn take_over(trigger: extern "C" fn()) -> std::io::Result<()> {
 /// the child). Also frees the writer lock, which a thread that does not exist in the child
 /// may have held at the fork.
 pub fn release_in_child() {
-    STORED.writer.store(false, Ordering::Relaxed);
-    if STORED.seq.load(Ordering::Relaxed) & 1 == 1 {
-        STORED.seq.fetch_add(1, Ordering::Relaxed);
-    }
+    STORED.unlock_in_child();
+    STOP_STORED.unlock_in_child();
     if OWNED.swap(false, Ordering::AcqRel) {
         let program = load();
         // SAFETY: the program's own disposition, as it passed it to sigaction.
         unsafe { real_sigaction(libc::SIGUSR2, &program, std::ptr::null_mut()) };
+    }
+}
+
+/// Called once the agent's stop handler is installed: from then on the program's `sigaction`
+/// and `signal` calls for the stop signal are kept apart (read back as the program set them)
+/// and never reach the kernel, so a program that resets every signal to `SIG_DFL` (or takes
+/// the number for itself) cannot turn the next stop into the default action, termination.
+/// `inherited` is what the kernel had before.
+pub fn protect_stop_signal(inherited: &libc::sigaction) {
+    STOP_STORED.store(inherited);
+    STOP_OWNED.store(true, Ordering::Release);
+}
+
+/// The stop handler got the stop signal from the program, not from the agent: runs the
+/// program's handler for it as the program installed it (nothing for `SIG_DFL`/`SIG_IGN`:
+/// the default action would end the process, which the agent never lets its own signal do).
+/// Async-signal-safe.
+pub fn program_stop_signal(sig: c_int, info: *mut libc::siginfo_t, uctx: *mut c_void) {
+    let program = STOP_STORED.load();
+    if is_default_or_ignore(program.sa_sigaction) {
+        blocking::agent_signal_arrived(uctx);
+        return;
+    }
+    blocking::program_signal_arrived();
+    if program.sa_flags & libc::SA_RESETHAND != 0 {
+        // SAFETY: zeroed is SIG_DFL with an empty mask.
+        STOP_STORED.store(&unsafe { std::mem::zeroed() });
+    }
+    call_program(&program, sig, info, uctx);
+}
+
+/// Calls a program's handler with the arguments its flags ask for.
+fn call_program(
+    program: &libc::sigaction,
+    sig: c_int,
+    info: *mut libc::siginfo_t,
+    uctx: *mut c_void,
+) {
+    if program.sa_flags & libc::SA_SIGINFO != 0 {
+        // SAFETY: the program installed this SA_SIGINFO handler for these arguments.
+        let f = unsafe {
+            std::mem::transmute::<usize, extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void)>(
+                program.sa_sigaction,
+            )
+        };
+        f(sig, info, uctx);
+    } else {
+        // SAFETY: the program installed this plain handler.
+        let f = unsafe { std::mem::transmute::<usize, extern "C" fn(c_int)>(program.sa_sigaction) };
+        f(sig);
     }
 }
 
@@ -256,19 +339,7 @@ extern "C" fn dispatch(sig: c_int, info: *mut libc::siginfo_t, uctx: *mut c_void
     }
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = saved_errno };
-    if program.sa_flags & libc::SA_SIGINFO != 0 {
-        // SAFETY: the program installed this SA_SIGINFO handler for these arguments.
-        let f = unsafe {
-            std::mem::transmute::<usize, extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void)>(
-                program.sa_sigaction,
-            )
-        };
-        f(sig, info, uctx);
-    } else {
-        // SAFETY: the program installed this plain handler.
-        let f = unsafe { std::mem::transmute::<usize, extern "C" fn(c_int)>(program.sa_sigaction) };
-        f(sig);
-    }
+    call_program(&program, sig, info, uctx);
 }
 
 /// `sigaction(2)`, with `SIGUSR2` kept by the agent while it owns it.
@@ -292,6 +363,18 @@ pub unsafe fn sigaction(
         unsafe { libc::sigdelset(&mut filtered.sa_mask, stop_signal()) };
         &filtered as *const libc::sigaction
     };
+    if sig == stop_signal() && STOP_OWNED.load(Ordering::Acquire) {
+        // SAFETY: `act` is null or our filtered copy.
+        let previous = match unsafe { act.as_ref() } {
+            Some(new) => STOP_STORED.store(new),
+            None => STOP_STORED.load(),
+        };
+        if !old.is_null() {
+            // SAFETY: `old` is writable per the contract.
+            unsafe { *old = previous };
+        }
+        return 0;
+    }
     if sig != libc::SIGUSR2 || !OWNED.load(Ordering::Acquire) {
         // SAFETY: the caller's arguments (the mask filtered).
         return unsafe { real_sigaction(sig, act, old) };
@@ -318,7 +401,7 @@ pub unsafe fn sigaction(
 
 /// The `signal`-family functions for `SIGUSR2`: installs `handler` with `flags` (glibc's
 /// choices for each) and the signal itself in the mask unless `SA_NODEFER`.
-fn install_simple(handler: libc::sighandler_t, flags: c_int) -> libc::sighandler_t {
+fn install_simple(sig: c_int, handler: libc::sighandler_t, flags: c_int) -> libc::sighandler_t {
     // SAFETY: a zeroed sigaction is valid; fields set below.
     let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
     sa.sa_sigaction = handler;
@@ -327,13 +410,13 @@ fn install_simple(handler: libc::sighandler_t, flags: c_int) -> libc::sighandler
     unsafe {
         libc::sigemptyset(&mut sa.sa_mask);
         if flags & libc::SA_NODEFER == 0 {
-            libc::sigaddset(&mut sa.sa_mask, libc::SIGUSR2);
+            libc::sigaddset(&mut sa.sa_mask, sig);
         }
     }
     // SAFETY: a zeroed sigaction is valid output space.
     let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
     // SAFETY: valid pointers to locals.
-    unsafe { sigaction(libc::SIGUSR2, &sa, &mut old) };
+    unsafe { sigaction(sig, &sa, &mut old) };
     old.sa_sigaction
 }
 
@@ -347,13 +430,14 @@ fn forward_signal(real: &Real, sig: c_int, handler: libc::sighandler_t) -> libc:
 }
 
 fn owned(sig: c_int) -> bool {
-    sig == libc::SIGUSR2 && OWNED.load(Ordering::Acquire)
+    (sig == libc::SIGUSR2 && OWNED.load(Ordering::Acquire))
+        || (sig == stop_signal() && STOP_OWNED.load(Ordering::Acquire))
 }
 
 /// `signal(2)` (BSD semantics, as glibc's).
 pub fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
     if owned(sig) {
-        install_simple(handler, libc::SA_RESTART)
+        install_simple(sig, handler, libc::SA_RESTART)
     } else {
         forward_signal(&SIGNAL, sig, handler)
     }
@@ -362,7 +446,7 @@ pub fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
 /// `bsd_signal(3)`.
 pub fn bsd_signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
     if owned(sig) {
-        install_simple(handler, libc::SA_RESTART)
+        install_simple(sig, handler, libc::SA_RESTART)
     } else {
         forward_signal(&BSD_SIGNAL, sig, handler)
     }
@@ -371,7 +455,7 @@ pub fn bsd_signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t
 /// `sysv_signal(3)`: one-shot, not deferred, not restarted.
 pub fn sysv_signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
     if owned(sig) {
-        install_simple(handler, libc::SA_RESETHAND | libc::SA_NODEFER)
+        install_simple(sig, handler, libc::SA_RESETHAND | libc::SA_NODEFER)
     } else {
         forward_signal(&SYSV_SIGNAL, sig, handler)
     }
