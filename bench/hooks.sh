@@ -3,13 +3,15 @@
 #
 # Runs bench/stress.c (4 threads, 2M operations in total, sizes 16..4096, 10k live blocks
 # per thread, allocations 10 calls deep) side by side: bare, under the agent with
-# HEAPTUI_STACK_DEPTH=0, under the agent with stacks on (default depth 16), under heaptrack
-# and under valgrind memcheck. Prints the median wall time of each (RUNS runs of the first
+# HEAPTUI_STACK_DEPTH=0, under the agent with stacks on (default depth 16), the same program
+# built with -fomit-frame-pointer bare and under the agent with stacks on (its allocation
+# stacks come from DWARF CFI; NOFP=0 leaves these two out), under heaptrack and under
+# valgrind memcheck. Prints the median wall time of each (RUNS runs of the first
 # three, interleaved; SLOW_RUNS of heaptrack and valgrind) and its ratio to bare, the same
 # for CPU time (user + system), then the
 # agent's block-table bytes per tracked block from its exit summary.
 #
-# Usage: bench/hooks.sh            (RUNS=5 SLOW_RUNS=1 THREADS=4 OPS=2000000 by default)
+# Usage: bench/hooks.sh            (RUNS=5 SLOW_RUNS=1 THREADS=4 OPS=2000000 NOFP=1 by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,9 +24,13 @@ cargo build --release -p heaptui-agent >&2
 AGENT=${CARGO_TARGET_DIR:-$PWD/target}/release/libheaptui_agent.so
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-# Frame pointers kept: the agent's allocation-stack unwinder follows them.
+NOFP=${NOFP:-1}
+# Frame pointers kept (the agent's unwinder follows rbp frames with one cached rule each),
+# and a second build without them (every frame unwound through its CFI rule).
 gcc -O2 -fno-omit-frame-pointer -pthread bench/stress.c -o "$work/stress"
+gcc -O2 -fomit-frame-pointer -pthread bench/stress.c -o "$work/stress_nofp"
 STRESS=("$work/stress" "$THREADS" "$OPS")
+STRESS_NOFP=("$work/stress_nofp" "$THREADS" "$OPS")
 
 # "wall,cpu" seconds of one run of "$@" (output discarded); cpu = user + system of the
 # process and its children. On a shared, loaded machine CPU time is the steadier figure.
@@ -50,13 +56,18 @@ one() {
         bare) wall "${STRESS[@]}" ;;
         stacks_off) wall agent HEAPTUI_STACK_DEPTH=0 "${STRESS[@]}" ;;
         stacks_on) wall agent "${STRESS[@]}" ;;
+        bare_nofp) wall "${STRESS_NOFP[@]}" ;;
+        stacks_on_nofp) wall agent "${STRESS_NOFP[@]}" ;;
     esac
 }
 names=(bare stacks_off stacks_on)
+if ((NOFP)); then
+    names+=(bare_nofp stacks_on_nofp)
+fi
 for ((i = 0; i < RUNS; i++)); do
     # Rotate the order every round so no configuration always runs first.
-    for ((k = 0; k < 3; k++)); do
-        n=${names[(i + k) % 3]}
+    for ((k = 0; k < ${#names[@]}; k++)); do
+        n=${names[(i + k) % ${#names[@]}]}
         times[$n]+="$(one "$n") "
     done
 done
@@ -85,16 +96,27 @@ printf '|%s|%s|%s|%s|%s|\n' "------------------------------" "------------" "---
 for n in "${names[@]}"; do
     m=$(med "$n" 1)
     c=$(med "$n" 2)
+    # The -fomit-frame-pointer build is compared with its own bare run.
+    b=$bare
+    bc=$bare_cpu
     case $n in
         bare) label="bare" ;;
         stacks_off) label="agent, HEAPTUI_STACK_DEPTH=0" ;;
         stacks_on) label="agent, stacks on (depth 16)" ;;
+        bare_nofp) label="bare, -fomit-frame-pointer" ;;
+        stacks_on_nofp) label="agent, stacks on, -fomit-fp" ;;
         heaptrack) label="heaptrack" ;;
         valgrind) label="valgrind memcheck" ;;
     esac
+    case $n in
+        *_nofp)
+            b=$(med bare_nofp 1)
+            bc=$(med bare_nofp 2)
+            ;;
+    esac
     printf '| %-28s | %10s | %7.2fx | %10s | %7.2fx |\n' "$label" "$m" \
-        "$(awk -v a="$m" -v b="$bare" 'BEGIN { print a / b }')" "$c" \
-        "$(awk -v a="$c" -v b="$bare_cpu" 'BEGIN { print a / b }')"
+        "$(awk -v a="$m" -v b="$b" 'BEGIN { print a / b }')" "$c" \
+        "$(awk -v a="$c" -v b="$bc" 'BEGIN { print a / b }')"
 done
 
 # Agent memory: the last agent run's exit summary (stacks on), with every block still live.

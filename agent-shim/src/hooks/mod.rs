@@ -23,7 +23,7 @@ pub mod unwind;
 
 use std::ffi::c_void;
 
-use crate::config::MAX_STACK_DEPTH;
+use crate::config::{DEFAULT_STACK_DEPTH, MAX_STACK_DEPTH};
 use crate::record;
 use crate::registry::blocks;
 use crate::registry::counters::{self, Op, Rare};
@@ -110,15 +110,27 @@ fn stack_id(entry_sp: usize, fp: usize) -> u32 {
     if depth == 0 {
         return 0;
     }
-    let mut buf = [0u64; MAX_STACK_DEPTH];
-    // SAFETY: `entry_sp` and `fp` are the stack and frame pointers at the hooked function's
-    // entry (the export stubs pass them), and this hook still runs on that stack.
-    let n = unsafe { unwind::unwind(entry_sp, fp, &mut buf[..depth.min(MAX_STACK_DEPTH)]) };
-    let id = stacks::intern(&buf[..n]);
+    // The default depth gets a buffer of its size: zeroing 64 frames costs more than
+    // unwinding a cached stack of 16.
+    let id = if depth <= DEFAULT_STACK_DEPTH {
+        capture::<DEFAULT_STACK_DEPTH>(entry_sp, fp, depth)
+    } else {
+        capture::<MAX_STACK_DEPTH>(entry_sp, fp, depth)
+    };
     if id == 0 {
         counters::count_rare(Rare::StackDropped);
     }
     id
+}
+
+/// Unwinds up to `depth` (≤ N) frames into an N-frame buffer and interns them.
+#[inline(always)]
+fn capture<const N: usize>(entry_sp: usize, fp: usize, depth: usize) -> u32 {
+    let mut buf = [0u64; N];
+    // SAFETY: `entry_sp` and `fp` are the stack and frame pointers at the hooked function's
+    // entry (the export stubs pass them), and this hook still runs on that stack.
+    let n = unsafe { unwind::unwind(entry_sp, fp, &mut buf[..depth.min(N)]) };
+    stacks::intern(&buf[..n])
 }
 
 /// Records a block libc just returned (or counts the NULL).
