@@ -16,6 +16,14 @@
 
 #[path = "../src/app/mod.rs"]
 mod app;
+#[path = "../src/figures.rs"]
+mod figures;
+#[path = "../src/offline/recording.rs"]
+mod offline_recording;
+/// The recording source (`source` answers recordings with it), where `source` looks for it.
+mod offline {
+    pub(crate) use super::offline_recording as recording;
+}
 #[path = "../src/size.rs"]
 mod size;
 #[path = "../src/source.rs"]

@@ -22,7 +22,7 @@ pub enum Command {
     Report(ReportArgs),
     /// Run the bundled demo workload under the agent and open the terminal UI on it.
     Demo(DemoArgs),
-    /// Open the terminal UI on a saved snapshot file (offline).
+    /// Open the terminal UI on a saved snapshot file or a recording (offline).
     Open(OpenArgs),
     /// Open the terminal UI on a running agent.
     Attach(AttachArgs),
@@ -110,15 +110,16 @@ pub struct AttachArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct OpenArgs {
-    /// A snapshot file (JSON `heaptui-snapshot` or the binary form, told apart by content).
+    /// A snapshot file (JSON `heaptui-snapshot` or the binary form) or a recording
+    /// (HEAPTUI_RECORD), told apart by content.
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
 }
 
 #[derive(Debug, clap::Args)]
 pub struct ReportArgs {
-    /// A snapshot file (JSON `heaptui-snapshot` or the binary form, told apart by content), or
-    /// a live agent's address (:PORT, HOST:PORT or unix:PATH).
+    /// A snapshot file (JSON `heaptui-snapshot` or the binary form, told apart by content), a
+    /// recording (HEAPTUI_RECORD), or a live agent's address (:PORT, HOST:PORT or unix:PATH).
     #[arg(value_name = "SOURCE")]
     pub source: PathBuf,
     /// Print the report as JSON (`heaptui-report` version 1) instead of text tables; the same
@@ -137,6 +138,75 @@ pub struct ReportArgs {
     /// The agent's token file when SOURCE is the address of an agent on another machine.
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
+    /// Also print leaks by allocation site, definitely and indirectly lost (a snapshot or a
+    /// live agent).
+    #[arg(long)]
+    pub leaks: bool,
+    /// Also print block ages (snapshots survived: 0, 1, 2, 3, >3) by site and by thread, and
+    /// the oldest survivors (a recording's report always has them).
+    #[arg(long)]
+    pub ages: bool,
+    /// A recording's allocation units: per library (default), function or thread.
+    #[arg(long, value_enum, value_name = "UNIT")]
+    pub units: Option<UnitsArg>,
+    /// Which frames of a stack make its unit: outermost (default), innermost, or inclusive.
+    #[arg(long, value_enum, value_name = "POSITION")]
+    pub position: Option<PositionArg>,
+    /// Who a free is charged to: the allocating unit (default) or the freeing one.
+    #[arg(long, value_enum, value_name = "CHARGE")]
+    pub charge: Option<ChargeArg>,
+}
+
+/// `--units`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum UnitsArg {
+    Library,
+    Function,
+    Thread,
+}
+
+/// `--position`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PositionArg {
+    Outermost,
+    Innermost,
+    Inclusive,
+}
+
+/// `--charge`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ChargeArg {
+    Allocator,
+    Freer,
+}
+
+impl From<UnitsArg> for heaptui_protocol::UnitGranularity {
+    fn from(a: UnitsArg) -> Self {
+        match a {
+            UnitsArg::Library => Self::Library,
+            UnitsArg::Function => Self::Function,
+            UnitsArg::Thread => Self::Thread,
+        }
+    }
+}
+
+impl From<PositionArg> for heaptui_protocol::UnitPosition {
+    fn from(a: PositionArg) -> Self {
+        match a {
+            PositionArg::Outermost => Self::Outermost,
+            PositionArg::Innermost => Self::Innermost,
+            PositionArg::Inclusive => Self::Inclusive,
+        }
+    }
+}
+
+impl From<ChargeArg> for heaptui_protocol::UnitCharge {
+    fn from(a: ChargeArg) -> Self {
+        match a {
+            ChargeArg::Allocator => Self::Allocator,
+            ChargeArg::Freer => Self::Freer,
+        }
+    }
 }
 
 /// What `heaptui report` prints.

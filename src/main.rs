@@ -7,6 +7,7 @@ mod app;
 mod cli;
 mod client;
 mod embedded;
+mod figures;
 mod launch;
 mod offline;
 mod size;
@@ -57,6 +58,11 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         // A closed pipe (`heaptui report … | head`) is the reader's choice, not a failure.
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        // A flag that does not fit the source: a usage error, as clap's are.
+        Err(e) if e.downcast_ref::<offline::views::UsageError>().is_some() => {
+            eprintln!("heaptui: {e:#}");
+            ExitCode::from(2)
+        }
         Err(e) => {
             eprintln!("heaptui: {e:#}");
             ExitCode::FAILURE

@@ -3,8 +3,9 @@
 //! `Request`/`Response`, so every screen works the same on both.
 //!
 //! This module owns the handle (queued requests with fresh ids), the event type coming back, and
-//! the offline source, which answers in-process with `heaptui_protocol::answer::Answerer` on a
-//! thread of its own. It never blocks its caller, never draws, and computes no figure itself.
+//! the offline sources, which answer in-process on a thread of their own: a snapshot file with
+//! `heaptui_protocol::answer::Answerer`, a recording with `offline::recording::Recording`. It
+//! never blocks its caller, never draws, and computes no figure itself.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,6 +16,8 @@ use heaptui_protocol::message::{
     ErrorKind, ProcessInfo, Push, Request, RequestBody, RequestId, Response, SnapshotId,
 };
 use tokio::sync::mpsc;
+
+use crate::offline::recording::Recording;
 
 /// What a source sends back to its user.
 // `body` stays unboxed as the contract (`notes/SOURCE_API.md`) has it: each event is moved
@@ -102,6 +105,34 @@ pub fn offline(graph: HeapGraph, description: String) -> (SourceHandle, SourceEv
             }
         })
         .expect("spawning the offline source thread");
+    (SourceHandle::new(request_tx, false), event_rx)
+}
+
+/// Offline: answers from a replayed recording, on a thread of its own (a query of units not
+/// asked before replays the file again).
+pub fn recording(mut recording: Recording, description: String) -> (SourceHandle, SourceEvents) {
+    let (request_tx, mut request_rx) = mpsc::unbounded_channel::<Request>();
+    let (event_tx, event_rx) = mpsc::unbounded_channel();
+    std::thread::Builder::new()
+        .name("heaptui-recording".into())
+        .spawn(move || {
+            if event_tx
+                .send(SourceEvent::Connected { description })
+                .is_err()
+            {
+                return;
+            }
+            while let Some(request) = request_rx.blocking_recv() {
+                let answer = SourceEvent::Answer {
+                    id: request.id,
+                    body: recording.answer(&request.body),
+                };
+                if event_tx.send(answer).is_err() {
+                    return;
+                }
+            }
+        })
+        .expect("spawning the recording source thread");
     (SourceHandle::new(request_tx, false), event_rx)
 }
 

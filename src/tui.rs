@@ -52,6 +52,9 @@ impl Default for Options {
 
 /// `heaptui open FILE`: the TUI on a snapshot file, offline.
 pub fn open(file: &Path) -> anyhow::Result<()> {
+    if crate::offline::recording::is_recording(file) {
+        return open_recording(file);
+    }
     let graph = heaptui_analysis::snapshot::read_file(file)
         .with_context(|| format!("cannot open {}", file.display()))?;
     let description = format!("{} (snapshot file)", file.display());
@@ -60,6 +63,20 @@ pub fn open(file: &Path) -> anyhow::Result<()> {
         .build()?;
     runtime.block_on(async {
         let (handle, events) = source::offline(graph, description.clone());
+        run(handle, events, description, Options::default()).await
+    })
+}
+
+/// `heaptui open REC` of a recording: replayed once before the screen opens (a damaged file
+/// fails here, in one line), then the same screens as live, offline.
+fn open_recording(file: &Path) -> anyhow::Result<()> {
+    let recording = crate::offline::recording::load(file)?;
+    let description = crate::offline::recording::describe(file, &recording);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let (handle, events) = source::recording(recording, description.clone());
         run(handle, events, description, Options::default()).await
     })
 }

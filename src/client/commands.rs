@@ -60,7 +60,9 @@ fn live_report(
         capture_ms: ms(live.info.capture_us),
         analysis_ms: ms(live.info.analysis_us),
     };
-    report::write(&live.graph, args, Some(timing), out)
+    // Leaks and ages are the agent's: it knows the snapshot boundaries the ages count.
+    let mut ask = |body| Ok(session.request(body)?);
+    report::write_asking(&live.graph, args, Some(timing), Some(&mut ask), out)
 }
 
 /// The peak snapshot the agent keeps under its automatic rule (`HEAPTUI_AUTO_SNAPSHOT`),
@@ -147,6 +149,11 @@ pub fn run(
         format: None,
         release: None,
         token_file: None,
+        leaks: false,
+        ages: false,
+        units: None,
+        position: None,
+        charge: None,
     };
     let result = live_report(&mut target.session, &args, out).and_then(|()| {
         writeln!(

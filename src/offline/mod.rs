@@ -1,13 +1,15 @@
-//! The offline commands: those that work on a saved snapshot rather than a live agent
-//! (`report` for now; `open` and `snapshot` later).
+//! The offline commands: those that work on a saved snapshot or a recording rather than a
+//! live agent (`report`, and the recording source of `open`).
 //!
 //! This module owns turning a snapshot file into a heap graph and printing what the engine
 //! makes of it. It never analyses (that is `heaptui_analysis`) and never talks to an agent.
 
 pub mod export;
+pub mod recording;
 pub mod report;
 mod table;
 mod text;
+pub mod views;
 
 use std::path::Path;
 

@@ -21,8 +21,12 @@ use crate::cli::{ReportArgs, ReportFormat};
 pub const REPORT_FORMAT: &str = "heaptui-report";
 pub const REPORT_VERSION: u32 = 1;
 
-/// Runs the command: load, analyse, print.
+/// Runs the command: load, analyse, print (a recording has a report of its own).
 pub fn run(args: &ReportArgs, out: &mut impl Write) -> anyhow::Result<()> {
+    if super::recording::is_recording(&args.source) {
+        return super::views::run_recording(args, out);
+    }
+    super::views::check_graph_flags(args)?;
     let graph = super::load(&args.source)?;
     write(&graph, args, None, out)
 }
@@ -35,6 +39,18 @@ pub fn write(
     timing: Option<Timing>,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
+    write_asking(graph, args, timing, None, out)
+}
+
+/// [`write`], with the leaks and ages (`--leaks`, `--ages`) asked of `ask` (a live agent,
+/// which knows its snapshot boundaries), else of the snapshot itself.
+pub fn write_asking(
+    graph: &HeapGraph,
+    args: &ReportArgs,
+    timing: Option<Timing>,
+    ask: Option<&mut super::views::Ask<'_>>,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
     let analysis = Analysis::new(graph);
     let release = match &args.release {
         Some(tids) => Some(release(graph, &analysis, tids)?),
@@ -42,6 +58,21 @@ pub fn write(
     };
     let mut report = Report::build(graph, &analysis, release);
     report.timing = timing;
+    report.views = match ask {
+        Some(ask) => super::views::gather(args, ask)?,
+        None => {
+            let answerer = heaptui_protocol::answer::Answerer::new(
+                crate::source::OFFLINE_SNAPSHOT,
+                graph,
+                &analysis,
+            );
+            super::views::gather(args, &mut |body| {
+                answerer.answer(&body).ok_or_else(|| {
+                    anyhow::anyhow!("{}: a snapshot file cannot answer this", body.kind())
+                })
+            })?
+        }
+    };
     match args.format() {
         ReportFormat::Text => print(&report, false, &args.source, out),
         ReportFormat::Json => print(&report, true, &args.source, out),
@@ -67,6 +98,9 @@ pub fn print(
         writeln!(out)?;
     } else {
         super::text::render(report, source, &mut out)?;
+        if let Some(views) = &report.views {
+            super::views::render(views, &mut out)?;
+        }
     }
     out.flush()?;
     Ok(())
@@ -89,6 +123,9 @@ pub struct Report {
     /// A live report's snapshot timing (SPEC §5), absent for a file.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub timing: Option<Timing>,
+    /// `--leaks`/`--ages` (members `leak_sites`, `ages`), absent unless asked.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub views: Option<super::views::ViewsReport>,
 }
 
 /// How long the live snapshot of a report took, in milliseconds.
@@ -250,6 +287,7 @@ impl Report {
             leaks: analysis.leaks(),
             release,
             timing: None,
+            views: None,
         }
     }
 }
