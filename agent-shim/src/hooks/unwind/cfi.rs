@@ -119,8 +119,9 @@ pub fn lookup(pc: u64) -> Rule {
     let mut obj: DlFindObject = unsafe { std::mem::zeroed() };
     // SAFETY: `obj` is a writable dl_find_object; the call takes no lock and never allocates.
     if unsafe { find(pc as *mut c_void, &mut obj) } != 0 {
-        // Not in any loaded object: not a return address.
-        return Rule::End;
+        // Not in any loaded object: not a return address (not cached: a module may be loaded
+        // there later, and dlopen does not clear the cache).
+        return Rule::Unknown;
     }
     if obj.eh_frame.is_null() {
         return Rule::FramePointer;
@@ -224,7 +225,7 @@ mod tests {
         let libc_fn = libc::getpid as *const () as u64;
         assert!(matches!(lookup(libc_fn + 4), Rule::Cfa { .. }));
         // The null page is in no module.
-        assert_eq!(lookup(0x1000), Rule::End);
+        assert_eq!(lookup(0x1000), Rule::Unknown);
     }
 
     #[test]

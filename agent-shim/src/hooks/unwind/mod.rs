@@ -45,8 +45,10 @@ pub enum Rule {
     },
     /// No usable CFI: follow rbp as a frame pointer, if it looks like one.
     FramePointer,
-    /// The outermost frame, or an address in no loaded module: the walk ends.
+    /// The outermost frame (its CFI leaves the return address undefined): the walk ends.
     End,
+    /// An address in no loaded module: the walk ends (never cached).
+    Unknown,
 }
 
 impl Rule {
@@ -60,6 +62,7 @@ impl Rule {
             } => (1 + u64::from(from_rbp)) | u64::from(offset) << 3 | u64::from(rbp_slot) << 35,
             Rule::FramePointer => 3,
             Rule::End => 4,
+            Rule::Unknown => 5,
         }
     }
 
@@ -72,6 +75,7 @@ impl Rule {
             }),
             3 => Some(Rule::FramePointer),
             4 => Some(Rule::End),
+            5 => Some(Rule::Unknown),
             _ => None,
         }
     }
@@ -91,7 +95,9 @@ fn rule_of(pc: u64) -> Rule {
         return rule;
     }
     let rule = cfi::lookup(pc);
-    cache::put(pc, rule);
+    if rule != Rule::Unknown {
+        cache::put(pc, rule);
+    }
     rule
 }
 
@@ -149,7 +155,7 @@ impl Stack {
                 (cfa, rbp_at)
             }
             Rule::FramePointer => (f.rbp.checked_add(16)?, Some(f.rbp)),
-            Rule::End => return None,
+            Rule::End | Rule::Unknown => return None,
         };
         // The caller's stack pointer is the CFA: it must be above this frame's.
         if cfa <= f.sp {
@@ -245,6 +251,7 @@ mod tests {
             },
             Rule::FramePointer,
             Rule::End,
+            Rule::Unknown,
         ] {
             assert_ne!(rule.encode(), 0);
             assert_eq!(Rule::decode(rule.encode()), Some(rule));
@@ -255,7 +262,7 @@ mod tests {
     #[test]
     fn a_frame_pointer_chain_is_followed_where_there_is_no_cfi() {
         // A chain laid out in this frame's stack memory: [next_fp, ret] pairs, upwards, with
-        // return addresses that no module holds (so their rule is End after the first step).
+        // return addresses that no module holds (their rule is Unknown: the walk would end).
         let mut words = [0usize; 12];
         std::hint::black_box(&mut words);
         let base = words.as_mut_ptr() as usize;
