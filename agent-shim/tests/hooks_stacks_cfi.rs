@@ -3,6 +3,8 @@
 //! a frame-pointer walk goes wrong. In the target, `main` keeps a frame pointer while `a`,
 //! `b` and `c` do not: at the malloc call rbp still holds main's frame, a valid-looking
 //! chain that a frame-pointer walk follows straight to main's caller, skipping c's callers.
+//! The same holds for a library loaded with dlopen, before and after a dlclose (which
+//! clears the unwinder's rule cache) and a second dlopen.
 
 mod common;
 
@@ -113,4 +115,98 @@ fn the_depth_limit_holds_for_cfi_walks() {
     let all = stacks(Some("3"));
     assert_eq!(all[0].1, ["c", "b", "a"]);
     assert_eq!(all[1].1, ["c", "b", "a"]);
+}
+
+const LIB: &str = r#"
+#include <stdlib.h>
+#define KEEP __asm__ volatile("" ::: "memory")
+__attribute__((noinline)) void *lib_c(size_t n) { void *p = malloc(n); KEEP; return p; }
+__attribute__((noinline)) void *lib_b(size_t n) { void *p = lib_c(n + 1); KEEP; return p; }
+void *lib_a(size_t n) { void *p = lib_b(n + 1); KEEP; return p; }
+"#;
+
+const LOADER: &str = r#"
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include "heaptui.h"
+#pragma weak heaptui_allocation_stack
+
+int main(int argc, char **argv) {
+    if (!heaptui_allocation_stack || argc < 2) { printf("no agent\n"); return 4; }
+    for (int round = 0; round < 2; round++) {
+        void *h = dlopen(argv[1], RTLD_NOW);
+        if (!h) { printf("dlopen: %s\n", dlerror()); return 3; }
+        void *(*a)(size_t) = (void *(*)(size_t))dlsym(h, "lib_a");
+        void *p = a(10);
+        __asm__ volatile("" ::: "memory");
+        uint64_t frames[64];
+        size_t n = heaptui_allocation_stack(p, frames, 64);
+        printf("round%d", round);
+        for (size_t i = 0; i < n && i < 64; i++) {
+            Dl_info info;
+            const char *name = "?";
+            if (dladdr((void *)(uintptr_t)frames[i], &info) && info.dli_sname) name = info.dli_sname;
+            printf(" %s", name);
+        }
+        printf("\n");
+        free(p);
+        if (dlclose(h) != 0) return 5;
+    }
+    return 0;
+}
+"#;
+
+#[test]
+fn a_dlopened_library_without_frame_pointers_unwinds_before_and_after_dlclose() {
+    let dir = TempDir::new("hooks-stacks-cfi-dlopen");
+    let lib = compile_c(
+        &dir,
+        "libchain.so",
+        LIB,
+        &[
+            "-shared",
+            "-fPIC",
+            "-O2",
+            "-fomit-frame-pointer",
+            "-fno-optimize-sibling-calls",
+        ],
+    );
+    let exe = compile_c(
+        &dir,
+        "loader",
+        LOADER,
+        &[
+            &include_flag(),
+            "-rdynamic",
+            "-O2",
+            "-fomit-frame-pointer",
+            "-fno-optimize-sibling-calls",
+        ],
+    );
+    let run = run_preloaded(&dir, &exe, &[lib.to_str().unwrap()], &[]);
+    assert_eq!(
+        run.code,
+        Some(0),
+        "stdout {} stderr {}",
+        run.stdout,
+        run.stderr
+    );
+    let lines: Vec<Vec<&str>> = run
+        .stdout
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(lines.len(), 2, "{}", run.stdout);
+    for (round, words) in lines.iter().enumerate() {
+        assert_eq!(words[0], format!("round{round}"));
+        assert_eq!(
+            &words[1..5],
+            &["lib_c", "lib_b", "lib_a", "main"],
+            "{}",
+            run.stdout
+        );
+    }
 }
