@@ -20,7 +20,13 @@
 //! moving entry and waits (unlocked, yielding) until the realloc finished, instead of taking
 //! the entry over; so the block is neither lost nor counted twice. The wait is bounded (a
 //! realloc left by `longjmp` from a signal handler, or one in progress in a fork's parent,
-//! never finishes): after it, the entry is taken over as stale.
+//! never finishes): after it, the entry is taken over as stale. A fork child inherits the
+//! marks of reallocs in progress on other threads; each such address costs one bounded wait
+//! there if the child reuses it. While marked, a block's memory may already be gone (libc
+//! moved it with mremap, or trimmed the heap after moving it): the capture reads moving
+//! blocks with a checked copy (`Heap::moving`), so in a snapshot taken after libc moved the
+//! block but before the hook recorded the new address, the block has its old address and
+//! size and possibly no outgoing references.
 //!
 //! This module never allocates from the heap, never prints and holds a shard lock only for
 //! one probe (two shard locks, taken in table order, for a realloc's swap).
