@@ -20,9 +20,9 @@
 //! than 64 quanta (one per shard), and the peak is within that of the true maximum: less
 //! than 1/64 (1.6%) of the live bytes around the peak, never more than the true peak plus
 //! that. Why not exact at any size: every hook would then need a read-modify-write on one
-//! shared cache line (measured at about 10% of the stacks-off overhead on the stress
-//! benchmark, with 4 threads on 2 cores); with the quantum, the stress workload publishes
-//! about once per ten calls.
+//! cache line shared by all threads (a hot spot of the stacks-off profile on the stress
+//! benchmark, BENCHMARKS.md "Hook overhead"); with the quantum, the stress workload (80 MB
+//! live) publishes about once per ten calls of a shard.
 //! Never allocates, locks or prints: hooks call into this module.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
