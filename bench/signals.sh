@@ -16,7 +16,8 @@ cargo build --release -q -p heaptui-agent
 AGENT="$PWD/target/release/libheaptui_agent.so"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
-cat agent-shim/tests/targets/sync.h agent-shim/tests/targets/unstoppable.c >"$WORK/unstoppable.c"
+cat agent-shim/tests/targets/sync.h agent-shim/tests/targets/proc_state.h \
+    agent-shim/tests/targets/unstoppable.c >"$WORK/unstoppable.c"
 gcc -O1 -pthread "$WORK/unstoppable.c" -o "$WORK/unstoppable"
 gcc -O2 bench/signals_overhead.c -o "$WORK/overhead"
 

@@ -290,7 +290,8 @@ pub extern "C" fn heaptui_cancel_requested() -> c_int {
 
 // ---- signals ----
 // The blocking calls that the agent's signals would cut short (signals::blocking); "C-unwind"
-// because each is a cancellation point and pthread_cancel unwinds through it.
+// because each is a cancellation point and pthread_cancel unwinds through it. Each first
+// zeroes the stack its implementation's frames will occupy (see `scrub_stack`).
 
 /// # Safety
 /// As `nanosleep(2)`.
@@ -299,6 +300,7 @@ pub unsafe extern "C-unwind" fn nanosleep(
     req: *const libc::timespec,
     rem: *mut libc::timespec,
 ) -> c_int {
+    crate::signals::blocking::scrub_stack();
     // SAFETY: the caller's arguments.
     unsafe { crate::signals::blocking::nanosleep(req, rem) }
 }
@@ -312,6 +314,7 @@ pub unsafe extern "C-unwind" fn clock_nanosleep(
     req: *const libc::timespec,
     rem: *mut libc::timespec,
 ) -> c_int {
+    crate::signals::blocking::scrub_stack();
     // SAFETY: the caller's arguments.
     unsafe { crate::signals::blocking::clock_nanosleep(clock, flags, req, rem) }
 }
@@ -319,12 +322,14 @@ pub unsafe extern "C-unwind" fn clock_nanosleep(
 /// `sleep(3)`.
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn sleep(seconds: libc::c_uint) -> libc::c_uint {
+    crate::signals::blocking::scrub_stack();
     crate::signals::blocking::sleep(seconds)
 }
 
 /// `usleep(3)`.
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn usleep(usec: libc::useconds_t) -> c_int {
+    crate::signals::blocking::scrub_stack();
     crate::signals::blocking::usleep(usec)
 }
 
@@ -336,6 +341,7 @@ pub unsafe extern "C-unwind" fn poll(
     n: libc::nfds_t,
     timeout: c_int,
 ) -> c_int {
+    crate::signals::blocking::scrub_stack();
     // SAFETY: the caller's arguments.
     unsafe { crate::signals::blocking::poll(fds, n, timeout) }
 }
@@ -349,6 +355,7 @@ pub unsafe extern "C-unwind" fn ppoll(
     tmo: *const libc::timespec,
     mask: *const libc::sigset_t,
 ) -> c_int {
+    crate::signals::blocking::scrub_stack();
     // SAFETY: the caller's arguments.
     unsafe { crate::signals::blocking::ppoll(fds, n, tmo, mask) }
 }
@@ -362,6 +369,7 @@ pub unsafe extern "C-unwind" fn epoll_wait(
     max: c_int,
     timeout: c_int,
 ) -> c_int {
+    crate::signals::blocking::scrub_stack();
     // SAFETY: the caller's arguments.
     unsafe { crate::signals::blocking::epoll_wait(epfd, events, max, timeout) }
 }
@@ -376,6 +384,7 @@ pub unsafe extern "C-unwind" fn epoll_pwait(
     timeout: c_int,
     mask: *const libc::sigset_t,
 ) -> c_int {
+    crate::signals::blocking::scrub_stack();
     // SAFETY: the caller's arguments.
     unsafe { crate::signals::blocking::epoll_pwait(epfd, events, max, timeout, mask) }
 }
@@ -390,6 +399,7 @@ pub unsafe extern "C-unwind" fn select(
     e: *mut libc::fd_set,
     tv: *mut libc::timeval,
 ) -> c_int {
+    crate::signals::blocking::scrub_stack();
     // SAFETY: the caller's arguments.
     unsafe { crate::signals::blocking::select(n, r, w, e, tv) }
 }
@@ -405,6 +415,7 @@ pub unsafe extern "C-unwind" fn pselect(
     tmo: *const libc::timespec,
     mask: *const libc::sigset_t,
 ) -> c_int {
+    crate::signals::blocking::scrub_stack();
     // SAFETY: the caller's arguments.
     unsafe { crate::signals::blocking::pselect(n, r, w, e, tmo, mask) }
 }
@@ -412,6 +423,7 @@ pub unsafe extern "C-unwind" fn pselect(
 /// `pause(2)`.
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn pause() -> c_int {
+    crate::signals::blocking::scrub_stack();
     crate::signals::blocking::pause()
 }
 
@@ -419,6 +431,7 @@ pub extern "C-unwind" fn pause() -> c_int {
 /// As `sigsuspend(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C-unwind" fn sigsuspend(mask: *const libc::sigset_t) -> c_int {
+    crate::signals::blocking::scrub_stack();
     // SAFETY: the caller's argument.
     unsafe { crate::signals::blocking::sigsuspend(mask) }
 }
@@ -430,6 +443,7 @@ pub unsafe extern "C-unwind" fn sigwaitinfo(
     set: *const libc::sigset_t,
     info: *mut libc::siginfo_t,
 ) -> c_int {
+    crate::signals::blocking::scrub_stack();
     // SAFETY: the caller's arguments.
     unsafe { crate::signals::blocking::sigwaitinfo(set, info) }
 }
@@ -442,6 +456,7 @@ pub unsafe extern "C-unwind" fn sigtimedwait(
     info: *mut libc::siginfo_t,
     tmo: *const libc::timespec,
 ) -> c_int {
+    crate::signals::blocking::scrub_stack();
     // SAFETY: the caller's arguments.
     unsafe { crate::signals::blocking::sigtimedwait(set, info, tmo) }
 }
@@ -450,6 +465,7 @@ pub unsafe extern "C-unwind" fn sigtimedwait(
 /// As `sigwait(3)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C-unwind" fn sigwait(set: *const libc::sigset_t, sig: *mut c_int) -> c_int {
+    crate::signals::blocking::scrub_stack();
     // SAFETY: the caller's arguments.
     unsafe { crate::signals::blocking::sigwait(set, sig) }
 }

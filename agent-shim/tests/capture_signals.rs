@@ -10,9 +10,10 @@ use common::{Run, TempDir, compile_c, run_preloaded};
 use heaptui_analysis::{HeapGraph, ThreadState, snapshot};
 
 const SYNC: &str = include_str!("targets/sync.h");
+const PROC_STATE: &str = include_str!("targets/proc_state.h");
 
 fn c_target(dir: &TempDir, name: &str, src: &str) -> PathBuf {
-    compile_c(dir, name, &format!("{SYNC}\n{src}"), &[])
+    compile_c(dir, name, &format!("{SYNC}\n{PROC_STATE}\n{src}"), &[])
 }
 
 fn run_dumping(dir: &TempDir, exe: &Path) -> Run {
@@ -45,6 +46,22 @@ fn read_snapshot(dir: &Path, n: u32) -> HeapGraph {
         })
         .unwrap_or_else(|| panic!("no snapshot {n} in {}", dir.display()));
     snapshot::read_file(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The target printed `stdout` and exited with 0 (its stderr and the agent log otherwise).
+fn assert_ran(run: &Run, stdout: &str) {
+    assert_eq!(
+        run.stdout, stdout,
+        "stderr:\n{}\nlog:\n{}",
+        run.stderr, run.log
+    );
+    assert_eq!(
+        run.code,
+        Some(0),
+        "stderr:\n{}\nlog:\n{}",
+        run.stderr,
+        run.log
+    );
 }
 
 /// The agent's reported pause (`pause_ms=`) of snapshot `n`, from its log.
@@ -86,12 +103,7 @@ fn blocking_calls_sleep_their_full_time_under_snapshots_and_program_signals_stil
         .map(|f| format!("{f} full=ok intr=eintr\n"))
         .collect();
     expected.push_str(&format!("usr1 handled: {}\n", functions.len()));
-    assert_eq!(
-        run.stdout, expected,
-        "stderr:\n{}\nlog:\n{}",
-        run.stderr, run.log
-    );
-    assert_eq!(run.code, Some(0));
+    assert_ran(&run, &expected);
     // Snapshots 1-3 were taken while every worker was inside its call, 4 before SIGUSR1, 5
     // at exit; each of the first three interrupted every worker's call, which the agent
     // resumed: so the test cannot pass without the retry path running.
@@ -122,12 +134,7 @@ fn unstoppable_threads_are_reported_without_waiting_out_the_deadline() {
     let dir = TempDir::new("sig-unstoppable");
     let exe = c_target(&dir, "unstoppable", include_str!("targets/unstoppable.c"));
     let run = run_dumping(&dir, &exe);
-    assert_eq!(
-        run.stdout, "sigwait got SIGUSR1: 1\ndone\n",
-        "stderr:\n{}\nlog:\n{}",
-        run.stderr, run.log
-    );
-    assert_eq!(run.code, Some(0));
+    assert_ran(&run, "sigwait got SIGUSR1: 1\ndone\n");
     let state = |graph: &HeapGraph, name: &str| {
         graph
             .threads
@@ -186,12 +193,7 @@ fn a_program_sigusr2_handler_runs_as_installed_and_the_dump_trigger_stays() {
                     default dumps: oneshot=1\n\
                     ignored: 1\n\
                     usr1 direct: 1\n";
-    assert_eq!(
-        run.stdout, expected,
-        "stderr:\n{}\nlog:\n{}",
-        run.stderr, run.log
-    );
-    assert_eq!(run.code, Some(0));
+    assert_ran(&run, expected);
     // 1: sent from another process; 2: SIGUSR2 at SIG_DFL; 3: exit. The program's own raise
     // to its own handler (step 3) and the plain and one-shot ones asked for none.
     assert_eq!(snapshot_numbers(dir.path()), vec![1, 2, 3]);
@@ -224,12 +226,7 @@ fn fork_children_under_the_dump_trigger_work_alone_and_are_never_stuck() {
     let dir = TempDir::new("sig-fork");
     let exe = c_target(&dir, "forkdump", include_str!("targets/forkdump.c"));
     let run = run_dumping(&dir, &exe);
-    assert_eq!(
-        run.stdout, "children ok: 20/20, killed by SIGUSR2: 1\n",
-        "stderr:\n{}\nlog:\n{}",
-        run.stderr, run.log
-    );
-    assert_eq!(run.code, Some(0));
+    assert_ran(&run, "children ok: 20/20, killed by SIGUSR2: 1\n");
     // Only the parent writes snapshots (1-3 on request, 4 at exit); the children, which have
     // no agent thread, write none at their exit.
     assert_eq!(snapshot_numbers(dir.path()), vec![1, 2, 3, 4]);
@@ -271,17 +268,13 @@ fn the_stop_signal_survives_a_program_that_resets_or_takes_its_number() {
     let dir = TempDir::new("sig-stopnum");
     let exe = c_target(&dir, "stopnum", include_str!("targets/stopnum.c"));
     let run = run_dumping(&dir, &exe);
-    assert_eq!(
-        run.stdout,
+    assert_ran(
+        &run,
         "alive after resetting all signals\n\
          old was default: 1, reads back: 1\n\
          own handler: 1\n\
          after a snapshot: 1\n",
-        "stderr:\n{}\nlog:\n{}",
-        run.stderr,
-        run.log
     );
-    assert_eq!(run.code, Some(0));
     for n in [1, 2] {
         let graph = read_snapshot(dir.path(), n);
         assert_eq!(graph.threads.len(), 2, "snapshot {n}");

@@ -27,6 +27,8 @@ fn the_trigger_cancels_the_thread_that_covers_the_need() {
     c.subscribe();
     t.command("grow-b");
     t.wait_line("grow-b started");
+    // The thread prints its tid once it runs, which may be after the main thread's line.
+    t.wait_line("tid grow-b ");
     let tids = t.tids();
     let audit = t.wait_audit("the measured line of the autonomous cancel", |a| {
         a.iter().any(|l| l["event"] == "measured")
@@ -101,6 +103,8 @@ fn a_shortage_is_reported_and_nothing_cancelled_when_no_permitted_set_suffices()
     c.subscribe();
     t.command("grow-b");
     t.wait_line("grow-b started");
+    // The thread prints its tid once it runs, which may be after the main thread's line.
+    t.wait_line("tid grow-b ");
     let tids = t.tids();
     let audit = t.wait_audit("a shortage line", |a| {
         a.iter().any(|l| l["event"] == "shortage")

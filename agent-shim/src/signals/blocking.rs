@@ -120,6 +120,22 @@ pub(super) fn init() {
     let _ = slot(sys::current_tid(), true);
 }
 
+/// How much stack below an exported wrapper its implementation's frames can take (an
+/// unoptimised build's frames are several times larger).
+const SCRUB_BYTES: usize = if cfg!(debug_assertions) { 4096 } else { 1024 };
+
+/// Zeroes the stack just below the caller. The wrappers' frames lie on the blocked thread's
+/// stack while the world is stopped, and the capture scans them conservatively: a slot they
+/// leave unwritten on this path (an unoptimised build's spill slots, a branch not taken) would
+/// otherwise show whatever an earlier, deeper call left there — a stale pointer that makes a
+/// block look held by the sleeping thread in one snapshot and not in the next. Called first
+/// by every exported wrapper, so the implementation's frames land on zeroes.
+#[inline(never)]
+pub fn scrub_stack() {
+    let mut area = [0u8; SCRUB_BYTES];
+    std::hint::black_box(&mut area);
+}
+
 /// Calls retried so far because only the agent interrupted them.
 pub fn retries() -> u64 {
     RETRIES.load(Ordering::Relaxed)
@@ -384,6 +400,36 @@ unsafe fn read_ts(ts: *const libc::timespec) -> Option<libc::timespec> {
     (!ts.is_null()).then(|| unsafe { *ts })
 }
 
+/// Runs an errno-reporting `call` with the caller's relative timeout `tmo` (null: none), then,
+/// after an interruption by the agent, with what is left of it.
+///
+/// # Safety
+/// `tmo` is null or readable; `call` gets `tmo` itself or a pointer to a live local.
+unsafe fn with_timespec(
+    tmo: *const libc::timespec,
+    call: &mut dyn FnMut(*const libc::timespec) -> c_int,
+) -> c_int {
+    // SAFETY: guaranteed by the caller.
+    let timeout = monotonic(unsafe { read_ts(tmo) }.map(|t| ts_ns(&t)));
+    run(
+        timeout,
+        &mut |left| match left {
+            None => call(tmo),
+            Some(ns) => call(&ns_ts(ns)),
+        },
+        &eintr,
+    )
+}
+
+/// As [`with_timespec`] for a timeout in milliseconds (negative: none).
+fn with_millis(timeout: c_int, call: &mut dyn FnMut(c_int) -> c_int) -> c_int {
+    run(
+        monotonic((timeout >= 0).then(|| i128::from(timeout) * 1_000_000)),
+        &mut |left| call(left.map_or(timeout, ns_ms)),
+        &eintr,
+    )
+}
+
 /// A copy of the signal set at `set` without the stop signal, when it holds it: a mask
 /// installed for the length of a call must not block the stop signal (the thread would be
 /// unstoppable meanwhile), and a set waited for must not take it (the program would receive
@@ -417,18 +463,8 @@ fn pick(set: *const libc::sigset_t, copy: &Option<libc::sigset_t>) -> *const lib
 /// As `nanosleep(2)`.
 pub unsafe fn nanosleep(req: *const libc::timespec, rem: *mut libc::timespec) -> c_int {
     let real = real!(NANOSLEEP, NanosleepFn, -1);
-    // SAFETY: the caller's pointer, as nanosleep(2) requires.
-    let timeout = monotonic(unsafe { read_ts(req) }.map(|t| ts_ns(&t)));
-    run(
-        timeout,
-        &mut |left| match left {
-            // SAFETY: the caller's arguments.
-            None => unsafe { real(req, rem) },
-            // SAFETY: a local timespec and the caller's `rem`.
-            Some(ns) => unsafe { real(&ns_ts(ns), rem) },
-        },
-        &eintr,
-    )
+    // SAFETY: the caller's pointers, as nanosleep(2) requires (or a local timespec).
+    unsafe { with_timespec(req, &mut |ts| real(ts, rem)) }
 }
 
 /// `clock_nanosleep(2)`: returns 0 or an error number.
@@ -515,12 +551,8 @@ pub fn usleep(usec: libc::useconds_t) -> c_int {
 /// As `poll(2)`.
 pub unsafe fn poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int) -> c_int {
     let real = real!(POLL, PollFn, -1);
-    run(
-        monotonic((timeout >= 0).then(|| i128::from(timeout) * 1_000_000)),
-        // SAFETY: the caller's arguments, with what is left of the timeout.
-        &mut |left| unsafe { real(fds, n, left.map_or(timeout, ns_ms)) },
-        &eintr,
-    )
+    // SAFETY: the caller's arguments, with what is left of the timeout.
+    with_millis(timeout, &mut |ms| unsafe { real(fds, n, ms) })
 }
 
 /// `ppoll(2)`.
@@ -537,18 +569,8 @@ pub unsafe fn ppoll(
     // SAFETY: the caller's mask, null or readable.
     let filtered = unsafe { without_stop(mask) };
     let mask = pick(mask, &filtered);
-    // SAFETY: the caller's pointer.
-    let timeout = monotonic(unsafe { read_ts(tmo) }.map(|t| ts_ns(&t)));
-    run(
-        timeout,
-        &mut |left| match left {
-            // SAFETY: the caller's arguments.
-            None => unsafe { real(fds, n, tmo, mask) },
-            // SAFETY: the caller's arguments with a local timespec.
-            Some(ns) => unsafe { real(fds, n, &ns_ts(ns), mask) },
-        },
-        &eintr,
-    )
+    // SAFETY: the caller's arguments, the timeout theirs or a local one.
+    unsafe { with_timespec(tmo, &mut |ts| real(fds, n, ts, mask)) }
 }
 
 /// `epoll_wait(2)`.
@@ -562,12 +584,8 @@ pub unsafe fn epoll_wait(
     timeout: c_int,
 ) -> c_int {
     let real = real!(EPOLL_WAIT, EpollWaitFn, -1);
-    run(
-        monotonic((timeout >= 0).then(|| i128::from(timeout) * 1_000_000)),
-        // SAFETY: the caller's arguments, with what is left of the timeout.
-        &mut |left| unsafe { real(epfd, events, max, left.map_or(timeout, ns_ms)) },
-        &eintr,
-    )
+    // SAFETY: the caller's arguments, with what is left of the timeout.
+    with_millis(timeout, &mut |ms| unsafe { real(epfd, events, max, ms) })
 }
 
 /// `epoll_pwait(2)`.
@@ -585,12 +603,10 @@ pub unsafe fn epoll_pwait(
     // SAFETY: the caller's mask, null or readable.
     let filtered = unsafe { without_stop(mask) };
     let mask = pick(mask, &filtered);
-    run(
-        monotonic((timeout >= 0).then(|| i128::from(timeout) * 1_000_000)),
-        // SAFETY: the caller's arguments, with what is left of the timeout.
-        &mut |left| unsafe { real(epfd, events, max, left.map_or(timeout, ns_ms), mask) },
-        &eintr,
-    )
+    // SAFETY: the caller's arguments (the mask filtered), with what is left of the timeout.
+    with_millis(timeout, &mut |ms| unsafe {
+        real(epfd, events, max, ms, mask)
+    })
 }
 
 /// `select(2)`: Linux writes the time left into `tv`; each retry passes what is left of the
@@ -684,18 +700,8 @@ pub unsafe fn sigtimedwait(
     // SAFETY: the caller's set, null or readable.
     let filtered = unsafe { without_stop(set) };
     let set = pick(set, &filtered);
-    // SAFETY: the caller's pointer.
-    let timeout = monotonic(unsafe { read_ts(tmo) }.map(|t| ts_ns(&t)));
-    run(
-        timeout,
-        &mut |left| match left {
-            // SAFETY: the caller's arguments.
-            None => unsafe { real(set, info, tmo) },
-            // SAFETY: the caller's arguments with a local timespec.
-            Some(ns) => unsafe { real(set, info, &ns_ts(ns)) },
-        },
-        &eintr,
-    )
+    // SAFETY: the caller's arguments, the timeout theirs or a local one.
+    unsafe { with_timespec(tmo, &mut |ts| real(set, info, ts)) }
 }
 
 /// `sigwait(3)`: glibc's retries its own `EINTR`; only the set is filtered here.
@@ -727,18 +733,8 @@ pub unsafe fn pselect(
     // SAFETY: the caller's mask, null or readable.
     let filtered = unsafe { without_stop(mask) };
     let mask = pick(mask, &filtered);
-    // SAFETY: the caller's pointer.
-    let timeout = monotonic(unsafe { read_ts(tmo) }.map(|t| ts_ns(&t)));
-    run(
-        timeout,
-        &mut |left| match left {
-            // SAFETY: the caller's arguments.
-            None => unsafe { real(n, r, w, e, tmo, mask) },
-            // SAFETY: the caller's arguments with a local timespec.
-            Some(ns) => unsafe { real(n, r, w, e, &ns_ts(ns), mask) },
-        },
-        &eintr,
-    )
+    // SAFETY: the caller's arguments, the timeout theirs or a local one.
+    unsafe { with_timespec(tmo, &mut |ts| real(n, r, w, e, ts, mask)) }
 }
 
 #[cfg(test)]

@@ -130,19 +130,6 @@ static void *worker(void *arg) {
     return NULL;
 }
 
-/* Scheduler state letter of a thread of this process. */
-static char state_of(pid_t tid) {
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
-    FILE *f = fopen(path, "r");
-    if (!f) return '?';
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    char *close = strrchr(buf, ')');
-    return close && close[1] ? close[2] : '?';
-}
-
 /* Waits until every worker is inside its call of round `round` (1 or 2). */
 static void wait_blocked(int round) {
     for (int i = 0; i < N; i++) {

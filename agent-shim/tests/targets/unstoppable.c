@@ -1,7 +1,7 @@
 /* Threads the agent cannot stop (prepended with sync.h): "rawmask" blocks every signal with
  * the raw system call (no wrapper sees it) and waits in read(2); "vforker" vforks a child
- * that sleeps 3 s, so the thread waits in the kernel, in uninterruptible sleep, until the
- * child exits. Snapshot 1: rawmask only; snapshot 2: the vfork parent too, seen for the
+ * that sleeps 5 s (room for two snapshots on a loaded machine), so the thread waits in the
+ * kernel, in uninterruptible sleep, until the child exits. Snapshot 1: rawmask only; snapshot 2: the vfork parent too, seen for the
  * first time; snapshot 3: the vfork parent again. Beside them, "sigwaiter" blocks every
  * signal and waits for all of them in sigwait(3), the usual signal-thread pattern: it must be
  * stopped like any thread, and receive only the program's SIGUSR1. Prints what sigwait
@@ -44,25 +44,13 @@ static void *vforker(void *unused) {
     pid_t pid = vfork();
     if (pid == 0) {
         /* The child shares our memory: only system calls here. */
-        struct timespec ts = {3, 0};
+        struct timespec ts = {5, 0};
         syscall(SYS_nanosleep, &ts, NULL);
         _exit(0);
     }
     int status;
     waitpid(pid, &status, 0);
     return unused;
-}
-
-static char state_of(pid_t tid) {
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
-    FILE *f = fopen(path, "r");
-    if (!f) return '?';
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    char *close = strrchr(buf, ')');
-    return close && close[1] ? close[2] : '?';
 }
 
 int main(void) {
