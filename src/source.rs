@@ -43,6 +43,7 @@ pub struct SourceHandle {
     requests: mpsc::UnboundedSender<Request>,
     next_id: Arc<AtomicU64>,
     live: bool,
+    recording: bool,
 }
 
 pub type SourceEvents = mpsc::UnboundedReceiver<SourceEvent>;
@@ -55,7 +56,19 @@ impl SourceHandle {
             requests,
             next_id: Arc::new(AtomicU64::new(1)),
             live,
+            recording: false,
         }
+    }
+
+    /// The same handle, marked as a recording's (no heap graph: the TUI opens on its views).
+    pub fn for_recording(mut self) -> Self {
+        self.recording = true;
+        self
+    }
+
+    /// Whether this source is a replayed recording.
+    pub fn is_recording(&self) -> bool {
+        self.recording
     }
 
     /// Queues a request and returns its id; the answer comes back as [`SourceEvent::Answer`].
@@ -133,7 +146,10 @@ pub fn recording(mut recording: Recording, description: String) -> (SourceHandle
             }
         })
         .expect("spawning the recording source thread");
-    (SourceHandle::new(request_tx, false), event_rx)
+    (
+        SourceHandle::new(request_tx, false).for_recording(),
+        event_rx,
+    )
 }
 
 /// The offline answer to one request: snapshot requests from the answerer, the process from the

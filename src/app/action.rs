@@ -5,6 +5,8 @@
 
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
+pub use super::other::{OtherKind, Switch};
+
 /// Everything a key can ask for; handlers match on these, never on key codes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
@@ -36,6 +38,10 @@ pub enum Action {
     Refresh,
     AutoRefresh,
     ExactBytes,
+    /// Open one of the other views (units, leaks, growth, ages).
+    Open(OtherKind),
+    /// Change what the units or ages view asks for.
+    Switch(Switch),
 }
 
 /// The screens, for saying where a binding works.
@@ -48,6 +54,10 @@ pub enum Screen {
     Group,
     Objects,
     Object,
+    Units,
+    Leaks,
+    Growth,
+    Ages,
 }
 
 impl Screen {
@@ -60,6 +70,10 @@ impl Screen {
             Screen::Group => "Group",
             Screen::Objects => "Objects",
             Screen::Object => "Object",
+            Screen::Units => "Units",
+            Screen::Leaks => "Leaks",
+            Screen::Growth => "Growth",
+            Screen::Ages => "Ages",
         }
     }
 }
@@ -84,6 +98,10 @@ const LISTS: &[Screen] = &[
     Screen::Sites,
     Screen::Frames,
     Screen::Objects,
+    Screen::Units,
+    Screen::Leaks,
+    Screen::Growth,
+    Screen::Ages,
 ];
 const HOME: &[Screen] = &[Screen::Threads, Screen::Release, Screen::Sites];
 const DIGITS: &[KeyCode] = &[
@@ -119,6 +137,10 @@ pub const BINDINGS: &[Binding] = &[
             Screen::Group,
             Screen::Objects,
             Screen::Object,
+            Screen::Units,
+            Screen::Leaks,
+            Screen::Growth,
+            Screen::Ages,
         ],
     },
     Binding {
@@ -176,6 +198,59 @@ pub const BINDINGS: &[Binding] = &[
         help: "next referent group",
         hint: None,
         screens: &[Screen::Frames],
+    },
+    Binding {
+        keys: &[
+            KeyCode::Char('u'),
+            KeyCode::Char('L'),
+            KeyCode::Char('w'),
+            KeyCode::Char('A'),
+        ],
+        shown: "u/L/w/A",
+        action: Action::Open(OtherKind::Units),
+        help: "open a view: allocation units (u), leaks (L), growth (w), ages (A)",
+        hint: Some("views"),
+        screens: HOME,
+    },
+    Binding {
+        keys: &[KeyCode::Char('f')],
+        shown: "f",
+        action: Action::Switch(Switch::Granularity),
+        help: "units per library, function or thread",
+        hint: Some("unit"),
+        screens: &[Screen::Units],
+    },
+    Binding {
+        keys: &[KeyCode::Char('p')],
+        shown: "p",
+        action: Action::Switch(Switch::Position),
+        help: "unit of a stack: outermost, innermost, or every one on it (inclusive)",
+        hint: Some("position"),
+        screens: &[Screen::Units],
+    },
+    Binding {
+        keys: &[KeyCode::Char('c')],
+        shown: "c",
+        action: Action::Switch(Switch::Charge),
+        help: "frees charged to the allocating unit or to the freeing one",
+        hint: Some("charge"),
+        screens: &[Screen::Units],
+    },
+    Binding {
+        keys: &[KeyCode::Char('t')],
+        shown: "t",
+        action: Action::Switch(Switch::AgeScope),
+        help: "ages per allocation site or per thread",
+        hint: Some("sites/threads"),
+        screens: &[Screen::Ages],
+    },
+    Binding {
+        keys: &[KeyCode::Char('o')],
+        shown: "o",
+        action: Action::Switch(Switch::AgeList),
+        help: "the age histogram or the oldest survivors",
+        hint: Some("oldest"),
+        screens: &[Screen::Ages],
     },
     Binding {
         keys: &[KeyCode::Char('/')],
@@ -330,6 +405,7 @@ pub fn action_for(key: KeyEvent, screen: Screen) -> Option<Action> {
         .find(|b| b.applies(screen) && b.keys.contains(&key.code))?;
     Some(match (binding.action, key.code) {
         (Action::Sort(_), KeyCode::Char(d)) => Action::Sort(d as u8 - b'0'),
+        (Action::Open(_), KeyCode::Char(c)) => Action::Open(OtherKind::from_key(c)?),
         (action, _) => action,
     })
 }
@@ -393,6 +469,10 @@ mod tests {
             Screen::Group,
             Screen::Objects,
             Screen::Object,
+            Screen::Units,
+            Screen::Leaks,
+            Screen::Growth,
+            Screen::Ages,
         ] {
             let mut seen = Vec::new();
             for b in BINDINGS.iter().filter(|b| b.applies(screen)) {
@@ -402,6 +482,33 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn the_view_keys_open_their_view_from_home_and_switch_on_it() {
+        for (c, kind) in [
+            ('u', OtherKind::Units),
+            ('L', OtherKind::Leaks),
+            ('w', OtherKind::Growth),
+            ('A', OtherKind::Ages),
+        ] {
+            assert_eq!(
+                action_for(key(KeyCode::Char(c)), Screen::Sites),
+                Some(Action::Open(kind))
+            );
+            assert_eq!(action_for(key(KeyCode::Char(c)), Screen::Object), None);
+        }
+        assert_eq!(
+            action_for(key(KeyCode::Char('c')), Screen::Units),
+            Some(Action::Switch(Switch::Charge))
+        );
+        assert_eq!(
+            action_for(key(KeyCode::Char('t')), Screen::Ages),
+            Some(Action::Switch(Switch::AgeScope))
+        );
+        assert_eq!(action_for(key(KeyCode::Char('t')), Screen::Units), None);
+        assert!(hints(Screen::Threads).any(|(k, h)| k == "u/L/w/A" && h == "views"));
+        assert!(hints(Screen::Units).any(|(_, h)| h == "position"));
     }
 
     #[test]

@@ -7,14 +7,20 @@
 //! this state to draw, `tui` runs the loop.
 
 pub mod action;
+pub mod ages;
 pub mod cancel;
+pub mod chart;
 pub mod fuzzy;
+pub mod growth;
 pub mod layout;
+pub mod leaks;
+pub mod other;
 pub mod rows;
 pub mod table;
+pub mod units;
 pub mod views;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::time::Duration;
 
 use heaptui_protocol::GroupId;
@@ -35,9 +41,6 @@ use views::{
     FramesView, GroupItem, GroupView, HomeTab, HomeView, ObjectItem, ObjectView, ObjectsOrigin,
     ObjectsView, SetRelease, View, ViewKind,
 };
-
-/// Live-bytes samples kept for the header's sparkline.
-pub const HISTORY: usize = 240;
 
 /// Incoming/outgoing references asked for per object.
 pub const REFS_PAGE: u32 = 500;
@@ -60,6 +63,8 @@ enum Target {
     Process,
     Snapshot,
     Subscribe,
+    /// The counters of the recent past, for the header's chart.
+    History,
     /// The cancel dialog's request for `tid`.
     Cancel {
         tid: u32,
@@ -88,7 +93,10 @@ pub struct App {
     pub process: Option<ProcessInfo>,
     pub snapshot: Option<SnapshotInfo>,
     pub counters: Option<LiveCounters>,
-    pub history: VecDeque<u64>,
+    /// Live and allocated bytes over time, for the header's chart.
+    pub chart: chart::Chart,
+    /// The source is a recording: no heap graph, the other views only.
+    pub recording: bool,
     pub stack: Vec<View>,
     pub help: bool,
     /// The cancel confirmation, drawn over the screen while open.
@@ -116,6 +124,7 @@ impl App {
     pub fn new(source: SourceHandle, description: String, size: Rect) -> Self {
         let mut app = App {
             live: source.is_live(),
+            recording: source.is_recording(),
             source,
             description,
             connection: Connection::Connecting,
@@ -123,7 +132,7 @@ impl App {
             process: None,
             snapshot: None,
             counters: None,
-            history: VecDeque::with_capacity(HISTORY),
+            chart: chart::Chart::default(),
             stack: Vec::new(),
             help: false,
             cancel: None,
@@ -199,6 +208,14 @@ impl App {
         }
     }
 
+    /// The other view (units, leaks, growth, ages) with this serial, if it is still open.
+    fn other_view(&mut self, serial: u64) -> Option<&mut other::OtherView> {
+        self.stack.iter_mut().find_map(|v| match &mut v.kind {
+            ViewKind::Other(view) if v.serial == serial => Some(view),
+            _ => None,
+        })
+    }
+
     fn view(&mut self, kind: ViewKind) -> View {
         self.next_serial += 1;
         View {
@@ -244,6 +261,9 @@ impl App {
                 if self.live {
                     self.ask(Target::Subscribe, RequestBody::Subscribe);
                 }
+                if self.live || self.recording {
+                    self.ask(Target::History, RequestBody::CounterHistory);
+                }
             }
             SourceEvent::Disconnected { reason } => {
                 self.connection = Connection::Disconnected { reason };
@@ -269,15 +289,32 @@ impl App {
 
     fn on_counters(&mut self, counters: LiveCounters) {
         self.counters = Some(counters);
-        if self.history.len() == HISTORY {
-            self.history.pop_front();
-        }
-        self.history.push_back(counters.live_bytes);
+        self.chart.push(counters);
     }
 
     fn on_answer(&mut self, target: Target, body: Response) {
         match (target, body) {
             (Target::Cancel { tid, dry_run }, body) => self.on_cancel_answer(tid, dry_run, body),
+            // An agent without its history keeps the pushes alone: nothing to tell.
+            (Target::History, Response::CounterHistory(h)) => {
+                self.chart.set_history(&h.samples);
+                if self.counters.is_none() {
+                    self.counters = h.samples.last().copied();
+                }
+            }
+            (Target::History, _) => {}
+            // The other views show why they have no rows in place of the rows.
+            (Target::View { serial, .. }, Response::Error(e))
+                if (e.kind != ErrorKind::NoSnapshot || !self.live)
+                    && self
+                        .stack
+                        .iter()
+                        .any(|v| v.serial == serial && matches!(v.kind, ViewKind::Other(_))) =>
+            {
+                if let Some(view) = self.other_view(serial) {
+                    view.failed(e.message);
+                }
+            }
             (_, Response::Error(e)) => {
                 if e.kind == ErrorKind::NoSnapshot && self.live {
                     self.take_snapshot();
@@ -289,7 +326,10 @@ impl App {
                 }
             }
             (Target::Process, Response::ProcessInfo(info)) => {
-                if info.counters.unix_ms != 0 {
+                if self.recording {
+                    // Recomputed from the replayed events: figures, not a sample in time.
+                    self.counters = Some(info.counters);
+                } else if info.counters.unix_ms != 0 {
                     self.on_counters(info.counters);
                 }
                 let snapshot = info.snapshot.clone();
@@ -297,6 +337,7 @@ impl App {
                 match snapshot {
                     Some(s) => self.on_snapshot(s),
                     None if self.live => self.take_snapshot(),
+                    None if self.recording => self.open_recording(),
                     None => self.status = Some("the source has no snapshot".into()),
                 }
             }
@@ -343,6 +384,19 @@ impl App {
         }
     }
 
+    /// A recording has no heap graph: it opens on the allocation units, and says so.
+    fn open_recording(&mut self) {
+        self.status = Some(
+            "a recording: no heap graph (threads, groups, leaks need a snapshot); u units · A ages"
+                .into(),
+        );
+        if self.stack.len() == 1 {
+            self.push(ViewKind::Other(other::OtherView::new(
+                other::OtherKind::Units,
+            )));
+        }
+    }
+
     fn take_snapshot(&mut self) {
         if self.snapshot_asked.is_none() {
             self.snapshot_asked = Some(self.now_ms);
@@ -384,6 +438,7 @@ impl App {
                 self.request_pages(at);
                 return;
             }
+            ViewKind::Other(v) => v.request(),
         };
         self.ask_view(serial, body);
     }
@@ -522,6 +577,10 @@ impl App {
                 view.detail = Some(detail);
                 view.selected = 0;
             }
+            (ViewKind::Other(view), body) => match view.receive(body) {
+                Ok(next) => follow = next,
+                Err(kind) => self.status = Some(format!("unexpected answer: {kind}")),
+            },
             (_, other) => {
                 self.status = Some(format!("unexpected answer: {}", other.kind()));
             }
@@ -730,6 +789,7 @@ impl App {
             },
             ViewKind::Frames(v) => v.table.set_query(query),
             ViewKind::Objects(v) => v.table.set_query(query),
+            ViewKind::Other(v) => v.set_query(query),
             ViewKind::Group(_) | ViewKind::Object(_) => {}
         }
         self.fit();
@@ -823,6 +883,15 @@ impl App {
                 }
             }
             Action::ExactBytes => self.exact_bytes = !self.exact_bytes,
+            Action::Open(kind) => self.push(ViewKind::Other(other::OtherView::new(kind))),
+            Action::Switch(switch) => {
+                let at = self.stack.len() - 1;
+                if let ViewKind::Other(view) = &mut self.top_mut().kind
+                    && view.switch(switch)
+                {
+                    self.load(at);
+                }
+            }
             Action::Enter => self.enter(),
         }
     }
@@ -851,6 +920,7 @@ impl App {
                 },
                 ViewKind::Frames(v) => v.table.query(),
                 ViewKind::Objects(v) => v.table.query(),
+                ViewKind::Other(v) => return Some(v.query()),
                 ViewKind::Group(_) | ViewKind::Object(_) => return None,
             }
             .to_string(),
@@ -899,6 +969,7 @@ impl App {
                 self.fit();
                 self.request_pages(at);
             }
+            ViewKind::Other(v) => v.sort_by(column),
             ViewKind::Group(_) | ViewKind::Object(_) => {}
         }
     }
@@ -931,6 +1002,7 @@ impl App {
                     .map_or(0, |d| views::object_items(d).len());
                 v.selected = step(v.selected, delta, n);
             }
+            ViewKind::Other(v) => v.move_by(delta),
         }
         self.request_pages(at);
     }
@@ -1039,6 +1111,14 @@ impl App {
                     }
                 })
             }),
+            ViewKind::Other(v) => v.enter(!self.recording).map(|open| match open {
+                other::OtherOpen::SiteObjects { site, label } => {
+                    Open::Objects(ObjectsOrigin::Site { site, label })
+                }
+                other::OtherOpen::Object(index) => Open::Object(index),
+                other::OtherOpen::Frames(tid, name) => Open::Frames(tid, name, None),
+                other::OtherOpen::Nothing(why) => Open::Nothing(why),
+            }),
         };
         match open {
             Some(Open::Frames(tid, name, frame)) => self.open_frames(tid, name, frame),
@@ -1100,6 +1180,7 @@ impl App {
             },
             ViewKind::Frames(v) => v.table.cursor(),
             ViewKind::Objects(v) => v.table.cursor(),
+            ViewKind::Other(v) => v.cursor(),
             ViewKind::Group(_) | ViewKind::Object(_) => return None,
         };
         Some((c.offset, c.selected))
@@ -1118,6 +1199,7 @@ impl App {
             }
             ViewKind::Frames(v) => v.table.set_height(rows),
             ViewKind::Objects(v) => v.table.set_height(rows),
+            ViewKind::Other(v) => v.set_height(rows),
             ViewKind::Group(_) | ViewKind::Object(_) => {}
         }
         if self.snapshot.is_some() {
@@ -1186,6 +1268,8 @@ fn sites_request(offset: u32) -> RequestBody {
     }
 }
 
+#[cfg(test)]
+pub mod other_tests;
 #[cfg(test)]
 pub mod testing;
 #[cfg(test)]

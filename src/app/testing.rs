@@ -100,6 +100,9 @@ pub fn big_group_graph(threads: usize, members: usize) -> HeapGraph {
     HeapGraph::new(process, sites, objects, edges, threads, Vec::new()).expect("a valid graph")
 }
 
+/// A test's own answers: `None` leaves a request to the harness.
+pub type Answers = dyn FnMut(&RequestBody) -> Option<Response>;
+
 pub struct Harness {
     pub app: App,
     requests: mpsc::UnboundedReceiver<Request>,
@@ -115,6 +118,11 @@ pub struct Harness {
     pub cancel_answers: VecDeque<Response>,
     /// Live harness: the graph the next `TakeSnapshot` sees (else the same one again).
     pub next_graph: Option<HeapGraph>,
+    /// Answers the test gives before anyone else (e.g. what an agent says of units); `None`
+    /// leaves the request to the usual answer.
+    pub answers: Option<Box<Answers>>,
+    /// A recording harness: every request is answered by the replayed recording.
+    recording: Option<crate::offline::recording::Recording>,
 }
 
 impl Harness {
@@ -129,15 +137,53 @@ impl Harness {
         Harness::with_source(graph, true)
     }
 
-    fn with_source(graph: HeapGraph, live: bool) -> Harness {
+    /// Over a recording, answered as `heaptui open REC` answers it.
+    pub fn recording(bytes: Vec<u8>) -> Harness {
+        let recording =
+            crate::offline::recording::Recording::replay(bytes).expect("a readable recording");
+        Harness::build(fixture(), false, Some(recording))
+    }
+
+    /// As if attached to a live agent that answers the other views with `answers`.
+    pub fn live_with(
+        graph: HeapGraph,
+        answers: impl FnMut(&RequestBody) -> Option<Response> + 'static,
+    ) -> Harness {
         let (tx, requests) = mpsc::unbounded_channel();
+        let mut h = Harness::unconnected(graph, SourceHandle::new(tx, true), requests, None);
+        h.answers = Some(Box::new(answers));
+        h.connect();
+        h
+    }
+
+    fn with_source(graph: HeapGraph, live: bool) -> Harness {
+        Harness::build(graph, live, None)
+    }
+
+    fn build(
+        graph: HeapGraph,
+        live: bool,
+        recording: Option<crate::offline::recording::Recording>,
+    ) -> Harness {
+        let (tx, requests) = mpsc::unbounded_channel();
+        let mut source = SourceHandle::new(tx, live);
+        if recording.is_some() {
+            source = source.for_recording();
+        }
+        let mut h = Harness::unconnected(graph, source, requests, recording);
+        h.connect();
+        h
+    }
+
+    fn unconnected(
+        graph: HeapGraph,
+        source: SourceHandle,
+        requests: mpsc::UnboundedReceiver<Request>,
+        recording: Option<crate::offline::recording::Recording>,
+    ) -> Harness {
         let analysis = Analysis::new(&graph);
-        let app = App::new(
-            SourceHandle::new(tx, live),
-            "test".into(),
-            Rect::new(0, 0, WIDTH, HEIGHT),
-        );
-        let mut h = Harness {
+        let app = App::new(source, "test".into(), Rect::new(0, 0, WIDTH, HEIGHT));
+        Harness {
             app,
             requests,
             graph,
@@ -147,12 +193,20 @@ impl Harness {
             snapshot: OFFLINE_SNAPSHOT,
             cancel_answers: VecDeque::new(),
             next_graph: None,
-        };
-        h.app.on_source(SourceEvent::Connected {
-            description: "fixture (snapshot file)".into(),
+            answers: None,
+            recording,
+        }
+    }
+
+    fn connect(&mut self) {
+        self.app.on_source(SourceEvent::Connected {
+            description: if self.recording.is_some() {
+                "rec.bin (recording)".into()
+            } else {
+                "fixture (snapshot file)".into()
+            },
         });
-        h.pump();
-        h
+        self.pump();
     }
 
     /// Answers every queued request, and those the answers lead to.
@@ -171,6 +225,14 @@ impl Harness {
     }
 
     fn answer(&mut self, body: &RequestBody) -> Response {
+        if let Some(answers) = &mut self.answers
+            && let Some(answer) = answers(body)
+        {
+            return answer;
+        }
+        if let Some(recording) = &mut self.recording {
+            return recording.answer(body);
+        }
         if self.app.live {
             match body {
                 RequestBody::Subscribe => return Response::Subscribed { interval_ms: 1000 },

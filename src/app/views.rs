@@ -11,6 +11,7 @@ use heaptui_protocol::message::{
 };
 
 use super::action::Screen;
+use super::other::OtherView;
 use super::rows::ReleaseRow;
 use super::table::{LocalTable, PagedTable, SortSpec};
 
@@ -28,6 +29,8 @@ pub enum ViewKind {
     Group(GroupView),
     Objects(ObjectsView),
     Object(ObjectView),
+    /// Units, leaks, growth or ages (SPEC §8).
+    Other(OtherView),
 }
 
 impl View {
@@ -42,6 +45,7 @@ impl View {
             ViewKind::Group(_) => Screen::Group,
             ViewKind::Objects(_) => Screen::Objects,
             ViewKind::Object(_) => Screen::Object,
+            ViewKind::Other(v) => v.screen(),
         }
     }
 

@@ -14,6 +14,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 
 use crate::app::App;
+use crate::app::other::OtherView;
 use crate::app::views::{HomeTab, ViewKind};
 
 pub fn render(app: &App, frame: &mut Frame) {
@@ -51,6 +52,12 @@ pub fn render(app: &App, frame: &mut Frame) {
         ViewKind::Group(v) => screens::group::draw(frame, &areas, app, v),
         ViewKind::Objects(v) => screens::objects::draw(frame, &areas, app, v),
         ViewKind::Object(v) => screens::object::draw(frame, &areas, app, v),
+        ViewKind::Other(v) => match v {
+            OtherView::Units(v) => screens::units::draw(frame, &areas, app, v),
+            OtherView::Leaks(v) => screens::leaks::draw(frame, &areas, app, v),
+            OtherView::Growth(v) => screens::growth::draw(frame, &areas, app, v),
+            OtherView::Ages(v) => screens::ages::draw(frame, &areas, app, v),
+        },
     }
     widgets::footer::draw(frame, areas.footer, app);
     if app.help {
@@ -86,3 +93,5 @@ pub fn list_window(selected: usize, len: usize, height: usize) -> (usize, usize)
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod views_tests;

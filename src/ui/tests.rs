@@ -10,7 +10,7 @@ use crate::app::testing::{HEIGHT, Harness, WIDTH, big_group_graph, fixture};
 use crate::source::SourceEvent;
 
 /// The screen as text, one line per row, trailing blanks cut, redacted.
-fn screen(h: &Harness) -> String {
+pub(super) fn screen(h: &Harness) -> String {
     let mut terminal = Terminal::new(TestBackend::new(WIDTH, HEIGHT)).unwrap();
     terminal.draw(|f| super::render(&h.app, f)).unwrap();
     let buffer = terminal.backend().buffer();

@@ -1,12 +1,17 @@
-//! The header: what is being looked at (process, source, snapshot), the heap's figures, and a
-//! sparkline of live bytes from the agent's pushed counters.
+//! The header: what is being looked at (process, source, snapshot), the heap's figures with
+//! the kept peak snapshot and the automatic-snapshot rule, and the live counters (utilization
+//! included) beside a chart of live vs allocated bytes (the agent's counter history, then its
+//! pushes; a recording's recorded counters).
 
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Paragraph, Sparkline};
 
+use heaptui_protocol::message::{ProcessInfo, SnapshotRule};
+
 use crate::app::{App, Connection};
+use crate::figures::utilization;
 use crate::size::human;
 use crate::ui::theme;
 
@@ -15,8 +20,8 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
 
     let mut line = vec![Span::styled("heaptui ", theme::title())];
     match &app.process {
-        Some(p) => line.push(Span::raw(format!("· pid {} {} ", p.pid, p.command))),
-        None => line.push(Span::raw(format!("· {} ", app.description))),
+        Some(p) if p.pid != 0 => line.push(Span::raw(format!("· pid {} {} ", p.pid, p.command))),
+        _ => line.push(Span::raw(format!("· {} ", app.description))),
     }
     line.push(Span::styled(
         match (&app.connection, app.live) {
@@ -27,6 +32,7 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
                 }
                 _ => "· live ".to_string(),
             },
+            (Connection::Connected, false) if app.recording => "· replayed ".to_string(),
             (Connection::Connected, false) => "· snapshot file ".to_string(),
             (Connection::Disconnected { .. } | Connection::Closed, _) => "· STALE ".to_string(),
         },
@@ -75,47 +81,101 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
             " · global-only {}",
             human(s.totals.global_only_bytes)
         )));
+    } else if app.recording {
+        line.push(Span::styled(
+            "a recording has no heap graph: u units · A ages",
+            theme::dim(),
+        ));
     } else {
         line.push(Span::styled("waiting for a snapshot…", theme::dim()));
     }
+    if let Some(p) = &app.process {
+        line.extend(peak(p));
+    }
     frame.render_widget(Paragraph::new(Line::from(line)), figures);
 
-    if app.history.is_empty() {
+    let Some(c) = &app.counters else {
         let text = if app.live {
             "live bytes: waiting for the agent's counters…"
+        } else if app.recording {
+            "live bytes: replaying…"
         } else {
             "live bytes: no live counters in a snapshot file"
         };
         frame.render_widget(Paragraph::new(Span::styled(text, theme::dim())), spark);
-    } else {
-        // The agent's live counters, then the sparkline of live bytes in the room left.
-        let mut text = vec![Span::raw("live ")];
-        if let Some(c) = &app.counters {
-            text.push(Span::styled(human(c.live_bytes), theme::total()));
-            text.push(Span::raw(format!(
-                " in {} blocks · allocated {} · peak {} ",
-                c.live_blocks,
-                human(c.allocated_bytes),
-                human(c.peak_live_bytes)
-            )));
-        }
-        let text = Line::from(text);
-        let width = (text.width() as u16).min(spark.width.saturating_sub(16));
-        let [label, graph] =
-            Layout::horizontal([Constraint::Length(width), Constraint::Fill(1)]).areas(spark);
-        frame.render_widget(Paragraph::new(text), label);
-        // The newest samples, right-aligned in the space there is.
-        let width = graph.width as usize;
-        let data: Vec<u64> = app
-            .history
-            .iter()
-            .rev()
-            .take(width)
-            .rev()
-            .copied()
-            .collect();
-        frame.render_widget(Sparkline::default().data(&data).style(theme::bar()), graph);
+        return;
+    };
+    // The counters, then the chart of live vs allocated bytes in the room left.
+    let text = Line::from(vec![
+        Span::raw("live "),
+        Span::styled(human(c.live_bytes), theme::total()),
+        Span::raw(format!(
+            " in {} blocks · allocated {} · util {} · peak {} ",
+            c.live_blocks,
+            human(c.allocated_bytes),
+            utilization(c),
+            human(c.peak_live_bytes)
+        )),
+    ]);
+    let width = (text.width() as u16).min(spark.width.saturating_sub(24));
+    let [label, graph] =
+        Layout::horizontal([Constraint::Length(width), Constraint::Fill(1)]).areas(spark);
+    frame.render_widget(Paragraph::new(text), label);
+    if app.chart.is_empty() {
+        return;
     }
+    // Two series, each on its own scale: allocated only grows, live rises and falls.
+    let [live_label, live_graph, alloc_label, alloc_graph] = Layout::horizontal([
+        Constraint::Length(5),
+        Constraint::Fill(1),
+        Constraint::Length(7),
+        Constraint::Fill(1),
+    ])
+    .areas(graph);
+    frame.render_widget(
+        Paragraph::new(Span::styled("live ", theme::total())),
+        live_label,
+    );
+    frame.render_widget(
+        Paragraph::new(Span::styled(" alloc ", theme::shared())),
+        alloc_label,
+    );
+    let live = app
+        .chart
+        .series(live_graph.width as usize, |s| s.live_bytes);
+    let allocated = app
+        .chart
+        .series(alloc_graph.width as usize, |s| s.allocated_bytes);
+    frame.render_widget(
+        Sparkline::default().data(&live).style(theme::total()),
+        live_graph,
+    );
+    frame.render_widget(
+        Sparkline::default().data(&allocated).style(theme::shared()),
+        alloc_graph,
+    );
+}
+
+/// ` · peak snapshot #4 1.2 MiB · auto: within 1.0 MiB of the peak`: the kept peak snapshot
+/// and the rule that takes them (nothing when neither is there).
+fn peak(p: &ProcessInfo) -> Vec<Span<'static>> {
+    let mut spans = Vec::new();
+    if let Some(s) = &p.peak_snapshot {
+        spans.push(Span::raw(format!(
+            " · peak snapshot #{} {}",
+            s.snapshot.0,
+            human(s.totals.bytes)
+        )));
+    }
+    let rule = match p.snapshot_rule {
+        SnapshotRule::Off => None,
+        SnapshotRule::EveryBytes(n) => Some(format!("every {} allocated", human(n))),
+        SnapshotRule::Tolerance(t) => Some(format!("within {} of the peak", human(t))),
+    };
+    if let Some(rule) = rule {
+        spans.push(Span::styled(format!(" · auto: {rule}"), theme::dim()));
+    }
+    spans
 }
 
 /// `42 s`, `3 min`, `2 h`.

@@ -2,4 +2,5 @@
 
 pub mod footer;
 pub mod header;
+pub mod notice;
 pub mod table;

@@ -1,0 +1,117 @@
+//! The leaks screen's state (SPEC §8 "Leaks"): the kept snapshot's unreachable blocks by
+//! allocation site, definitely and indirectly lost (SPEC §3), as the source answered them.
+//!
+//! State only: no drawing, no requests; every figure comes from the source.
+
+use std::borrow::Cow;
+use std::cmp::Ordering;
+
+use heaptui_protocol::message::{LeakPage, LeakRow, MAX_PAGE_ROWS, Page, RequestBody};
+
+use super::other::take_page;
+use super::rows::{bar, size_cell};
+use super::table::{CellContext, Column, LocalTable, SortSpec, TableRow};
+
+#[derive(Debug)]
+pub struct LeaksView {
+    pub table: LocalTable<LeakRow>,
+    pub error: Option<String>,
+}
+
+impl LeaksView {
+    pub fn new() -> Self {
+        LeaksView {
+            table: LocalTable::new(SortSpec {
+                column: 5,
+                descending: true,
+            }),
+            error: None,
+        }
+    }
+
+    pub fn request(offset: u32) -> RequestBody {
+        RequestBody::Leaks {
+            page: Page::new(offset, MAX_PAGE_ROWS),
+        }
+    }
+
+    /// A page arrived; the follow-up request while rows remain.
+    pub fn receive(&mut self, page: LeakPage) -> Option<RequestBody> {
+        self.error = None;
+        take_page(&mut self.table, page.page, page.rows).map(Self::request)
+    }
+}
+
+impl Default for LeaksView {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Bytes lost at a site, definitely and indirectly.
+pub fn lost(row: &LeakRow) -> u64 {
+    row.definitely_lost + row.indirectly_lost
+}
+
+const BAR_WIDTH: u16 = 12;
+
+impl TableRow for LeakRow {
+    const COLUMNS: &'static [Column] = &[
+        Column::text("SITE", 0),
+        Column::size("DEFINITELY", 11),
+        Column::size("BLOCKS", 7),
+        Column::size("INDIRECTLY", 11),
+        Column::size("BLOCKS", 7),
+        Column::size("LOST", 10),
+        Column::text("", BAR_WIDTH).unsorted(),
+        Column::text("CALLED FROM", 0),
+    ];
+    const FILTER_COLUMN: usize = 0;
+
+    fn filter_text(&self) -> Cow<'_, str> {
+        Cow::Borrowed(&self.label)
+    }
+
+    fn cell(&self, column: usize, cx: &CellContext) -> String {
+        match column {
+            0 => self.label.clone(),
+            1 => size_cell(self.definitely_lost, cx),
+            2 => self.definitely_lost_objects.to_string(),
+            3 => size_cell(self.indirectly_lost, cx),
+            4 => self.indirectly_lost_objects.to_string(),
+            5 => size_cell(lost(self), cx),
+            6 => bar(lost(self), cx.max, BAR_WIDTH as usize),
+            _ => called_from(&self.frames),
+        }
+    }
+
+    fn compare(&self, other: &Self, column: usize) -> Ordering {
+        match column {
+            0 => self.label.cmp(&other.label),
+            1 => self.definitely_lost.cmp(&other.definitely_lost),
+            2 => self
+                .definitely_lost_objects
+                .cmp(&other.definitely_lost_objects),
+            3 => self.indirectly_lost.cmp(&other.indirectly_lost),
+            4 => self
+                .indirectly_lost_objects
+                .cmp(&other.indirectly_lost_objects),
+            5 | 6 => lost(self).cmp(&lost(other)),
+            _ => self.frames.cmp(&other.frames),
+        }
+    }
+
+    fn metric(&self) -> u64 {
+        lost(self)
+    }
+}
+
+/// The callers of a site (its frames after the first), outermost last: `a ← b ← main`.
+pub fn called_from(frames: &[String]) -> String {
+    frames
+        .iter()
+        .skip(1)
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(" ← ")
+}

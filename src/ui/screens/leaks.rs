@@ -1,0 +1,44 @@
+//! Leaks by allocation site (SPEC §8): the kept snapshot's unreachable blocks, definitely and
+//! indirectly lost; Enter lists the site's objects.
+
+use ratatui::Frame;
+use ratatui::style::Style;
+
+use heaptui_protocol::message::LeakRow;
+
+use crate::app::App;
+use crate::app::layout::Areas;
+use crate::app::leaks::LeaksView;
+use crate::size::human;
+use crate::ui::{theme, widgets};
+
+pub fn draw(frame: &mut Frame, areas: &Areas, app: &App, view: &LeaksView) {
+    let mut title = "Leaks by site: blocks no root reaches".to_string();
+    if let Some(s) = &app.snapshot {
+        title.push_str(&format!(
+            " · snapshot #{}: {} lost in {} blocks",
+            s.snapshot.0,
+            human(s.leaks.bytes),
+            s.leaks.objects
+        ));
+    }
+    widgets::notice::or_table(
+        frame,
+        areas.main,
+        app,
+        &title,
+        view.error.as_deref(),
+        &view.table,
+        &colour,
+    );
+}
+
+fn colour(_: &LeakRow, column: usize) -> Style {
+    match column {
+        1 | 5 => theme::error(),
+        3 => theme::shared(),
+        6 => theme::bar(),
+        7 => theme::dim(),
+        _ => Style::default(),
+    }
+}

@@ -1,0 +1,246 @@
+//! The other views in a real terminal (tmux, 120×36): `heaptui open REC` of recordings written
+//! by the test with the issue's vectors, and `heaptui attach` to the test's own agent over the
+//! real protocol — the screens must show exactly those figures. Every wait polls the pane
+//! against a deadline.
+//!
+//! tmux is required (CI installs it); without it these tests fail and say so.
+
+mod views_common;
+
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use views_common::{FakeAgent, Scratch, ages_vector, counters_vector};
+
+const DEADLINE: Duration = Duration::from_secs(10);
+const PROMPT: &str = "ready> ";
+
+/// A tmux server of its own (its own socket), killed on drop.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn start() -> Tmux {
+        match Command::new("tmux").arg("-V").output() {
+            Ok(o) if o.status.success() => {}
+            _ => panic!("tmux is required for the terminal tests and was not found: install it"),
+        }
+        static N: AtomicU32 = AtomicU32::new(0);
+        let t = Tmux {
+            socket: format!(
+                "heaptui-views-{}-{}",
+                std::process::id(),
+                N.fetch_add(1, Ordering::Relaxed)
+            ),
+        };
+        t.run(&[
+            "new-session",
+            "-d",
+            "-x",
+            "120",
+            "-y",
+            "36",
+            &format!("env 'PS1={PROMPT}' sh"),
+        ]);
+        t.run(&["set-option", "-g", "escape-time", "0"]);
+        t.wait_for("the shell prompt", |s| s.contains(PROMPT.trim_end()));
+        t
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        let out = Command::new("tmux")
+            .arg("-L")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .expect("running tmux");
+        assert!(
+            out.status.success(),
+            "tmux {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", "0"];
+        args.extend(keys);
+        self.run(&args);
+    }
+
+    fn command(&self, line: &str) {
+        self.run(&["send-keys", "-t", "0", "-l", line]);
+        self.keys(&["Enter"]);
+    }
+
+    fn screen(&self) -> String {
+        String::from_utf8_lossy(&self.run(&["capture-pane", "-p", "-t", "0"]).stdout).into_owned()
+    }
+
+    fn wait_for(&self, what: &str, ok: impl Fn(&str) -> bool) -> String {
+        let start = Instant::now();
+        loop {
+            let s = self.screen();
+            if ok(&s) {
+                return s;
+            }
+            if start.elapsed() > DEADLINE {
+                panic!("waited {DEADLINE:?} for {what}; the screen was:\n{s}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Esc back to the home screen (its own key press: Esc and a key at once read as Alt+key).
+    fn back_home(&self) {
+        self.keys(&["Escape"]);
+        self.wait_for("the home screen", |s| s.contains("Tab tab"));
+    }
+
+    /// `q`, then the shell is back.
+    fn quit(&self) {
+        self.keys(&["q"]);
+        self.wait_for("the shell after quitting", |s| {
+            s.lines().rev().find(|l| !l.trim().is_empty()) == Some(PROMPT.trim_end())
+        });
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .arg("-L")
+            .arg(&self.socket)
+            .arg("kill-server")
+            .output();
+    }
+}
+
+fn heaptui() -> &'static str {
+    env!("CARGO_BIN_EXE_heaptui")
+}
+
+/// The table line that mentions `name`, its cells split on runs of spaces.
+fn cells(screen: &str, name: &str) -> Vec<String> {
+    let line = screen
+        .lines()
+        .find(|l| l.contains(name) && l.starts_with('│'))
+        .unwrap_or_else(|| panic!("no row for {name} in\n{screen}"));
+    line.trim_matches('│')
+        .trim_start_matches("▶ ")
+        .split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn open_a_recording_shows_its_units_ages_and_why_it_has_no_leaks() {
+    let dir = Scratch::new("open-ages");
+    let rec = dir.write("ages.rec", &ages_vector());
+    let t = Tmux::start();
+    t.command(&format!("{} open {}", heaptui(), rec.display()));
+    let s = t.wait_for("the units of the recording", |s| {
+        s.contains("Allocation units · library · outermost") && s.contains("│▶ prog")
+    });
+    assert!(
+        s.contains("(recording: 26 records, 2 snapshot boundaries)"),
+        "{s}"
+    );
+    t.keys(&["f"]);
+    let s = t.wait_for("units per function", |s| s.contains("odd_site (prog)"));
+    // LIVE, then its bar.
+    assert!(
+        cells(&s, "odd_site (prog)")[1].starts_with("250 B █"),
+        "{s}"
+    );
+    assert!(
+        cells(&s, "even_site (prog)")[1].starts_with("100 B █"),
+        "{s}"
+    );
+
+    t.back_home();
+    t.keys(&["A"]);
+    let s = t.wait_for("the ages", |s| s.contains("snapshot boundaries ·"));
+    assert!(
+        s.contains("2 snapshot boundaries · all blocks 0: 2 · 1: 1 · 2: 3 · 3: 0 · >3: 0"),
+        "{s}"
+    );
+    assert_eq!(
+        cells(&s, "odd_site (prog)")[..7],
+        ["odd_site (prog)", "1", "1", "3", "0", "0", "5"]
+    );
+    t.keys(&["o"]);
+    let s = t.wait_for("the oldest survivors", |s| s.contains("Oldest survivors"));
+    let first = s
+        .lines()
+        .find(|l| l.starts_with("│▶"))
+        .expect("a selected survivor");
+    assert!(first.contains("10 B") && first.ends_with(" 1│"), "{s}");
+
+    t.back_home();
+    t.keys(&["L"]);
+    let s = t.wait_for("the leaks screen", |s| s.contains("Leaks by site"));
+    assert!(s.contains("leaks: a recording has no heap graph"), "{s}");
+    t.quit();
+}
+
+#[test]
+fn open_a_recording_shows_the_issue_counters_in_the_header() {
+    let dir = Scratch::new("open-counters");
+    let rec = dir.write("counters.rec", &counters_vector());
+    let t = Tmux::start();
+    t.command(&format!("{} open {}", heaptui(), rec.display()));
+    let s = t.wait_for("the counters", |s| s.contains("util "));
+    assert!(
+        s.contains("live 200 B in 1 blocks · allocated 300 B · util 66.7% · peak 300 B"),
+        "{s}"
+    );
+    assert!(
+        s.contains("live ") && s.contains(" alloc "),
+        "the chart: {s}"
+    );
+    t.quit();
+}
+
+#[test]
+fn attach_shows_what_the_agent_answers_for_ages_and_units() {
+    let dir = Scratch::new("attach-views");
+    let agent = FakeAgent::start(dir.path());
+    let t = Tmux::start();
+    t.command(&format!(
+        "{} attach {} --token-file {}",
+        heaptui(),
+        agent.address(),
+        agent.token_file.display()
+    ));
+    let s = t.wait_for("the ranking and the counters", |s| {
+        s.contains("│▶") && s.contains("util ")
+    });
+    // The agent's counter history and counters: 170 of 510 bytes live.
+    assert!(
+        s.contains("live 170 B in 3 blocks · allocated 510 B · util 33.3% · peak 200 B"),
+        "{s}"
+    );
+    t.keys(&["A"]);
+    let s = t.wait_for("the agent's ages", |s| s.contains("snapshot boundaries ·"));
+    assert!(
+        s.contains("2 snapshot boundaries · all blocks 0: 1 · 1: 1 · 2: 1 · 3: 0 · >3: 0"),
+        "{s}"
+    );
+    t.back_home();
+    t.keys(&["u"]);
+    t.wait_for("the agent's units", |s| s.contains("libb.so"));
+    t.keys(&["c"]);
+    let s = t.wait_for("units charged to the freer", |s| {
+        s.contains("frees charged to the freer") && s.contains("-20 B")
+    });
+    assert_eq!(
+        cells(&s, "libb.so")[..4],
+        ["libb.so", "-20 B", "-50 B", "50 B"]
+    );
+    t.quit();
+}
