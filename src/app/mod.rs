@@ -42,6 +42,9 @@ use views::{
     ObjectsView, SetRelease, View, ViewKind,
 };
 
+/// How often a live agent is asked again for its kept peak snapshot, in milliseconds.
+pub const PEAK_EVERY_MS: u64 = 5_000;
+
 /// Incoming/outgoing references asked for per object.
 pub const REFS_PAGE: u32 = 500;
 
@@ -65,6 +68,8 @@ enum Target {
     Subscribe,
     /// The counters of the recent past, for the header's chart.
     History,
+    /// The process again, for the header's kept peak snapshot and automatic rule.
+    Peak,
     /// The cancel dialog's request for `tid`.
     Cancel {
         tid: u32,
@@ -116,6 +121,8 @@ pub struct App {
     /// The terminal's size, for table heights and mouse clicks.
     pub size: Rect,
     snapshot_asked: Option<u64>,
+    /// When the process was last asked for its peak snapshot (live agents).
+    peak_asked: u64,
     pending: HashMap<RequestId, Target>,
     next_serial: u64,
 }
@@ -146,6 +153,7 @@ impl App {
             now_ms: 0,
             size,
             snapshot_asked: None,
+            peak_asked: 0,
             pending: HashMap::new(),
             next_serial: 0,
         };
@@ -303,6 +311,15 @@ impl App {
                 }
             }
             (Target::History, _) => {}
+            // Only what changes on its own: the automatic peak snapshot and the rule.
+            (Target::Peak, Response::ProcessInfo(info)) => {
+                if let Some(p) = &mut self.process {
+                    p.peak_snapshot = info.peak_snapshot;
+                    p.snapshot_rule = info.snapshot_rule;
+                    p.threads = info.threads;
+                }
+            }
+            (Target::Peak, _) => {}
             // The other views show why they have no rows in place of the rows.
             (Target::View { serial, .. }, Response::Error(e))
                 if (e.kind != ErrorKind::NoSnapshot || !self.live)
@@ -1215,6 +1232,14 @@ impl App {
         });
         if self.auto_refresh && self.live && self.connection == Connection::Connected && due {
             self.take_snapshot();
+        }
+        // The agent replaces its peak snapshot on its own (HEAPTUI_AUTO_SNAPSHOT).
+        if self.live
+            && self.connection == Connection::Connected
+            && now_ms.saturating_sub(self.peak_asked) >= PEAK_EVERY_MS
+        {
+            self.peak_asked = now_ms;
+            self.ask(Target::Peak, RequestBody::ProcessInfo);
         }
     }
 }

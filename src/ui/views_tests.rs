@@ -87,3 +87,41 @@ fn live_units_refused_by_the_agent() {
     h.key(KeyCode::Char('u'));
     insta::assert_snapshot!(screen(&h));
 }
+
+#[test]
+fn the_header_follows_the_agents_kept_peak_snapshot() {
+    use heaptui_protocol::message::{ProcessInfo, SnapshotId, SnapshotInfo, SnapshotRule, Totals};
+    let mut asked = 0;
+    let mut h = Harness::live_with(fixture(), move |body| match body {
+        RequestBody::ProcessInfo => {
+            asked += 1;
+            // The agent keeps a peak snapshot from its second answer on.
+            let peak = (asked > 1).then(|| SnapshotInfo {
+                snapshot: SnapshotId(9),
+                totals: Totals {
+                    bytes: 2048,
+                    ..Totals::default()
+                },
+                ..SnapshotInfo::default()
+            });
+            Some(Response::ProcessInfo(ProcessInfo {
+                pid: 4242,
+                command: "patent-example".into(),
+                agent_version: "test".into(),
+                peak_snapshot: peak,
+                snapshot_rule: SnapshotRule::Tolerance(1 << 20),
+                ..ProcessInfo::default()
+            }))
+        }
+        _ => agent_units(body),
+    });
+    assert!(!screen(&h).contains("kept peak #"));
+    h.app.tick(crate::app::PEAK_EVERY_MS);
+    h.pump();
+    let text = screen(&h);
+    assert!(
+        text.contains("· global-only 100 B · kept peak #9 2.0 KiB · auto ±1.0 MiB"),
+        "{text}"
+    );
+    insta::assert_snapshot!(text);
+}

@@ -156,24 +156,25 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
     );
 }
 
-/// ` · peak snapshot #4 1.2 MiB · auto: within 1.0 MiB of the peak`: the kept peak snapshot
-/// and the rule that takes them (nothing when neither is there).
+/// ` · kept peak #4 1.2 MiB · auto ±1.0 MiB`: the kept peak snapshot and the rule that takes
+/// the automatic snapshots (`±T`: within T of the true peak; `every N` allocated), nothing
+/// when neither is there. Short: it shares the line with the snapshot's figures.
 fn peak(p: &ProcessInfo) -> Vec<Span<'static>> {
     let mut spans = Vec::new();
     if let Some(s) = &p.peak_snapshot {
         spans.push(Span::raw(format!(
-            " · peak snapshot #{} {}",
+            " · kept peak #{} {}",
             s.snapshot.0,
             human(s.totals.bytes)
         )));
     }
     let rule = match p.snapshot_rule {
         SnapshotRule::Off => None,
-        SnapshotRule::EveryBytes(n) => Some(format!("every {} allocated", human(n))),
-        SnapshotRule::Tolerance(t) => Some(format!("within {} of the peak", human(t))),
+        SnapshotRule::EveryBytes(n) => Some(format!("every {}", human(n))),
+        SnapshotRule::Tolerance(t) => Some(format!("±{}", human(t))),
     };
     if let Some(rule) = rule {
-        spans.push(Span::styled(format!(" · auto: {rule}"), theme::dim()));
+        spans.push(Span::styled(format!(" · auto {rule}"), theme::dim()));
     }
     spans
 }
