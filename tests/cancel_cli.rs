@@ -153,6 +153,10 @@ fn cancel_prints_the_verdict_and_exits_by_it() {
     let (out, text) = cancel(&addr, &[&t.tid("holder-1")]);
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(text.contains("refused: not permitted"), "{text}");
+    assert!(
+        text.contains("policy.toml: 2 permit rule(s), min_release 1.0 MiB"),
+        "the policy in force is shown: {text}"
+    );
 
     let (out, text) = cancel(&addr, &[&t.tid("small")]);
     assert_eq!(out.status.code(), Some(1), "{text}");
@@ -196,6 +200,10 @@ fn cancel_without_a_policy_is_refused_and_usage_errors_exit_2() {
     let (out, text) = cancel(&addr, &[&t.tid("runaway")]);
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(text.contains("refused: no policy"), "{text}");
+    assert!(
+        text.contains("  policy none: the agent runs without HEAPTUI_POLICY"),
+        "{text}"
+    );
     let (out, text) = cancel(&addr, &["not-a-tid"]);
     assert_eq!(out.status.code(), Some(2), "{text}");
     t.quit();
@@ -205,4 +213,25 @@ fn cancel_without_a_policy_is_refused_and_usage_errors_exit_2() {
         text.contains("cannot connect") || text.contains("connect"),
         "{text}"
     );
+}
+
+#[test]
+fn cancel_under_an_invalid_policy_names_the_file_and_its_error() {
+    let dir = scratch("invalid");
+    let bad = "[[permit]]\nthread = \"runaway\"\nmechansim = \"cooperative\"\n";
+    let (t, addr) = Target::start(&dir.0, Some(bad));
+    let (out, text) = cancel(&addr, &[&t.tid("runaway"), "--dry-run"]);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("refused: policy invalid"), "{text}");
+    let policy = text
+        .lines()
+        .find(|l| l.starts_with("  policy "))
+        .unwrap_or_else(|| panic!("no policy line: {text}"));
+    assert!(
+        policy.contains("policy.toml is invalid, so every cancel is refused")
+            && policy.contains("mechansim")
+            && policy.contains("line 3"),
+        "{policy}"
+    );
+    t.quit();
 }

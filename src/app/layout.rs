@@ -81,3 +81,55 @@ pub fn table_row_at(main: Rect, y: u16) -> Option<usize> {
     let first = main.y + 2;
     (y >= first && y < main.y + main.height.saturating_sub(1)).then(|| (y - first) as usize)
 }
+
+/// Where a screen drew its selectable list (the Group and Object screens' items, which are
+/// not tables): the rows it covers, the item in its first row, how many items there are, and
+/// the view it belongs to. The drawing code records it as it draws and a click reads it, so
+/// the two agree by construction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ListHit {
+    pub serial: u64,
+    pub area: Rect,
+    pub first: usize,
+    pub len: usize,
+}
+
+impl ListHit {
+    /// The item under the cell (`column`, `row`), if one was drawn there.
+    pub fn item_at(&self, column: u16, row: u16) -> Option<usize> {
+        let a = self.area;
+        let inside = (a.x..a.x + a.width).contains(&column) && (a.y..a.y + a.height).contains(&row);
+        if !inside {
+            return None;
+        }
+        let i = self.first + usize::from(row - a.y);
+        (i < self.len).then_some(i)
+    }
+}
+
+/// What the Frames screen's detail box writes before the selected frame's referents, which
+/// follow one per id and a space (`refers to: F1 T2 `); the box's second text row.
+pub const REFERS_PREFIX: &str = "refers to: ";
+
+/// Which of `ids` (as the detail box writes them) is under the cell (`column`, `row`), for a
+/// detail box at `detail`.
+pub fn referent_at<T: std::fmt::Display>(
+    detail: Rect,
+    ids: &[T],
+    column: u16,
+    row: u16,
+) -> Option<usize> {
+    if row != detail.y + 2 || column <= detail.x {
+        return None;
+    }
+    let x = usize::from(column - detail.x - 1);
+    let mut start = REFERS_PREFIX.chars().count();
+    for (i, id) in ids.iter().enumerate() {
+        let width = id.to_string().chars().count();
+        if (start..start + width).contains(&x) {
+            return Some(i);
+        }
+        start += width + 1;
+    }
+    None
+}

@@ -25,22 +25,28 @@ use std::time::Duration;
 
 use heaptui_protocol::GroupId;
 use heaptui_protocol::message::{
-    Direction, ErrorKind, FramePage, LiveCounters, MAX_PAGE_ROWS, ObjectPage, Page, ProcessInfo,
-    Push, Referrer, RequestBody, RequestId, Response, SiteKey, SitePage, SnapshotId, SnapshotInfo,
-    Sort, ThreadKey, ThreadPage,
+    Direction, ErrorKind, FramePage, LiveCounters, MAX_PAGE_ROWS, MeasuredRelease, ObjectFilter,
+    ObjectPage, Page, PolicyAnswer, ProcessInfo, Push, Referrer, RequestBody, RequestId, Response,
+    ShortageReport, SiteKey, SitePage, SnapshotId, SnapshotInfo, Sort, ThreadKey, ThreadPage,
 };
 use ratatui::crossterm::event::{KeyCode, KeyEvent, MouseEvent, MouseEventKind};
 use ratatui::layout::Rect;
 
 use crate::source::{SourceEvent, SourceHandle};
 use action::{Action, Screen};
-use cancel::{CancelDialog, CancelPhase, Measuring};
+use cancel::{CancelDialog, CancelPhase};
 use rows::{OBJECT_KEYS, ReleaseRow};
 use table::{PAGE_ROWS, PagedTable, SortSpec, TableModel};
 use views::{
     FramesView, GroupItem, GroupView, HomeTab, HomeView, ObjectItem, ObjectView, ObjectsOrigin,
     ObjectsView, SetRelease, View, ViewKind,
 };
+
+/// The status while an `r` snapshot is on its way.
+const TAKING_SNAPSHOT: &str = "taking a snapshot…";
+
+/// How long a memory-shortage report stays in the banner, by the agent's clock.
+pub const SHORTAGE_BANNER_MS: u64 = 60_000;
 
 /// How often a live agent is asked again for its kept peak snapshot, in milliseconds.
 pub const PEAK_EVERY_MS: u64 = 5_000;
@@ -70,6 +76,8 @@ enum Target {
     History,
     /// The process again, for the header's kept peak snapshot and automatic rule.
     Peak,
+    /// The agent's policy, for the cancel dialog.
+    Policy,
     /// The cancel dialog's request for `tid`.
     Cancel {
         tid: u32,
@@ -106,8 +114,11 @@ pub struct App {
     pub help: bool,
     /// The cancel confirmation, drawn over the screen while open.
     pub cancel: Option<CancelDialog>,
-    /// A done cancel waiting for the snapshot that measures it.
-    measuring: Option<Measuring>,
+    /// The agent's memory-shortage policy, as last asked (live agents).
+    pub policy: Option<PolicyAnswer>,
+    /// The latest memory-shortage episode the agent pushed, shown in the banner for
+    /// [`SHORTAGE_BANNER_MS`].
+    pub shortage: Option<ShortageReport>,
     pub input: Option<Input>,
     pub exact_bytes: bool,
     pub auto_refresh: bool,
@@ -120,6 +131,8 @@ pub struct App {
     pub now_ms: u64,
     /// The terminal's size, for table heights and mouse clicks.
     pub size: Rect,
+    /// Where the top screen's item list was last drawn (Group, Object), for clicks.
+    list_hit: std::cell::Cell<Option<layout::ListHit>>,
     snapshot_asked: Option<u64>,
     /// When the process was last asked for its peak snapshot (live agents).
     peak_asked: u64,
@@ -143,7 +156,8 @@ impl App {
             stack: Vec::new(),
             help: false,
             cancel: None,
-            measuring: None,
+            policy: None,
+            shortage: None,
             input: None,
             exact_bytes: false,
             auto_refresh: false,
@@ -152,6 +166,7 @@ impl App {
             quit: false,
             now_ms: 0,
             size,
+            list_hit: std::cell::Cell::new(None),
             snapshot_asked: None,
             peak_asked: 0,
             pending: HashMap::new(),
@@ -205,14 +220,18 @@ impl App {
         layout::areas(self.size, self.screen(), self.banner().is_some())
     }
 
-    /// The disconnect banner's text, when there is one.
+    /// The banner's text, when there is one: a disconnect, else a recent memory shortage.
     pub fn banner(&self) -> Option<String> {
         match &self.connection {
             Connection::Disconnected { reason } => Some(format!(
                 "disconnected: {reason} — reattaching…; the data shown is stale"
             )),
             Connection::Closed => Some("the source has gone; the data shown is stale".into()),
-            _ => None,
+            _ => self
+                .shortage
+                .as_ref()
+                .filter(|r| self.now_ms.saturating_sub(r.unix_ms) < SHORTAGE_BANNER_MS)
+                .map(cancel::shortage_line),
         }
     }
 
@@ -268,6 +287,7 @@ impl App {
                 self.ask(Target::Process, RequestBody::ProcessInfo);
                 if self.live {
                     self.ask(Target::Subscribe, RequestBody::Subscribe);
+                    self.ask(Target::Policy, RequestBody::Policy);
                 }
                 if self.live || self.recording {
                     self.ask(Target::History, RequestBody::CounterHistory);
@@ -278,6 +298,11 @@ impl App {
                 self.stale = true;
             }
             SourceEvent::Push(Push::Counters(counters)) => self.on_counters(counters),
+            SourceEvent::Push(Push::Shortage(report)) => {
+                self.status = Some(cancel::shortage_line(&report));
+                self.shortage = Some(report);
+            }
+            SourceEvent::Push(Push::ReleaseMeasured(m)) => self.on_measured(m),
             SourceEvent::Answer { id, body } => {
                 if let Some(target) = self.pending.remove(&id) {
                     self.on_answer(target, body);
@@ -303,6 +328,17 @@ impl App {
     fn on_answer(&mut self, target: Target, body: Response) {
         match (target, body) {
             (Target::Cancel { tid, dry_run }, body) => self.on_cancel_answer(tid, dry_run, body),
+            (Target::Policy, Response::Policy(policy)) => {
+                if let PolicyAnswer::Invalid { .. } = &policy {
+                    self.status = Some(cancel::policy_line(&policy));
+                }
+                if let Some(dialog) = &mut self.cancel {
+                    dialog.policy = Some(policy.clone());
+                }
+                self.policy = Some(policy);
+            }
+            // An agent that cannot say: the dialog goes without the policy line.
+            (Target::Policy, _) => {}
             // An agent without its history keeps the pushes alone: nothing to tell.
             (Target::History, Response::CounterHistory(h)) => {
                 self.chart.set_history(&h.samples);
@@ -333,6 +369,15 @@ impl App {
                 }
             }
             (_, Response::Error(e)) => {
+                if let Target::View { serial, generation } = target
+                    && let Some(ViewKind::Objects(view)) = self
+                        .stack
+                        .iter_mut()
+                        .find(|v| v.serial == serial)
+                        .map(|v| &mut v.kind)
+                {
+                    view.table.failed(generation);
+                }
                 if e.kind == ErrorKind::NoSnapshot && self.live {
                     self.take_snapshot();
                 } else {
@@ -360,8 +405,11 @@ impl App {
             }
             (Target::Snapshot, Response::Snapshot(info)) => {
                 self.snapshot_asked = None;
-                // The answer to "taking a snapshot…": that status has done its job.
-                self.status = None;
+                // The answer to "taking a snapshot…": that status has done its job (others,
+                // such as a measured release, stay).
+                if self.status.as_deref() == Some(TAKING_SNAPSHOT) {
+                    self.status = None;
+                }
                 self.on_snapshot(info);
             }
             (Target::Subscribe, _) => {}
@@ -486,6 +534,8 @@ impl App {
             },
         };
         let generation = view.table.generation();
+        // The agent filters the whole list (a million members), not just the pages here.
+        let filter = view.table.filter().map(ObjectFilter::new);
         let mut bodies = Vec::new();
         for p in view.table.wanted_pages() {
             view.table.mark_requested(p);
@@ -496,14 +546,14 @@ impl App {
                     group: *group,
                     sort,
                     page,
-                    filter: None,
+                    filter: filter.clone(),
                 },
                 ObjectsOrigin::Site { site, .. } => RequestBody::SiteObjects {
                     snapshot,
                     site: *site,
                     sort,
                     page,
-                    filter: None,
+                    filter: filter.clone(),
                 },
             });
         }
@@ -515,7 +565,6 @@ impl App {
     fn on_view_answer(&mut self, at: usize, generation: u64, body: Response) {
         let serial = self.stack[at].serial;
         let mut follow: Option<RequestBody> = None;
-        let mut threads_complete = false;
         match (&mut self.stack[at].kind, body) {
             (ViewKind::Home(home), Response::Threads(ThreadPage { page, rows, .. })) => {
                 let total = page.total as usize;
@@ -537,8 +586,6 @@ impl App {
                 let next = page.offset as usize + got;
                 if got > 0 && next < total {
                     follow = Some(threads_request(next as u32));
-                } else {
-                    threads_complete = true;
                 }
             }
             (ViewKind::Home(home), Response::Sites(SitePage { page, rows, .. })) => {
@@ -605,9 +652,6 @@ impl App {
         if let Some(body) = follow {
             self.ask_view(serial, body);
         }
-        if threads_complete {
-            self.check_measured();
-        }
     }
 
     // ----- cancel --------------------------------------------------------------------------
@@ -634,7 +678,11 @@ impl App {
             self.status = Some("no thread selected to cancel".into());
             return;
         };
-        self.cancel = Some(CancelDialog::new(tid, name));
+        let mut dialog = CancelDialog::new(tid, name);
+        dialog.policy = self.policy.clone();
+        self.cancel = Some(dialog);
+        // The policy may have changed since it was asked (a restarted agent): ask again.
+        self.ask(Target::Policy, RequestBody::Policy);
         // The agent predicts on a fresh snapshot of its own and logs the dry run: the numbers
         // shown are never the client's.
         self.ask(
@@ -654,14 +702,6 @@ impl App {
                 };
                 let tid = dialog.tid;
                 if dialog.confirm() {
-                    if let Some(s) = &self.snapshot {
-                        self.measuring = Some(Measuring {
-                            tid,
-                            predicted: dialog.prediction.as_ref().and_then(|p| p.predicted_release),
-                            snapshot: s.snapshot.0,
-                            bytes_before: s.totals.bytes,
-                        });
-                    }
                     self.ask(
                         Target::Cancel {
                             tid,
@@ -686,9 +726,6 @@ impl App {
         };
         let done =
             matches!(&verdict, Ok(v) if v.verdict == heaptui_protocol::message::Verdict::Done);
-        if !dry_run && !done {
-            self.measuring = None;
-        }
         let expected = if dry_run {
             CancelPhase::Predicting
         } else {
@@ -710,46 +747,32 @@ impl App {
         }
         if done && !dry_run {
             self.status = Some(format!(
-                "thread {tid} cancelled; a new snapshot will measure the release"
+                "thread {tid} cancelled; the agent measures the release once it has ended"
             ));
-            self.take_snapshot();
         }
     }
 
-    /// After a done cancel: once a newer snapshot's thread list lacks the thread, what it freed
-    /// is the drop in live heap bytes, shown next to the prediction.
-    fn check_measured(&mut self) {
-        let Some(m) = &self.measuring else { return };
-        let Some(snapshot) = &self.snapshot else {
-            return;
-        };
-        if snapshot.snapshot.0 == m.snapshot {
-            return;
-        }
-        let tid = m.tid;
-        if self.home().threads.rows().iter().any(|t| t.tid == tid) {
-            self.status = Some(format!(
-                "thread {tid} is still in snapshot #{}: `r` for a later one",
-                snapshot.snapshot.0
-            ));
-            return;
-        }
-        let measured = m.bytes_before.saturating_sub(snapshot.totals.bytes);
-        let text = match m.predicted {
-            Some(p) => format!(
-                "measured {}; predicted {}",
-                crate::size::human_exact(measured),
-                crate::size::human_exact(p)
-            ),
-            None => format!("measured {}", crate::size::human_exact(measured)),
-        };
-        self.status = Some(format!("thread {tid} cancelled: {text}"));
+    /// The agent measured what a cancel freed (its own snapshots before and after: the
+    /// figures on screen may be older than the decision's): shown in the dialog and the
+    /// status line, and a new snapshot shows the threads gone.
+    fn on_measured(&mut self, m: MeasuredRelease) {
+        let text = cancel::measured_line(&m);
+        let threads = m
+            .tids
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(", ");
+        self.status = Some(format!("cancel of thread {threads}: {text}"));
         if let Some(dialog) = &mut self.cancel
-            && dialog.tid == tid
+            && m.tids.contains(&dialog.tid)
+            && dialog.phase == CancelPhase::Finished
         {
             dialog.measured = Some(text);
         }
-        self.measuring = None;
+        if self.live && self.connection == Connection::Connected {
+            self.take_snapshot();
+        }
     }
 
     // ----- actions -------------------------------------------------------------------------
@@ -876,7 +899,7 @@ impl App {
             Action::Refresh => {
                 if self.live {
                     self.take_snapshot();
-                    self.status = Some("taking a snapshot…".into());
+                    self.status = Some(TAKING_SNAPSHOT.into());
                 } else {
                     self.status =
                         Some("a snapshot file does not change: `r` needs a live agent".into());
@@ -1154,8 +1177,56 @@ impl App {
         self.fit();
     }
 
-    /// Wheel scrolls the list; a click selects a table row, a click on the selected row opens
-    /// it, a click on a tab shows it.
+    /// Drawing says where it put the top screen's item list (the one thing drawing writes:
+    /// a click must find the item where the operator saw it).
+    pub fn record_list(&self, area: Rect, first: usize, len: usize) {
+        self.list_hit.set(Some(layout::ListHit {
+            serial: self.top().serial,
+            area,
+            first,
+            len,
+        }));
+    }
+
+    /// A click on the Group or Object screen's items, or on a referent of the selected frame:
+    /// the item under it is selected, a click on the selected one opens it. `false` when the
+    /// click is on none of these (a table row, a tab…).
+    fn click_item(&mut self, column: u16, row: u16) -> bool {
+        let serial = self.top().serial;
+        let hit = self.list_hit.get().filter(|h| h.serial == serial);
+        let item = hit.and_then(|h| h.item_at(column, row));
+        let detail = self.areas().detail;
+        let selected = match &mut self.top_mut().kind {
+            ViewKind::Group(v) => &mut v.selected,
+            ViewKind::Object(v) => &mut v.selected,
+            // The selected frame's referents, under its table.
+            ViewKind::Frames(v) => {
+                let Some(detail) = detail else { return false };
+                let referents = v.table.selected_row().map(views::frame_referents);
+                let Some(i) =
+                    referents.and_then(|ids| layout::referent_at(detail, &ids, column, row))
+                else {
+                    return false;
+                };
+                if i == v.referent {
+                    self.act(Action::Enter);
+                } else {
+                    v.referent = i;
+                }
+                return true;
+            }
+            _ => return false,
+        };
+        match item {
+            Some(i) if i == *selected => self.act(Action::Enter),
+            Some(i) => *selected = i,
+            None => {}
+        }
+        true
+    }
+
+    /// Wheel scrolls the list; a click selects a table row or a Group/Object item, a click on
+    /// the selected one opens it, a click on a tab shows it.
     pub fn on_mouse(&mut self, mouse: MouseEvent) {
         match mouse.kind {
             MouseEventKind::ScrollDown => self.move_by(3),
@@ -1168,6 +1239,10 @@ impl App {
                     if let Some(tab) = tab_at(mouse.column.saturating_sub(tabs.x)) {
                         self.select_tab(tab);
                     }
+                    return;
+                }
+                if self.click_item(mouse.column, mouse.row) {
+                    self.fit();
                     return;
                 }
                 let Some(row) = layout::table_row_at(areas.main, mouse.row) else {

@@ -5,8 +5,8 @@
 //! - [`LocalTable`]: every row is here (threads, frames, sites); sorting and filtering happen here,
 //!   once per change of data, sort or query, never while drawing;
 //! - [`PagedTable`]: a window over a remote list of any length (a group's million objects): rows
-//!   arrive page by page as the cursor moves, the sort is the server's (a new sort starts over),
-//!   and the filter narrows the rows loaded so far.
+//!   arrive page by page as the cursor moves, and the sort and the filter are the server's (a
+//!   new sort or query starts over from the first page, so a filter covers the whole list).
 //!
 //! This module keeps state only: it never draws and never talks to a source (it says which
 //! pages it wants; `app` asks for them).
@@ -426,17 +426,27 @@ impl<R: TableRow> TableModel for LocalTable<R> {
 pub const PAGE_ROWS: u32 = 200;
 
 /// A window over a remote list: pages are fetched as the cursor moves, never all at once.
+///
+/// The filter is applied by the server: a new query starts a new generation fetched from the
+/// first page with the query sent along, and the total is the count of matches in the whole
+/// list. Typing is coalesced rather than timed: a query is applied at once when no page of
+/// the current one is on its way, else it waits for that answer and only the latest query
+/// typed meanwhile is asked for.
 #[derive(Debug)]
 pub struct PagedTable<R> {
     pages: BTreeMap<u32, Vec<R>>,
+    /// With a filter: the match positions (chars of the filter column) of each loaded row.
+    marks: BTreeMap<u32, Vec<Vec<usize>>>,
     requested: HashSet<u32>,
     total: Option<usize>,
     sort: SortSpec,
-    /// Bumped when the sort changes, so that pages of the old order are dropped.
+    /// Bumped when the sort or the applied filter changes, so that pages of the old list are
+    /// dropped.
     generation: u64,
+    /// The query as typed.
     query: String,
-    /// With a filter: the list positions of the matching loaded rows, and their match positions.
-    filtered: Option<(Vec<u32>, Vec<Vec<usize>>)>,
+    /// The query the loaded pages were asked with.
+    applied: String,
     matcher: Box<dyn Matcher>,
     cursor: Cursor,
     max: u64,
@@ -446,12 +456,13 @@ impl<R: TableRow> PagedTable<R> {
     pub fn new(sort: SortSpec) -> Self {
         PagedTable {
             pages: BTreeMap::new(),
+            marks: BTreeMap::new(),
             requested: HashSet::new(),
             total: None,
             sort,
             generation: 0,
             query: String::new(),
-            filtered: None,
+            applied: String::new(),
             matcher: Box::new(Skim::default()),
             cursor: Cursor::default(),
             max: 0,
@@ -462,12 +473,19 @@ impl<R: TableRow> PagedTable<R> {
         self.generation
     }
 
+    /// The filter to send with page requests: the applied query, if any.
+    pub fn filter(&self) -> Option<&str> {
+        (!self.applied.is_empty()).then_some(self.applied.as_str())
+    }
+
+    /// A typed query that has not been applied yet (it waits for the pages on their way).
+    pub fn query_pending(&self) -> bool {
+        self.query != self.applied
+    }
+
     /// The pages the viewport (plus a screen either side) needs that are neither here nor
-    /// asked for. With a filter on, nothing: the filter narrows the rows loaded so far.
+    /// asked for.
     pub fn wanted_pages(&self) -> Vec<u32> {
-        if self.filtered.is_some() {
-            return Vec::new();
-        }
         let height = self.cursor.height.max(1);
         let first = self.cursor.offset.saturating_sub(height);
         let last = match self.total {
@@ -496,12 +514,40 @@ impl<R: TableRow> PagedTable<R> {
         self.max = self
             .max
             .max(rows.iter().map(TableRow::metric).max().unwrap_or(0));
-        self.pages.insert(page, rows);
-        if self.filtered.is_some() {
-            self.refilter();
+        if !self.applied.is_empty() {
+            let marks = rows
+                .iter()
+                .map(|row| {
+                    self.matcher
+                        .positions(&row.filter_text(), &self.applied)
+                        .unwrap_or_default()
+                })
+                .collect();
+            self.marks.insert(page, marks);
         }
+        self.pages.insert(page, rows);
         let len = self.len();
         self.cursor.fit(len);
+        self.apply_if_due();
+    }
+
+    /// A page request of generation `generation` failed: the pages on their way may be
+    /// asked again, and a waiting query goes ahead.
+    pub fn failed(&mut self, generation: u64) {
+        if generation == self.generation {
+            self.requested.clear();
+            self.apply_if_due();
+        }
+    }
+
+    /// Drops everything loaded: the next [`PagedTable::wanted_pages`] starts from page 0.
+    fn start_over(&mut self) {
+        self.generation += 1;
+        self.pages.clear();
+        self.marks.clear();
+        self.requested.clear();
+        self.cursor.selected = 0;
+        self.cursor.offset = 0;
     }
 
     /// A new order: the server sorts, so everything loaded is dropped and paging starts over.
@@ -510,53 +556,23 @@ impl<R: TableRow> PagedTable<R> {
             return;
         }
         self.sort = self.sort.toggled(column, R::COLUMNS);
-        self.generation += 1;
-        self.pages.clear();
-        self.requested.clear();
-        self.cursor.selected = 0;
-        self.cursor.offset = 0;
-        if self.filtered.is_some() {
-            self.filtered = Some((Vec::new(), Vec::new()));
-        }
+        self.applied = self.query.clone();
+        self.start_over();
     }
 
+    /// The operator typed: the query is applied now, or when the pages on their way arrive.
     pub fn set_query(&mut self, query: &str) {
         self.query = query.to_string();
-        if query.is_empty() {
-            // Back to the whole list, at the row that was selected.
-            let at = self
-                .filtered
-                .take()
-                .and_then(|(pos, _)| pos.get(self.cursor.selected).copied());
-            if let Some(at) = at {
-                let len = self.len();
-                self.cursor.jump(at as usize, len);
-            }
-        } else {
-            self.refilter();
-            self.cursor.selected = 0;
-            let len = self.len();
-            self.cursor.fit(len);
-        }
+        self.apply_if_due();
     }
 
-    /// The loaded rows are at most a few pages: their positions are computed at once.
-    fn refilter(&mut self) {
-        let mut positions = Vec::new();
-        let mut matches = Vec::new();
-        for (&page, rows) in &self.pages {
-            for (i, row) in rows.iter().enumerate() {
-                if let Some(at) = self.matcher.positions(&row.filter_text(), &self.query) {
-                    positions.push(page * PAGE_ROWS + i as u32);
-                    matches.push(at);
-                }
-            }
+    fn apply_if_due(&mut self) {
+        if self.query_pending() && self.requested.is_empty() {
+            self.applied = self.query.clone();
+            self.total = None;
+            self.max = 0;
+            self.start_over();
         }
-        self.filtered = Some((positions, matches));
-    }
-
-    pub fn loaded(&self) -> usize {
-        self.pages.values().map(Vec::len).sum()
     }
 
     pub fn move_by(&mut self, delta: isize) {
@@ -580,24 +596,19 @@ impl<R: TableRow> TableModel for PagedTable<R> {
     type Row = R;
 
     fn len(&self) -> usize {
-        match &self.filtered {
-            Some((positions, _)) => positions.len(),
-            None => self.total.unwrap_or(0),
-        }
+        self.total.unwrap_or(0)
     }
 
     fn row(&self, i: usize) -> Option<&R> {
-        match &self.filtered {
-            Some((positions, _)) => self.at(*positions.get(i)?),
-            None => self.at(u32::try_from(i).ok()?),
-        }
+        self.at(u32::try_from(i).ok()?)
     }
 
     fn matches(&self, i: usize) -> &[usize] {
-        match &self.filtered {
-            Some((_, matches)) => matches.get(i).map_or(&[], Vec::as_slice),
-            None => &[],
-        }
+        let Ok(i) = u32::try_from(i) else { return &[] };
+        self.marks
+            .get(&(i / PAGE_ROWS))
+            .and_then(|m| m.get((i % PAGE_ROWS) as usize))
+            .map_or(&[], Vec::as_slice)
     }
 
     fn cursor(&self) -> Cursor {
@@ -620,22 +631,94 @@ impl<R: TableRow> TableModel for PagedTable<R> {
     }
 
     fn total(&self) -> Option<usize> {
-        match &self.filtered {
-            Some(_) => Some(self.loaded()),
-            None => self.total,
-        }
+        self.total
     }
 
     fn filter_note(&self) -> String {
-        match &self.filtered {
-            Some((positions, _)) => format!(
-                "filter “{}”: {} of the {} rows loaded (of {})",
-                self.query,
-                positions.len(),
-                self.loaded(),
-                self.total.unwrap_or(0)
-            ),
-            None => String::new(),
+        if self.query_pending() {
+            format!("filter “{}”: asking the agent…", self.query)
+        } else if self.applied.is_empty() {
+            String::new()
+        } else {
+            match self.total {
+                Some(n) => format!("filter “{}”: {n} matching in the whole list", self.applied),
+                None => format!("filter “{}”: asking the agent…", self.applied),
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use heaptui_protocol::message::ObjectRow;
+
+    fn rows(n: u32) -> Vec<ObjectRow> {
+        (0..n)
+            .map(|i| ObjectRow {
+                index: i,
+                id: u64::from(i),
+                addr: 0x1000 + u64::from(i) * 16,
+                size: 16,
+                site: 0,
+                site_label: format!("site-{i}"),
+                thread: 1,
+                seq: u64::from(i),
+                age: None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn queries_typed_while_a_page_is_on_its_way_are_coalesced() {
+        let mut t: PagedTable<ObjectRow> = PagedTable::new(SortSpec {
+            column: 1,
+            descending: true,
+        });
+        t.set_height(20);
+        assert_eq!(t.wanted_pages(), [0]);
+        t.mark_requested(0);
+        t.receive(0, 0, 1000, rows(PAGE_ROWS));
+        assert_eq!(t.filter(), None);
+
+        // Nothing on its way: the query applies at once, from page 0 of a new generation.
+        t.set_query("s");
+        assert_eq!((t.filter(), t.generation(), t.len()), (Some("s"), 1, 0));
+        assert_eq!(t.wanted_pages(), [0]);
+        t.mark_requested(0);
+        // Two more keys while that page is on its way: they wait.
+        t.set_query("si");
+        t.set_query("sit");
+        assert!(t.query_pending());
+        assert_eq!((t.filter(), t.generation()), (Some("s"), 1));
+        assert_eq!(t.filter_note(), "filter “sit”: asking the agent…");
+        assert!(t.wanted_pages().is_empty(), "nothing more asked meanwhile");
+        // Its answer lands, and the latest query goes out next: one request for two keys.
+        t.receive(1, 0, 900, rows(PAGE_ROWS));
+        assert!(!t.query_pending());
+        assert_eq!((t.filter(), t.generation(), t.len()), (Some("sit"), 2, 0));
+        assert_eq!(t.wanted_pages(), [0]);
+        t.mark_requested(0);
+        // An answer of an old generation changes nothing; a failure lets a waiting query go.
+        t.receive(1, 0, 900, rows(3));
+        assert_eq!(t.len(), 0);
+        t.set_query("site");
+        assert!(t.query_pending());
+        t.failed(2);
+        assert_eq!((t.filter(), t.generation()), (Some("site"), 3));
+        t.mark_requested(0);
+        t.receive(3, 0, 42, rows(42));
+        assert_eq!(t.total(), Some(42));
+        assert_eq!(
+            t.filter_note(),
+            "filter “site”: 42 matching in the whole list"
+        );
+        assert!(
+            !t.matches(0).is_empty(),
+            "the matched letters are highlighted"
+        );
+        // Clearing the query goes back to the whole list.
+        t.set_query("");
+        assert_eq!((t.filter(), t.generation()), (None, 4));
     }
 }

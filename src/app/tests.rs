@@ -338,6 +338,67 @@ fn a_big_group_is_fetched_page_by_page_as_the_cursor_moves() {
     assert_eq!(page, Page::new(0, PAGE_ROWS));
 }
 
+fn object_filters(log: &[RequestBody]) -> Vec<(u32, Option<String>)> {
+    log.iter()
+        .filter_map(|r| match r {
+            RequestBody::GroupObjects { page, filter, .. } => {
+                Some((page.offset, filter.as_ref().map(|f| f.query.clone())))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn the_objects_filter_is_the_agents_over_the_whole_group() {
+    let graph = big_group_graph(3, 20_000);
+    let (group, members) = largest_group(&graph);
+    let mut h = Harness::new(graph);
+    h.app.open_objects(ObjectsOrigin::Group(group));
+    h.pump();
+    h.log.clear();
+
+    // Each query the agent answers before the next key is asked once, from the first page.
+    // (Keys typed while an answer is on its way are coalesced: see table::tests.)
+    h.type_text("/new");
+    assert_eq!(
+        object_filters(&h.log),
+        [
+            (0, Some("n".to_string())),
+            (0, Some("ne".to_string())),
+            (0, Some("new".to_string()))
+        ]
+    );
+    let ViewKind::Objects(view) = &h.app.top().kind else {
+        panic!("objects")
+    };
+    // Of the 20 001 members only the entry (allocated by `Cache::new`) matches "new", even
+    // though it was never among the rows loaded before: the agent filtered the whole group.
+    assert_eq!(view.table.total(), Some(1));
+    assert!(
+        view.table
+            .selected_row()
+            .unwrap()
+            .site_label
+            .contains("Cache::new")
+    );
+    assert_eq!(
+        view.table.filter_note(),
+        "filter “new”: 1 matching in the whole list"
+    );
+    // Enter keeps the filter; Esc in the filter clears it: the whole list again, from page 0.
+    h.key(KeyCode::Enter);
+    h.log.clear();
+    h.type_text("/");
+    h.key(KeyCode::Esc);
+    assert_eq!(object_filters(&h.log), [(0, None)]);
+    let ViewKind::Objects(view) = &h.app.top().kind else {
+        panic!("objects")
+    };
+    assert_eq!(view.table.total(), Some(members as usize));
+    assert_eq!(view.table.filter_note(), "");
+}
+
 #[test]
 fn answers_for_an_old_sort_are_dropped() {
     let graph = big_group_graph(2, 2_000);
@@ -367,7 +428,11 @@ fn answers_for_an_old_sort_are_dropped() {
 
 // ----- the cancel dialog -------------------------------------------------------------------
 
-use heaptui_protocol::message::{CancelVerdict, ErrorKind, Mechanism, Response, Verdict};
+use crate::source::SourceEvent;
+use heaptui_protocol::message::{
+    CancelVerdict, ErrorKind, MeasuredRelease, Mechanism, PolicyAnswer, Push, Response,
+    ShortageReport, Verdict,
+};
 
 fn verdict(tid: u32, verdict: Verdict, predicted: u64) -> Response {
     let permitted = !matches!(verdict, Verdict::Refused(_));
@@ -417,16 +482,16 @@ fn the_cancel_key_opens_the_dialog_with_only_a_dry_run_and_esc_sends_nothing_mor
 }
 
 #[test]
-fn confirming_sends_exactly_one_real_cancel_and_the_next_snapshot_measures_it() {
+fn confirming_sends_exactly_one_real_cancel_and_shows_the_agents_measured_release() {
     let mut h = Harness::live(big_group_graph(3, 100));
     assert!(h.app.home_mut().threads.select_where(|t| t.tid == 1002));
-    let before = h.app.snapshot.as_ref().unwrap().totals.bytes;
     h.cancel_answers
         .push_back(verdict(1002, Verdict::DryRun, 65_536));
     h.cancel_answers
         .push_back(verdict(1002, Verdict::Done, 65_536));
-    // After the cancel the agent's next snapshot no longer has worker-2 and its buffer.
-    h.next_graph = Some(big_group_graph(2, 100));
+    // The screen's next snapshot differs from the one on screen by more than the thread:
+    // the TUI must not measure against its own (older) snapshot.
+    h.next_graph = Some(big_group_graph(1, 100));
     h.key(KeyCode::Char('c'));
     h.key(KeyCode::Enter);
     h.key(KeyCode::Char('y'));
@@ -439,14 +504,141 @@ fn confirming_sends_exactly_one_real_cancel_and_the_next_snapshot_measures_it() 
     let dialog = h.app.cancel.as_ref().unwrap();
     assert_eq!(dialog.phase, CancelPhase::Finished);
     assert_eq!(dialog.outcome.as_ref().unwrap().verdict, Verdict::Done);
-    assert!(h.log.contains(&RequestBody::TakeSnapshot));
-    let after = h.app.snapshot.as_ref().unwrap().totals.bytes;
-    assert_eq!(before - after, 65_536);
     assert_eq!(
-        dialog.measured.as_deref(),
-        Some("measured 64.0 KiB (65536 bytes); predicted 64.0 KiB (65536 bytes)")
+        dialog.measured, None,
+        "nothing measured before the agent says"
     );
-    assert!(h.app.status.as_ref().unwrap().contains("measured 64.0 KiB"));
+    assert!(h.app.status.as_ref().unwrap().contains("agent measures"));
+    let snapshots = |h: &Harness| {
+        h.log
+            .iter()
+            .filter(|r| **r == RequestBody::TakeSnapshot)
+            .count()
+    };
+    let before = snapshots(&h);
+
+    // A measured release of another cancel does not land in this dialog.
+    h.app
+        .on_source(SourceEvent::Push(Push::ReleaseMeasured(MeasuredRelease {
+            decision: 4,
+            tids: vec![1000],
+            predicted: 10,
+            measured: Some(10),
+        })));
+    h.pump();
+    assert_eq!(h.app.cancel.as_ref().unwrap().measured, None);
+
+    h.app
+        .on_source(SourceEvent::Push(Push::ReleaseMeasured(MeasuredRelease {
+            decision: 5,
+            tids: vec![1002],
+            predicted: 65_536,
+            measured: Some(63_000),
+        })));
+    h.pump();
+    assert_eq!(
+        h.app.cancel.as_ref().unwrap().measured.as_deref(),
+        Some("measured 61.5 KiB (63000 bytes); predicted 64.0 KiB (65536 bytes)")
+    );
+    assert_eq!(
+        h.app.status.as_deref(),
+        Some(
+            "cancel of thread 1002: measured 61.5 KiB (63000 bytes); predicted 64.0 KiB (65536 bytes)"
+        )
+    );
+    assert!(
+        snapshots(&h) > before,
+        "a new snapshot shows the thread gone"
+    );
+}
+
+#[test]
+fn a_shortage_push_shows_a_banner_for_a_while() {
+    let mut h = Harness::live(fixture());
+    assert_eq!(h.app.banner(), None);
+    let main_before = h.app.areas().main;
+    let report = ShortageReport {
+        unix_ms: 1_000_000,
+        cause: heaptui_protocol::message::ShortageCause::SoftLimit { limit: 7 << 20 },
+        live_bytes: 10 << 20,
+        need_bytes: 3 << 20,
+        outcome: heaptui_protocol::message::ShortageOutcome::Unresolved {
+            reason: "the 1 permitted thread(s) free at most 2 MiB together".into(),
+        },
+    };
+    h.app.tick(1_000_500);
+    h.app
+        .on_source(SourceEvent::Push(Push::Shortage(report.clone())));
+    let banner = h.app.banner().expect("a banner");
+    assert!(
+        banner.starts_with("MEMORY SHORTAGE: live 10.0 MiB > 7.0 MiB limit, need 3.0 MiB"),
+        "{banner}"
+    );
+    assert!(
+        banner.contains("nothing cancelled: the 1 permitted"),
+        "{banner}"
+    );
+    assert_eq!(h.app.areas().main.height + 1, main_before.height);
+    // A disconnect says so first; back connected, the shortage is still news.
+    h.app.on_source(SourceEvent::Disconnected {
+        reason: "gone".into(),
+    });
+    assert!(h.app.banner().unwrap().starts_with("disconnected"));
+    h.app.on_source(SourceEvent::Connected {
+        description: "again".into(),
+    });
+    h.pump();
+    assert!(h.app.banner().unwrap().starts_with("MEMORY SHORTAGE"));
+    h.app.tick(1_000_000 + SHORTAGE_BANNER_MS);
+    assert_eq!(h.app.banner(), None, "gone after a minute");
+}
+
+#[test]
+fn an_invalid_policy_is_shown_in_the_status_and_the_dialog() {
+    let policy = PolicyAnswer::Invalid {
+        path: "/tmp/p.toml".into(),
+        error: "policy file /tmp/p.toml invalid: line 4, column 1: unknown field `mechansim`"
+            .into(),
+    };
+    let mut h = Harness::live(fixture());
+    // On (re)connecting the policy is asked for; the agent's answer is given by hand.
+    h.answering = false;
+    h.app.on_source(SourceEvent::Connected {
+        description: "again".into(),
+    });
+    let asked = h.take_requests();
+    let ask = asked
+        .iter()
+        .find(|r| r.body == RequestBody::Policy)
+        .expect("the policy is asked for on connecting");
+    h.app.on_source(SourceEvent::Answer {
+        id: ask.id,
+        body: Response::Policy(policy.clone()),
+    });
+    assert_eq!(h.app.policy.as_ref(), Some(&policy));
+    assert!(
+        h.app
+            .status
+            .as_ref()
+            .unwrap()
+            .contains("/tmp/p.toml is invalid, so every cancel is refused"),
+        "{:?}",
+        h.app.status
+    );
+    h.answering = true;
+    let reason = "policy invalid: policy file /tmp/p.toml invalid: line 4, column 1: …";
+    h.cancel_answers
+        .push_back(verdict(1, Verdict::Refused(reason.into()), 180));
+    let policy_asks = |h: &Harness| h.log.iter().filter(|r| **r == RequestBody::Policy).count();
+    let before = policy_asks(&h);
+    h.key(KeyCode::Char('c'));
+    let dialog = h.app.cancel.as_ref().unwrap();
+    assert_eq!(dialog.policy.as_ref(), Some(&policy));
+    assert_eq!(
+        policy_asks(&h),
+        before + 1,
+        "opening the dialog asks for the policy again"
+    );
 }
 
 #[test]

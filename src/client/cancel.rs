@@ -1,5 +1,7 @@
 //! `heaptui cancel ADDR TID [--dry-run]` (SPEC §2, §7): asks the agent to cancel one thread
-//! under its memory-shortage policy and prints the verdict.
+//! under its memory-shortage policy and prints the verdict, then the policy in force (its
+//! file, or why there is none that works: a file that failed to parse is named with its
+//! error).
 //!
 //! The agent decides everything — fresh snapshot, predicted release, which rule permits it,
 //! the threshold, the mechanism's safety check — and this command only relays the request
@@ -39,6 +41,11 @@ pub fn cancel(
         }
     };
     writeln!(out, "{}", render(&verdict))?;
+    // The verdict is the answer; the policy line only explains it, so an agent that cannot
+    // say leaves it out.
+    if let Ok(Response::Policy(policy)) = session.request(RequestBody::Policy) {
+        writeln!(out, "  policy {}", crate::app::cancel::policy_line(&policy))?;
+    }
     Ok(match verdict.verdict {
         Verdict::Done => Outcome::Done,
         Verdict::DryRun => Outcome::DryRun,

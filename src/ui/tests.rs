@@ -199,12 +199,69 @@ fn cancel_verdict(
     })
 }
 
+/// A live harness whose agent runs with the demo-like policy (as the app last heard it).
+fn with_policy() -> Harness {
+    use heaptui_protocol::message::{Mechanism, PermitRule, PolicyAnswer, PolicySummary};
+    let mut h = Harness::live(fixture());
+    h.app.policy = Some(PolicyAnswer::Loaded {
+        path: "/tmp/heaptui-demo/demo-policy.toml".into(),
+        text: String::new(),
+        summary: PolicySummary {
+            dry_run: false,
+            min_release: 1 << 20,
+            permits: vec![PermitRule {
+                thread: Some("thread-*".into()),
+                function: None,
+                mechanism: Mechanism::Cooperative,
+            }],
+            trigger: None,
+        },
+    });
+    h
+}
+
 #[test]
 fn cancel_dialog() {
     use heaptui_protocol::message::Verdict;
-    let mut h = Harness::live(fixture());
+    let mut h = with_policy();
     h.cancel_answers.push_back(cancel_verdict(Verdict::DryRun));
     h.key(KeyCode::Char('c'));
+    insta::assert_snapshot!(screen(&h));
+}
+
+#[test]
+fn cancel_dialog_measured() {
+    use heaptui_protocol::message::{MeasuredRelease, Push, Verdict};
+    let mut h = with_policy();
+    h.cancel_answers.push_back(cancel_verdict(Verdict::DryRun));
+    h.cancel_answers.push_back(cancel_verdict(Verdict::Done));
+    h.keys(&[KeyCode::Char('c'), KeyCode::Char('y')]);
+    h.app
+        .on_source(SourceEvent::Push(Push::ReleaseMeasured(MeasuredRelease {
+            decision: 2,
+            tids: vec![1],
+            predicted: 1_468_006,
+            measured: Some(1_460_000),
+        })));
+    h.pump();
+    insta::assert_snapshot!(screen(&h));
+}
+
+#[test]
+fn shortage_banner() {
+    use heaptui_protocol::message::{Push, ShortageCause, ShortageOutcome, ShortageReport};
+    let mut h = Harness::live(fixture());
+    h.app
+        .on_source(SourceEvent::Push(Push::Shortage(ShortageReport {
+            unix_ms: 0,
+            cause: ShortageCause::SoftLimit { limit: 512 << 20 },
+            live_bytes: 600 << 20,
+            need_bytes: 88 << 20,
+            outcome: ShortageOutcome::Cancelled {
+                tids: vec![3],
+                predicted_release: 120 << 20,
+            },
+        })));
     insta::assert_snapshot!(screen(&h));
 }
 
@@ -218,4 +275,86 @@ fn cancel_dialog_refused() {
     )));
     h.keys(&[KeyCode::Char('c'), KeyCode::Char('y')]);
     insta::assert_snapshot!(screen(&h));
+}
+
+/// A left click at the cell where `text` is first drawn on the screen.
+fn click_on(h: &mut Harness, text: &str) {
+    let shown = screen(h);
+    let (row, line) = shown
+        .lines()
+        .enumerate()
+        .find(|(_, l)| l.contains(text))
+        .unwrap_or_else(|| panic!("{text:?} is not on the screen:\n{shown}"));
+    let column = line[..line.find(text).unwrap()].chars().count() as u16;
+    click_at(h, column, row as u16);
+}
+
+/// A left click at a cell (the screen is drawn first, as the terminal would have it).
+fn click_at(h: &mut Harness, column: u16, row: u16) {
+    use ratatui::crossterm::event::{KeyModifiers, MouseButton, MouseEvent, MouseEventKind};
+    screen(h);
+    h.app.on_mouse(MouseEvent {
+        kind: MouseEventKind::Down(MouseButton::Left),
+        column,
+        row,
+        modifiers: KeyModifiers::NONE,
+    });
+    h.pump();
+}
+
+#[test]
+fn clicks_select_and_open_the_items_of_the_group_and_object_screens() {
+    use crate::app::action::Screen;
+    use crate::app::views::ViewKind;
+    let mut h = Harness::new(fixture());
+    h.key(KeyCode::Enter);
+    assert_eq!(h.app.screen(), Screen::Frames);
+    // On the selected frame's referents: the words before them are no referent; the first
+    // id is the chosen one already, so one click opens it.
+    let shown = screen(&h);
+    let (row, line) = shown
+        .lines()
+        .enumerate()
+        .find(|(_, l)| l.contains("refers to: "))
+        .expect("the referents line");
+    let first = line
+        .split("refers to: ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("a referent")
+        .to_string();
+    let prefix = line.find("refers to: ").unwrap();
+    let column = line[..prefix].chars().count() as u16;
+    click_at(&mut h, column, row as u16);
+    assert_eq!(h.app.screen(), Screen::Frames);
+    click_at(&mut h, column + "refers to: ".len() as u16, row as u16);
+    assert_eq!(h.app.screen(), Screen::Group);
+    assert!(screen(&h).contains(&format!("Group {first}")));
+    let selected = |h: &Harness| match &h.app.top().kind {
+        ViewKind::Group(v) => v.selected,
+        ViewKind::Object(v) => v.selected,
+        _ => usize::MAX,
+    };
+    assert_eq!(selected(&h), 0);
+    // One click selects the members line, a second opens it.
+    click_on(&mut h, "members ");
+    assert_eq!((h.app.screen(), selected(&h)), (Screen::Group, 1));
+    click_on(&mut h, "members ");
+    assert_eq!(h.app.screen(), Screen::Objects);
+    // A click on the selected object row opens the object.
+    click_on(&mut h, "Class1.Session");
+    assert_eq!(h.app.screen(), Screen::Object);
+    // On the object, the holder line: selected, then followed to its frame.
+    let shown = screen(&h);
+    let holder = "held by  frame #0";
+    assert!(shown.contains(holder), "{shown}");
+    click_on(&mut h, holder);
+    assert_ne!(selected(&h), usize::MAX);
+    click_on(&mut h, holder);
+    assert_eq!(h.app.screen(), Screen::Frames);
+    // A click outside any item changes nothing.
+    h.key(KeyCode::Esc);
+    let before = selected(&h);
+    click_on(&mut h, "Object #");
+    assert_eq!((h.app.screen(), selected(&h)), (Screen::Object, before));
 }

@@ -1,9 +1,10 @@
-//! The cancel confirmation (`c` on Threads and Release): the thread, the agent's predicted
-//! release and policy verdict, the keys, and then the outcome, drawn from `app::cancel` state.
+//! The cancel confirmation (`c` on Threads and Release): the thread, the agent's policy file
+//! (or why it has none that works), its predicted release and verdict, the keys, then the
+//! outcome and the release the agent measured, drawn from `app::cancel` state.
 //!
 //! It only draws: the figures are the agent's, the keys come from `action::CANCEL_DIALOG`.
 
-use heaptui_protocol::message::{CancelVerdict, Verdict};
+use heaptui_protocol::message::{CancelVerdict, PolicyAnswer, Verdict};
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Rect};
 use ratatui::style::Style;
@@ -11,20 +12,28 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Clear, Paragraph, Wrap};
 
 use crate::app::action::{Action, CANCEL_DIALOG};
-use crate::app::cancel::{CancelDialog, CancelPhase, mechanism_name};
+use crate::app::cancel::{CancelDialog, CancelPhase, mechanism_name, policy_line};
 use crate::app::verdict_line;
 use crate::size::human_exact;
 use crate::ui::theme;
 
 pub fn draw(frame: &mut Frame, area: Rect, dialog: &CancelDialog) {
-    let mut lines = vec![
-        Line::from(vec![
-            Span::styled("Thread     ", theme::dim()),
-            Span::styled(format!("{} ", dialog.tid), theme::title()),
-            Span::raw(dialog.name.clone()),
-        ]),
-        Line::default(),
-    ];
+    let mut lines = vec![Line::from(vec![
+        Span::styled("Thread     ", theme::dim()),
+        Span::styled(format!("{} ", dialog.tid), theme::title()),
+        Span::raw(dialog.name.clone()),
+    ])];
+    if let Some(policy) = &dialog.policy {
+        let style = match policy {
+            PolicyAnswer::Loaded { .. } => theme::dim(),
+            _ => theme::error(),
+        };
+        lines.push(Line::from(vec![
+            Span::styled("Policy     ", theme::dim()),
+            Span::styled(policy_line(policy), style),
+        ]));
+    }
+    lines.push(Line::default());
     match &dialog.prediction {
         None if dialog.phase == CancelPhase::Predicting => lines.push(Line::styled(
             "asking the agent for a dry run on a fresh snapshot…",
@@ -43,7 +52,7 @@ pub fn draw(frame: &mut Frame, area: Rect, dialog: &CancelDialog) {
                 ),
             ]));
             lines.push(Line::from(vec![
-                Span::styled("Policy     ", theme::dim()),
+                Span::styled("Verdict    ", theme::dim()),
                 policy_span(p),
             ]));
         }
@@ -110,6 +119,10 @@ fn policy_span(p: &CancelVerdict) -> Span<'static> {
         Verdict::Done | Verdict::DryRun => {
             let rule = p.rule.as_deref().unwrap_or("?");
             let text = match p.mechanism {
+                // The agent's rule text names its mechanism already.
+                Some(m) if rule.contains(mechanism_name(m)) => {
+                    format!("permitted by rule `{rule}`")
+                }
                 Some(m) => format!(
                     "permitted by rule `{rule}` with mechanism {}",
                     mechanism_name(m)

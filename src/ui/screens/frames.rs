@@ -36,7 +36,7 @@ pub fn draw(frame: &mut Frame, areas: &Areas, app: &App, view: &FramesView) {
         Some(f) => {
             let referents = frame_referents(f);
             let chosen = view.referent.min(referents.len().saturating_sub(1));
-            let mut refs = vec![Span::raw("refers to: ")];
+            let mut refs = vec![Span::raw(crate::app::layout::REFERS_PREFIX)];
             if referents.is_empty() {
                 refs.push(Span::styled("no shared group", theme::dim()));
             }

@@ -22,7 +22,7 @@ pub fn kind_name(kind: GroupKind) -> &'static str {
     }
 }
 
-pub fn draw(frame: &mut Frame, areas: &Areas, _app: &App, view: &GroupView) {
+pub fn draw(frame: &mut Frame, areas: &Areas, app: &App, view: &GroupView) {
     let title = Line::from(vec![
         Span::styled(format!(" Group {} ", view.id), theme::group(view.id.kind)),
         Span::raw(format!("· {} ", kind_name(view.id.kind))),
@@ -73,6 +73,7 @@ pub fn draw(frame: &mut Frame, areas: &Areas, _app: &App, view: &GroupView) {
 
     let items = group_items(info);
     let (start, end) = list_window(view.selected, items.len(), list.height as usize);
+    app.record_list(list, start, items.len());
     let lines: Vec<Line> = items[start..end]
         .iter()
         .enumerate()

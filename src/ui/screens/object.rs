@@ -33,7 +33,7 @@ pub fn class_text(class: &ObjectClass) -> String {
     }
 }
 
-pub fn draw(frame: &mut Frame, areas: &Areas, _app: &App, view: &ObjectView) {
+pub fn draw(frame: &mut Frame, areas: &Areas, app: &App, view: &ObjectView) {
     let block = Block::bordered().title(Span::styled(
         format!(" Object #{} ", view.index),
         theme::title(),
@@ -55,6 +55,7 @@ pub fn draw(frame: &mut Frame, areas: &Areas, _app: &App, view: &ObjectView) {
 
     let items = object_items(d);
     let (start, end) = list_window(view.selected, items.len(), list.height as usize);
+    app.record_list(list, start, items.len());
     let mut lines: Vec<Line> = items[start..end]
         .iter()
         .enumerate()

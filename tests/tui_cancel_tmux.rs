@@ -1,0 +1,250 @@
+//! The operator's cancel in a real terminal (SPEC §7, issue 6): `heaptui demo` runs in a
+//! detached tmux session of 120×36 under its shipped policy (`report-*` may be cancelled
+//! cooperatively); keys go in with `send-keys`, the screen comes back with `capture-pane`.
+//!
+//! On the runaway `report-builder`: `c` opens the confirmation with the policy file, the
+//! agent's predicted release, its verdict and the mechanism; `y` cancels; the outcome shows,
+//! and later the release the agent measured beside the prediction. On a worker, which the
+//! policy does not permit, the dialog shows the refusal with its reason and confirming sends
+//! nothing that acts.
+//!
+//! tmux and gcc are required (CI installs them); without them the test fails and says so.
+//! Every wait polls the pane against a deadline — no fixed sleeps.
+
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+const PROMPT: &str = "ready> ";
+
+/// A tmux server of its own (its own socket), killed on drop.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn start() -> Tmux {
+        match Command::new("tmux").arg("-V").output() {
+            Ok(o) if o.status.success() => {}
+            _ => panic!(
+                "tmux is required for the terminal tests and was not found: install it \
+                 (apt-get install tmux; .ci/run does)"
+            ),
+        }
+        let t = Tmux {
+            socket: format!("heaptui-cancel-test-{}", std::process::id()),
+        };
+        t.run(&[
+            "new-session",
+            "-d",
+            "-x",
+            "120",
+            "-y",
+            "36",
+            &format!("env 'PS1={PROMPT}' sh"),
+        ]);
+        t.run(&["set-option", "-g", "escape-time", "0"]);
+        t.wait_for("the shell prompt", Duration::from_secs(10), |s| {
+            s.contains(PROMPT.trim_end())
+        });
+        t
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        let out = Command::new("tmux")
+            .arg("-L")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .expect("running tmux");
+        assert!(
+            out.status.success(),
+            "tmux {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", "0"];
+        args.extend(keys);
+        self.run(&args);
+    }
+
+    fn literal(&self, text: &str) {
+        self.run(&["send-keys", "-t", "0", "-l", text]);
+    }
+
+    fn screen(&self) -> String {
+        String::from_utf8_lossy(&self.run(&["capture-pane", "-p", "-t", "0"]).stdout).into_owned()
+    }
+
+    /// Polls the pane until `ok` holds; fails with the last screen after `limit`.
+    fn wait_for(&self, what: &str, limit: Duration, ok: impl Fn(&str) -> bool) -> String {
+        let start = Instant::now();
+        loop {
+            let s = self.screen();
+            if ok(&s) {
+                return s;
+            }
+            if start.elapsed() > limit {
+                panic!("waited {limit:?} for {what}; the screen was:\n{s}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .arg("-L")
+            .arg(&self.socket)
+            .arg("kill-server")
+            .output();
+    }
+}
+
+/// The dialog's text: the lines between its top and bottom borders, without the box
+/// drawing and the screen around it.
+fn dialog(screen: &str) -> String {
+    let mut inside = false;
+    let mut out = String::new();
+    for line in screen.lines() {
+        if line.contains("┌ Cancel a thread") {
+            inside = true;
+            continue;
+        }
+        if !inside {
+            continue;
+        }
+        if line.contains('└') {
+            break;
+        }
+        // The table's border, the dialog's, the dialog's text, the dialog's, the table's.
+        let bars: Vec<usize> = line.match_indices('│').map(|(i, _)| i).collect();
+        if bars.len() < 4 {
+            continue;
+        }
+        let body = &line[bars[1] + '│'.len_utf8()..bars[bars.len() - 2]];
+        out.push_str(body.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// Text with every run of blanks and line ends made one space (the dialog wraps).
+fn flat(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The byte counts in `(N bytes)` of one line, in order.
+fn byte_counts(line: &str) -> Vec<u64> {
+    line.split('(')
+        .skip(1)
+        .filter_map(|p| p.split(" bytes)").next()?.parse().ok())
+        .collect()
+}
+
+#[test]
+fn cancel_the_runaway_report_thread_and_be_refused_on_a_worker() {
+    let t = Tmux::start();
+    let cache = std::env::temp_dir().join(format!("heaptui-cancel-tmux-{}", std::process::id()));
+    t.literal(&format!(
+        "XDG_CACHE_HOME={} {} demo",
+        cache.display(),
+        env!("CARGO_BIN_EXE_heaptui")
+    ));
+    t.keys(&["Enter"]);
+    t.wait_for("the demo's ranking", Duration::from_secs(30), |s| {
+        s.contains("live (agent") && s.contains("report-builder") && s.contains("worker-1")
+    });
+
+    // The runaway thread: filtered to, then `c`.
+    t.literal("/report-builder");
+    t.keys(&["Enter"]);
+    t.wait_for("the filtered ranking", Duration::from_secs(10), |s| {
+        s.contains("report-builder") && !s.contains("worker-1")
+    });
+    t.keys(&["c"]);
+    let s = t.wait_for("the dry run's verdict", Duration::from_secs(20), |s| {
+        dialog(s).contains("Verdict")
+    });
+    let d = flat(&dialog(&s));
+    assert!(d.contains("report-builder"), "{d}");
+    assert!(
+        d.contains("demo-policy.toml: 1 permit rule(s), min_release 1.0 MiB"),
+        "the policy in force:\n{d}"
+    );
+    assert!(
+        d.contains("permitted by rule") && d.contains("report-*") && d.contains("cooperative"),
+        "the verdict and mechanism:\n{d}"
+    );
+    let predicted_at = d.find("Predicted").expect("the prediction");
+    let predicted_line = &d[predicted_at..];
+    let predicted = byte_counts(predicted_line)[0];
+    assert!(predicted >= 1 << 20, "{d}");
+    assert!(d.contains("y/Enter cancel the thread"), "{d}");
+
+    t.keys(&["y"]);
+    let s = t.wait_for("the outcome", Duration::from_secs(20), |s| {
+        flat(&dialog(s)).contains("Outcome done")
+    });
+    assert!(
+        !dialog(&s).contains("y/Enter"),
+        "confirming again is not offered"
+    );
+    // The agent measures once the thread has ended (or after its 5 s follow-up deadline).
+    let s = t.wait_for("the measured release", Duration::from_secs(30), |s| {
+        flat(&dialog(s)).contains("Released measured")
+    });
+    let d = flat(&dialog(&s));
+    let released = &d[d.find("Released").expect("the released line")..];
+    let counts = byte_counts(released);
+    assert_eq!(counts.len(), 2, "measured and predicted: {released}");
+    let (measured, again) = (counts[0], counts[1]);
+    // The real cancel decided on a fresh snapshot of its own, a moment after the dry run.
+    assert!(again >= predicted, "{released} vs dry run {predicted}");
+    // The whole heap is measured (the agent's snapshot at the decision minus the one after
+    // the thread ended), so the other threads' churn counts too: within 5%, as issue 6 asks.
+    let off = (measured as f64 - again as f64).abs() / again as f64;
+    assert!(off < 0.05, "measured vs predicted: {released}");
+    t.keys(&["Escape"]);
+    t.wait_for("the dialog closed", Duration::from_secs(10), |s| {
+        !s.contains("Cancel a thread")
+    });
+
+    // A worker: the policy permits `report-*` only.
+    t.keys(&["/", "Escape"]);
+    t.literal("/worker-1");
+    t.keys(&["Enter"]);
+    t.wait_for("worker-1 alone", Duration::from_secs(10), |s| {
+        s.contains("worker-1") && !s.contains("worker-2")
+    });
+    t.keys(&["c"]);
+    let s = t.wait_for("the refusal", Duration::from_secs(20), |s| {
+        dialog(s).contains("Verdict")
+    });
+    let d = flat(&dialog(&s));
+    assert!(d.contains("worker-1"), "{d}");
+    assert!(
+        d.contains("refused: not permitted: no [[permit]] rule matches thread"),
+        "{d}"
+    );
+    // Confirming a refusal asks the agent, which refuses again: nothing is cancelled.
+    t.keys(&["y"]);
+    let s = t.wait_for("the refused outcome", Duration::from_secs(20), |s| {
+        flat(&dialog(s)).contains("Outcome refused: not permitted")
+    });
+    assert!(!flat(&dialog(&s)).contains("Outcome done"), "{s}");
+    t.keys(&["Escape"]);
+    t.keys(&["/", "Escape"]);
+    t.wait_for("every thread again", Duration::from_secs(10), |s| {
+        s.contains("worker-1") && s.contains("worker-2")
+    });
+
+    t.keys(&["q"]);
+    t.wait_for("the shell again", Duration::from_secs(20), |s| {
+        s.contains("the demo ended") && s.matches(PROMPT.trim_end()).count() >= 2
+    });
+    let _ = std::fs::remove_dir_all(&cache);
+}
