@@ -330,3 +330,20 @@ fn an_agent_that_cannot_answer_units_shows_its_line_in_the_screen() {
     ]);
     assert_eq!(h.app.screen(), Screen::Threads);
 }
+
+#[test]
+fn a_recordings_growth_follows_its_stacks_across_its_boundaries() {
+    let mut h = Harness::recording(ages_vector());
+    h.key(KeyCode::Esc);
+    h.key(KeyCode::Char('w'));
+    let OtherView::Growth(v) = other(&h) else {
+        panic!("expected growth")
+    };
+    assert_eq!(v.snapshots, Some((2, 3)));
+    assert_eq!(v.error, None);
+    let first = v.table.row(0).unwrap();
+    assert_eq!(
+        (first.label.as_str(), first.history.as_slice()),
+        ("even_site (prog)", &[60, 200][..])
+    );
+}

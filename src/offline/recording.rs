@@ -8,23 +8,25 @@
 //! answers are kept per query), block ages against the recorded snapshot boundaries, and the
 //! counter samples the agent recorded. What it cannot: anything about the heap graph (threads
 //! ranking, groups, objects, leaks, which need reachability) — those are refused with one line
-//! that says so. This module computes no figure itself: the tracker does; it only sorts, pages
+//! that says so. Growth follows each allocation stack across the recorded snapshot boundaries
+//! (its live bytes at each, one pass over the live blocks per boundary). This module computes no figure itself: the tracker does; it only sorts, pages
 //! and names.
 
 use std::collections::{HashMap, HashSet};
 
 use heaptui_analysis::recording::{Event, RecordingError, RecordingReader};
 use heaptui_analysis::views::ages::Ages;
+use heaptui_analysis::views::growth::{DEFAULT_GROWTH_RUN, Growth, SiteGrowth};
 use heaptui_analysis::views::units::{
     ALLOCATOR_FUNCTIONS, Charge, Granularity, Position, UnitConfig, UnitFigures, Unknown,
 };
-use heaptui_analysis::views::{NO_STACK, StackTable, Tracker, TrackerConfig};
+use heaptui_analysis::views::{StackId, Tracker, TrackerConfig};
 use heaptui_protocol::answer::{clip, select_page};
 use heaptui_protocol::message::{
-    AgeHistogram, AgeRow, AgeScope, AgesAnswer, CounterHistory, Direction, ErrorKind, LiveCounters,
-    MAX_COUNTER_SAMPLES, MAX_PAGE_ROWS, ObjectRow, Page, PageInfo, ProcessInfo, RequestBody,
-    Response, SnapshotId, Sort, Survivor, UnitCharge, UnitGranularity, UnitKey, UnitPage,
-    UnitPosition, UnitQuery, UnitRow,
+    AgeHistogram, AgeRow, AgeScope, AgesAnswer, CounterHistory, Direction, ErrorKind, GrowthPage,
+    GrowthRow, LiveCounters, MAX_COUNTER_SAMPLES, MAX_HISTORY, MAX_PAGE_ROWS, MAX_STACK_FRAMES,
+    ObjectRow, Page, PageInfo, ProcessInfo, RequestBody, Response, SnapshotId, Sort, Survivor,
+    UnitCharge, UnitGranularity, UnitKey, UnitPage, UnitPosition, UnitQuery, UnitRow,
 };
 
 /// The snapshot id a recording's answers carry: it has no snapshot of its own.
@@ -102,6 +104,8 @@ pub struct Recording {
     history: Vec<LiveCounters>,
     threads: usize,
     units: HashMap<UnitQuery, UnitTable>,
+    /// Live bytes per allocation stack at each recorded snapshot boundary.
+    growth: Growth,
 }
 
 impl Recording {
@@ -115,6 +119,7 @@ impl Recording {
         });
         let mut history = Vec::new();
         let mut threads = HashSet::new();
+        let mut growth = Growth::new(DEFAULT_GROWTH_RUN);
         let (mut events, mut heap_events) = (0u64, 0u64);
         for event in reader.by_ref() {
             let event = event?;
@@ -135,6 +140,9 @@ impl Recording {
                 _ => {}
             }
             tracker.apply(&event);
+            if let Event::Snapshot(_) = event {
+                growth.push(live_by_stack(&tracker));
+            }
             events += 1;
         }
         let truncated = reader.truncated();
@@ -150,6 +158,7 @@ impl Recording {
             threads: threads.len(),
             units: HashMap::new(),
             bytes: Vec::new(),
+            growth,
         };
         let table = UnitTable {
             figures: recording.tracker.units().figures().to_vec(),
@@ -349,6 +358,42 @@ impl Recording {
         }
     }
 
+    /// Per-stack live bytes across the recorded snapshot boundaries: flagged stacks first
+    /// (growing over the run, or over 75% of the heap), then most live bytes at the latest.
+    pub fn growth(&self, page: Page) -> GrowthPage {
+        let mut rows: Vec<&SiteGrowth> = self.growth.sites().iter().collect();
+        let total = rows.len();
+        let latest = |s: &SiteGrowth| s.history.last().copied().unwrap_or(0);
+        let flagged = |s: &SiteGrowth| s.growing || s.dominant;
+        let window = select_page(&mut rows, page, |a, b| {
+            flagged(b)
+                .cmp(&flagged(a))
+                .then(latest(b).cmp(&latest(a)))
+                .then_with(|| a.frames.cmp(&b.frames))
+        });
+        let rows = window
+            .iter()
+            .map(|s| GrowthRow {
+                label: label_of(&s.frames),
+                frames: s
+                    .frames
+                    .iter()
+                    .take(MAX_STACK_FRAMES)
+                    .map(|f| clip(f))
+                    .collect(),
+                history: s.history[s.history.len().saturating_sub(MAX_HISTORY)..].to_vec(),
+                growing: s.growing,
+                dominant: s.dominant,
+            })
+            .collect();
+        GrowthPage {
+            snapshots: u32::try_from(self.growth.snapshots()).unwrap_or(u32::MAX),
+            run: DEFAULT_GROWTH_RUN as u32,
+            page: page_info(page, total),
+            rows,
+        }
+    }
+
     fn thread_label(&self, tid: u32) -> String {
         match self.tracker.thread_name(tid) {
             Some(name) if !name.is_empty() => clip(name),
@@ -393,11 +438,7 @@ impl Recording {
             other if other.needs_snapshot() => {
                 Response::error(ErrorKind::Refused, format!("{}: {NO_GRAPH}", other.kind()))
             }
-            RequestBody::Growth { .. } => Response::error(
-                ErrorKind::Refused,
-                "growth: per-site growth compares snapshots' graphs; a recording has none \
-                 (attach to the live agent, which keeps its snapshots)",
-            ),
+            RequestBody::Growth { page } => Response::Growth(self.growth(*page)),
             other => Response::error(
                 ErrorKind::Refused,
                 format!(
@@ -432,24 +473,33 @@ pub fn unit_config(query: UnitQuery) -> UnitConfig {
 
 /// A stack's label as a site's: its innermost frame that is neither the allocator nor the
 /// agent, `function (module)`; `?` without a stack.
-fn stack_label(stacks: &StackTable, stack: u32) -> String {
-    if stack == NO_STACK {
-        return "?".to_string();
-    }
-    let Some(frames) = stacks.stack(stack) else {
-        return "?".to_string();
+fn stack_label(stacks: &heaptui_analysis::views::StackTable, stack: StackId) -> String {
+    label_of(&stacks.frame_names(stack))
+}
+
+/// The label of frames written `function (module)`, innermost first (see [`stack_label`]).
+fn label_of(frames: &[String]) -> String {
+    let own = |frame: &&String| {
+        let function = frame.split(" (").next().unwrap_or(frame);
+        !ALLOCATOR_FUNCTIONS.contains(&function) && !frame.contains("heaptui_agent")
     };
-    let chosen = frames
-        .iter()
-        .find(|&&(f, m)| {
-            !ALLOCATOR_FUNCTIONS.contains(&stacks.string(f))
-                && !stacks.string(m).contains("heaptui_agent")
-        })
-        .or(frames.first());
-    match chosen {
-        Some(&(f, m)) => clip(&format!("{} ({})", stacks.string(f), stacks.string(m))),
+    match frames.iter().find(own).or(frames.first()) {
+        Some(frame) => clip(frame),
         None => "?".to_string(),
     }
+}
+
+/// Live bytes per allocation stack now, keyed by the stack's frames (as growth matches
+/// sites across snapshots).
+fn live_by_stack(tracker: &Tracker) -> Vec<(Vec<String>, u64)> {
+    let mut per_stack: HashMap<StackId, u64> = HashMap::new();
+    for (_, block) in tracker.live_blocks() {
+        *per_stack.entry(block.stack).or_default() += block.size;
+    }
+    per_stack
+        .into_iter()
+        .map(|(stack, bytes)| (tracker.stacks().frame_names(stack), bytes))
+        .collect()
 }
 
 fn page_info(page: Page, total: usize) -> PageInfo {
@@ -622,6 +672,49 @@ pub(crate) mod tests {
             }
             other => panic!("expected a refusal, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn growth_follows_each_stack_across_the_recorded_boundaries() {
+        let r = Recording::replay(ages_vector()).unwrap();
+        let g = r.growth(Page::FIRST);
+        assert_eq!((g.snapshots, g.page.total), (2, 2));
+        // After allocation 5: odd 10+30+50, even 20+40; after 8: odd +70, even +60+80.
+        assert_eq!(g.rows[0].label, "even_site (prog)");
+        assert_eq!(g.rows[0].history, [60, 200]);
+        assert_eq!(g.rows[1].label, "odd_site (prog)");
+        assert_eq!(g.rows[1].history, [90, 160]);
+        assert!(!g.rows.iter().any(|r| r.growing || r.dominant));
+
+        // 100 → 200 → 300 at one stack: growing over the run of 3, and all of the heap.
+        let mut w = RecordingWriter::new(Vec::new()).unwrap();
+        let leak = w.stack([("leak", "prog"), ("main", "prog")]).unwrap();
+        for seq in 1..=3u64 {
+            w.write(&Event::Alloc {
+                kind: AllocKind::Malloc,
+                seq,
+                addr: 0x1000 * seq,
+                size: 100,
+                stack: leak,
+                tid: 1,
+            })
+            .unwrap();
+            w.write(&Event::Snapshot(Boundary {
+                last_seq: seq,
+                unix_ms: 0,
+            }))
+            .unwrap();
+        }
+        let r = Recording::replay(w.into_inner()).unwrap();
+        let g = r.growth(Page::FIRST);
+        assert_eq!(g.rows[0].history, [100, 200, 300]);
+        assert!(g.rows[0].growing && g.rows[0].dominant);
+        assert!(matches!(
+            Recording::replay(ages_vector())
+                .unwrap()
+                .answer(&RequestBody::Growth { page: Page::FIRST }),
+            Response::Growth(_)
+        ));
     }
 
     #[test]
