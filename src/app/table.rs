@@ -560,6 +560,12 @@ impl<R: TableRow> PagedTable<R> {
         self.start_over();
     }
 
+    /// Rows loaded (of the current order and filter).
+    #[cfg(test)]
+    pub fn loaded(&self) -> usize {
+        self.pages.values().map(Vec::len).sum()
+    }
+
     /// The operator typed: the query is applied now, or when the pages on their way arrive.
     pub fn set_query(&mut self, query: &str) {
         self.query = query.to_string();

@@ -356,6 +356,18 @@ fn the_objects_filter_is_the_agents_over_the_whole_group() {
     let mut h = Harness::new(graph);
     h.app.open_objects(ObjectsOrigin::Group(group));
     h.pump();
+    // Smallest first: the entry (4 KiB, the largest) is the last row, far from the pages
+    // loaded.
+    h.key(KeyCode::Char('2'));
+    let ViewKind::Objects(view) = &h.app.top().kind else {
+        panic!("objects")
+    };
+    assert!(view.table.loaded() < 1000);
+    assert!(!(0..view.table.loaded()).any(|i| {
+        view.table
+            .row(i)
+            .is_some_and(|r| r.site_label.contains("Cache::new"))
+    }));
     h.log.clear();
 
     // Each query the agent answers before the next key is asked once, from the first page.

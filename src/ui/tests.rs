@@ -170,6 +170,23 @@ fn objects_of_a_big_group_mid_list() {
 }
 
 #[test]
+fn objects_of_a_big_group_filtered_by_the_agent() {
+    let mut h = Harness::new(big_group_graph(3, 20_000));
+    h.keys(&[
+        KeyCode::Enter,
+        KeyCode::Enter,
+        KeyCode::Down,
+        KeyCode::Enter,
+    ]);
+    // Smallest first, the entry (4 KiB) is the last of 20 001 rows and not loaded; the agent
+    // finds it, the one member allocated by `Cache::new`, over the whole group.
+    h.key(KeyCode::Char('2'));
+    h.type_text("/Cache::new");
+    h.key(KeyCode::Enter);
+    insta::assert_snapshot!(screen(&h));
+}
+
+#[test]
 fn threads_with_live_counters() {
     let mut h = Harness::new(fixture());
     for i in 1..=8u64 {
