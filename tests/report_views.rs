@@ -232,6 +232,11 @@ fn flags_that_do_not_fit_the_source_are_usage_errors_naming_the_flag() {
             "{err}"
         );
     }
+    let err = usage_error(&["report", snap, "--leaks", "--format", "csv"]);
+    assert_eq!(
+        err,
+        "heaptui: --leaks prints with the text or json format only, not --format csv\n"
+    );
     let out = heaptui(&["report", rec, "--units", "module"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--units"));

@@ -219,11 +219,26 @@ fn ages_report(
     })
 }
 
-/// The leaks, ages and units `args` asks for, from `ask`; `None` when none is asked.
+/// The leaks, ages and units `args` asks for, from `ask`; `None` when none is asked. They
+/// print as text or JSON only: with another format, asking for them is a usage error.
 pub fn gather(args: &ReportArgs, ask: &mut Ask<'_>) -> anyhow::Result<Option<ViewsReport>> {
     let units_asked = args.units.is_some() || args.position.is_some() || args.charge.is_some();
     if !args.leaks && !args.ages && !units_asked {
         return Ok(None);
+    }
+    if !matches!(args.format(), ReportFormat::Text | ReportFormat::Json) {
+        let flag = if args.leaks {
+            "--leaks"
+        } else if args.ages {
+            "--ages"
+        } else {
+            "--units"
+        };
+        return Err(UsageError(format!(
+            "{flag} prints with the text or json format only, not --format {}",
+            format_name(args.format())
+        ))
+        .into());
     }
     let units = if units_asked {
         let query = unit_query(args);
@@ -260,6 +275,16 @@ pub fn gather(args: &ReportArgs, ask: &mut Ask<'_>) -> anyhow::Result<Option<Vie
         leak_sites,
         ages,
     }))
+}
+
+fn format_name(format: ReportFormat) -> &'static str {
+    match format {
+        ReportFormat::Text => "text",
+        ReportFormat::Json => "json",
+        ReportFormat::Csv => "csv",
+        ReportFormat::Collapsed => "collapsed",
+        ReportFormat::Pprof => "pprof",
+    }
 }
 
 /// Checks the flags that need a source of one kind, for a snapshot or a live agent.
