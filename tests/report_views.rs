@@ -60,6 +60,8 @@ fn a_recording_reports_the_issue_counters() {
         text.contains("3 counter samples recorded by the agent"),
         "{text}"
     );
+    // Strings work, prog, main; one stack; two allocations and a free; three counters.
+    assert!(text.contains("records  10 (3 heap events)"), "{text}");
     let json: Value = serde_json::from_str(&report(&rec, &["--json"])).unwrap();
     assert_eq!(json["format"], "heaptui-recording-report");
     assert_eq!(json["version"], 1);

@@ -174,6 +174,11 @@ impl Recording {
         self.events
     }
 
+    /// Allocations, frees and reallocs replayed.
+    pub fn heap_events(&self) -> u64 {
+        self.heap_events
+    }
+
     /// Where a cut tail starts, if the file ends mid-record.
     pub fn truncated(&self) -> Option<usize> {
         self.truncated

@@ -435,7 +435,10 @@ fn render_ages(ages: &AgesReport, out: &mut impl Write) -> io::Result<()> {
 pub struct RecordingReport {
     pub format: &'static str,
     pub version: u32,
+    /// Records replayed, of every kind.
     pub events: u64,
+    /// Allocations, frees and reallocs among them.
+    pub heap_events: u64,
     /// Byte offset of a record cut short at the end of the file (ignored), if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub truncated_at: Option<usize>,
@@ -520,6 +523,7 @@ pub fn recording_report(
         format: RECORDING_REPORT_FORMAT,
         version: RECORDING_REPORT_VERSION,
         events: recording.events(),
+        heap_events: recording.heap_events(),
         truncated_at: recording.truncated(),
         counters: CountersReport {
             live_bytes: c.live_bytes,
@@ -617,7 +621,7 @@ fn render_units(u: &UnitsReport, out: &mut impl Write) -> io::Result<()> {
 
 fn render_recording(r: &RecordingReport, source: &Path, out: &mut impl Write) -> io::Result<()> {
     writeln!(out, "heaptui report of {} (recording)", source.display())?;
-    write!(out, "events   {}", r.events)?;
+    write!(out, "records  {} ({} heap events)", r.events, r.heap_events)?;
     match r.truncated_at {
         Some(at) => writeln!(
             out,
