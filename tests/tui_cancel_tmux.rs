@@ -165,11 +165,29 @@ fn cancel_the_runaway_report_thread_and_be_refused_on_a_worker() {
     t.wait_for("the filtered ranking", Duration::from_secs(10), |s| {
         s.contains("report-builder") && !s.contains("worker-1")
     });
-    t.keys(&["c"]);
-    let s = t.wait_for("the dry run's verdict", Duration::from_secs(20), |s| {
-        dialog(s).contains("Verdict")
-    });
-    let d = flat(&dialog(&s));
+    // The measured release is whole-heap (the agent's snapshot at the decision minus the one
+    // after the thread ended), so the other threads' churn — some hundred KiB — counts too.
+    // The runaway grows 5 MiB/s: the dialog is reopened (each `c` is a fresh dry run) until
+    // it holds at least 16 MiB, where that churn is well under the 5% of issue 6.
+    let mut d = String::new();
+    for _ in 0..30 {
+        t.keys(&["c"]);
+        let s = t.wait_for("the dry run's verdict", Duration::from_secs(20), |s| {
+            dialog(s).contains("Verdict")
+        });
+        d = flat(&dialog(&s));
+        let predicted = d
+            .find("Predicted")
+            .and_then(|at| byte_counts(&d[at..]).first().copied());
+        if predicted.is_some_and(|p| p >= 16 << 20) {
+            break;
+        }
+        t.keys(&["Escape"]);
+        t.wait_for("the dialog closed", Duration::from_secs(10), |s| {
+            !s.contains("Cancel a thread")
+        });
+        std::thread::sleep(Duration::from_millis(500));
+    }
     assert!(d.contains("report-builder"), "{d}");
     assert!(
         d.contains("demo-policy.toml: 1 permit rule(s), min_release 1.0 MiB"),
@@ -182,7 +200,7 @@ fn cancel_the_runaway_report_thread_and_be_refused_on_a_worker() {
     let predicted_at = d.find("Predicted").expect("the prediction");
     let predicted_line = &d[predicted_at..];
     let predicted = byte_counts(predicted_line)[0];
-    assert!(predicted >= 1 << 20, "{d}");
+    assert!(predicted >= 16 << 20, "{d}");
     assert!(d.contains("y/Enter cancel the thread"), "{d}");
 
     t.keys(&["y"]);
