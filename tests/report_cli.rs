@@ -455,11 +455,18 @@ fn an_unknown_thread_in_release_exits_1_naming_the_threads() {
 
 #[test]
 fn an_address_without_an_agent_is_refused_in_one_line() {
-    let out = heaptui(&["report", ":8000"]);
+    // A port that was free a moment ago (not 8000, where an agent may really listen on a
+    // shared machine).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let out = heaptui(&["report", &format!(":{port}")]);
     assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);
     assert!(
-        err.starts_with("heaptui: cannot connect to 127.0.0.1:8000: "),
+        err.starts_with(&format!("heaptui: cannot connect to 127.0.0.1:{port}: ")),
         "{err}"
     );
     assert_eq!(err.lines().count(), 1);
