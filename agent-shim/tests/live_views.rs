@@ -325,6 +325,9 @@ fn growth_flags_the_growing_site_and_ages_count_snapshots() {
     let mut t = Target::start(&dir, &exe, &[], None);
     let mut c = t.client();
     assert_eq!(growth(&mut c).snapshots, 0);
+    // The blocks of `hold_steady` (before "ready") get a wall-clock age of over a second.
+    let started = std::time::Instant::now();
+    std::thread::sleep(Duration::from_millis(1200));
     for n in 1..=3 {
         t.command("step");
         t.wait_line(&format!("stepped {n}"));
@@ -374,6 +377,14 @@ fn growth_flags_the_growing_site_and_ages_count_snapshots() {
     assert_eq!(site_row("hold_steady").histogram.blocks, [0, 0, 1, 0, 0]);
     assert_eq!(site_row("rise_fall").histogram.blocks, [0, 0, 1, 0, 0]);
     assert!(ages.oldest.iter().all(|s| s.object.age == Some(2)));
+    // Wall-clock ages from the agent's allocation clock (read every 100 ms): the oldest
+    // block, `hold_steady`'s, is older than the 1.2 s slept, younger than the whole test.
+    let oldest_ms = ages.oldest[0].age_ms.expect("a wall-clock age");
+    assert!(
+        oldest_ms >= 1000 && u128::from(oldest_ms) <= started.elapsed().as_millis() + 1000,
+        "{oldest_ms} ms"
+    );
+    assert!(ages.oldest.iter().all(|s| s.age_ms.is_some()));
     assert_eq!(ages.oldest.len(), 5);
     // Object rows carry their age too.
     let site = site_row("grow").key;

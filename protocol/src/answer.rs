@@ -76,6 +76,9 @@ pub struct Answerer<'a> {
     /// `last_seq` of the snapshot boundaries before this snapshot, ascending; `None` when
     /// the source keeps no history (ages are then unknown).
     boundaries: Option<&'a [u64]>,
+    /// `(sequence number, unix ms)` readings ascending, and the snapshot's time: dates each
+    /// block for its wall-clock age (see [`Answerer::with_clock`]).
+    clock: Option<(&'a [(u64, u64)], u64)>,
 }
 
 type Answer<T> = Result<T, ErrorAnswer>;
@@ -92,7 +95,30 @@ impl<'a> Answerer<'a> {
             graph,
             analysis,
             boundaries: None,
+            clock: None,
         }
+    }
+
+    /// Wall-clock ages from an allocation clock: `readings` of the allocation sequence number
+    /// against the wall clock (ms since the Unix epoch), ascending, and `now_ms`, when the
+    /// snapshot was taken. A block numbered `s` was allocated before the first reading whose
+    /// number is at least `s` (after the last reading: just before the snapshot), so its age
+    /// is at least `now_ms` minus that reading's time — exact to the clock's resolution.
+    pub fn with_clock(mut self, readings: &'a [(u64, u64)], now_ms: u64) -> Self {
+        self.clock = Some((readings, now_ms));
+        self
+    }
+
+    /// When the block numbered `seq` was allocated, by the clock (0 when unknown).
+    fn allocated_ms(&self, seq: u64) -> u64 {
+        let Some((readings, now_ms)) = self.clock else {
+            return 0;
+        };
+        if seq == engine::NO_SEQ || now_ms == 0 {
+            return 0;
+        }
+        let at = readings.partition_point(|&(s, _)| s < seq);
+        readings.get(at).map_or(now_ms, |&(_, ms)| ms.min(now_ms))
     }
 
     /// Ages count these snapshot boundaries (`last_seq` of each earlier snapshot, ascending):
@@ -570,7 +596,18 @@ impl<'a> Answerer<'a> {
             })
             .collect();
         let oldest = (oldest as usize).min(MAX_PAGE_ROWS as usize);
-        let ages = views::ages::Ages::of_graph(self.graph, &boundaries, oldest);
+        let cols = self.graph.objects();
+        let blocks = (0..cols.len())
+            .filter(|&i| cols.seq[i] != engine::NO_SEQ)
+            .map(|i| views::ages::AgedBlock {
+                seq: cols.seq[i],
+                size: cols.size[i],
+                site: cols.site[i],
+                tid: cols.thread[i],
+                unix_ms: self.allocated_ms(cols.seq[i]),
+            });
+        let now_ms = self.clock.map_or(0, |(_, now)| now);
+        let ages = views::ages::Ages::new(blocks, &boundaries, now_ms, oldest);
         let groups = match by {
             AgeScope::Sites => &ages.by_site,
             AgeScope::Threads => &ages.by_thread,

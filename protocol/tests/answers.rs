@@ -684,6 +684,32 @@ fn ages_count_the_boundaries_each_block_survived() {
         "no thread list: named by id"
     );
     assert!(by_thread.oldest.is_empty());
+    // An allocation clock dates each block by its sequence number: before the first
+    // reading numbered at least as high, or just before the snapshot after the last one.
+    let clock = [(2u64, 1000u64), (6, 2000), (9, 3000)];
+    let dated = a
+        .with_clock(&clock, 5000)
+        .ages(AgeScope::Sites, Page::FIRST, 6);
+    let age_ms: Vec<(u64, Option<u64>)> = dated
+        .oldest
+        .iter()
+        .map(|s| (s.object.seq, s.age_ms))
+        .collect();
+    assert_eq!(
+        age_ms,
+        [
+            (1, Some(4000)),
+            (3, Some(3000)),
+            (5, Some(3000)),
+            (7, Some(2000)),
+            (9, Some(2000)),
+            (10, Some(0)),
+        ]
+    );
+    assert!(
+        answer.oldest.iter().all(|s| s.age_ms.is_none()),
+        "no clock, no date"
+    );
     // Without boundaries the ages are unknown, not zero.
     let plain = Answerer::new(SNAP, &graph, &analysis);
     assert_eq!(plain.object_row(0).age, None);

@@ -37,6 +37,11 @@ use crate::registry::{counters, threads};
 pub const POLL: Duration = Duration::from_millis(5);
 /// How often the counters are sampled into the history.
 pub const SAMPLE: Duration = Duration::from_secs(1);
+/// How often the allocation clock ([`allocation_clock`]) is read.
+pub const CLOCK_TICK: Duration = Duration::from_millis(100);
+/// Most allocation-clock readings kept (16 bytes each); when full, every second one goes, so
+/// old allocations keep a coarser time rather than none.
+const CLOCK_CAP: usize = 32_768;
 /// After a failed automatic snapshot, the rule waits this long before trying again.
 const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(1);
 
@@ -94,6 +99,9 @@ impl PolledRule {
 
 static RULE: Mutex<PolledRule> = Mutex::new(PolledRule::new(SnapshotRule::Off));
 static SAMPLES: Mutex<VecDeque<LiveCounters>> = Mutex::new(VecDeque::new());
+/// `(sequence number, unix ms)` readings, ascending in both: a block with sequence number
+/// `s` was allocated before the time of the first reading whose number is at least `s`.
+static CLOCK: Mutex<Vec<(u64, u64)>> = Mutex::new(Vec::new());
 /// Set by the watch thread once it runs.
 static WATCHING: AtomicBool = AtomicBool::new(false);
 
@@ -121,6 +129,31 @@ pub fn counter_history() -> CounterHistory {
     }
 }
 
+/// The allocation clock: readings of the allocation sequence number against the wall clock,
+/// every [`CLOCK_TICK`] while the program allocates (an idle program adds none), oldest
+/// first. It dates a block by its sequence number — the table has no room for a time per
+/// block — to within a tick, coarser for blocks older than the readings kept.
+pub fn allocation_clock() -> Vec<(u64, u64)> {
+    CLOCK.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+fn read_clock() {
+    let seq = crate::registry::blocks::current_seq();
+    let mut clock = CLOCK.lock().unwrap_or_else(|e| e.into_inner());
+    if clock.last().is_some_and(|&(last, _)| last == seq) {
+        return;
+    }
+    if clock.len() >= CLOCK_CAP {
+        // Keep every second reading (and the newest): old blocks get a coarser date.
+        let mut i = 0;
+        clock.retain(|_| {
+            i += 1;
+            i % 2 == 0
+        });
+    }
+    clock.push((seq, state::unix_ms()));
+}
+
 fn sample() {
     let c = state::live_counters();
     let mut samples = SAMPLES.lock().unwrap_or_else(|e| e.into_inner());
@@ -138,6 +171,10 @@ pub fn start(rule_in_force: SnapshotRule) {
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .reserve_exact(MAX_COUNTER_SAMPLES);
+    CLOCK
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .reserve_exact(CLOCK_CAP);
     let first = crate::registry::blocks::current_seq();
     let launched = std::thread::Builder::new()
         .name("heaptui-watch".into())
@@ -163,9 +200,14 @@ fn watch(rule_in_force: SnapshotRule) {
     WATCHING.store(true, Ordering::Release);
     let on = rule_in_force != SnapshotRule::Off;
     let mut next_sample = Instant::now();
+    let mut next_tick = Instant::now();
     let mut quiet_until: Option<Instant> = None;
     loop {
         let now = Instant::now();
+        if now >= next_tick {
+            read_clock();
+            next_tick = now + CLOCK_TICK;
+        }
         if now >= next_sample {
             sample();
             next_sample += SAMPLE;
@@ -191,7 +233,9 @@ fn watch(rule_in_force: SnapshotRule) {
         let wait = if on {
             POLL
         } else {
-            next_sample.saturating_duration_since(Instant::now())
+            next_sample
+                .min(next_tick)
+                .saturating_duration_since(Instant::now())
         };
         std::thread::sleep(wait.max(Duration::from_millis(1)));
     }

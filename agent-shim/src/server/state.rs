@@ -52,6 +52,9 @@ pub struct Kept {
     pub info: SnapshotInfo,
     /// `last_seq` of the snapshots taken before this one, ascending: the ages of its blocks.
     pub boundaries: Vec<u64>,
+    /// The allocation clock when it was taken (`auto::allocation_clock`): the wall-clock
+    /// ages of its blocks.
+    pub clock: Vec<(u64, u64)>,
     /// The binary snapshot file of `graph`, made on the first `SnapshotData` request.
     encoded: OnceLock<Result<Vec<u8>, String>>,
 }
@@ -60,6 +63,7 @@ impl Kept {
     pub fn answerer(&self) -> Answerer<'_> {
         Answerer::new(self.info.snapshot, &self.graph, &self.analysis)
             .with_boundaries(&self.boundaries)
+            .with_clock(&self.clock, self.info.taken_unix_ms)
     }
 
     /// The graph as a binary snapshot file, encoded once.
@@ -208,6 +212,7 @@ fn take_locked(cause: Cause) -> Result<SnapshotInfo, String> {
         analysis,
         info: info.clone(),
         boundaries,
+        clock: super::auto::allocation_clock(),
         encoded: OnceLock::new(),
     });
     TAKEN[cause as usize].fetch_add(1, Ordering::Relaxed);
