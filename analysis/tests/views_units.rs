@@ -323,3 +323,46 @@ fn an_address_handed_out_twice_releases_the_stale_block_everywhere() {
     assert_eq!((c.live_bytes, c.live_blocks), (40, 1));
     assert_eq!(t.units().get("?").unwrap().live, 40);
 }
+
+#[test]
+fn an_unsymbolized_thread_start_in_the_c_library_is_not_a_unit() {
+    // A worker thread of a program that calls no library: the C library's thread start has
+    // no symbol (`__clone3` is local to a stripped libc), so no named boundary cuts it off.
+    let mut table = StackTable::new();
+    let stack = intern(
+        &mut table,
+        &[
+            ("malloc", "libc.so.6"),
+            ("xmalloc", "/opt/demo/workload"),
+            ("worker_main", "/opt/demo/workload"),
+            ("libc.so.6+0x94ac3", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
+            ("libc.so.6+0x1098eb", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
+        ],
+    );
+    for (granularity, position, expected) in [
+        (
+            Granularity::Library,
+            Position::Outermost,
+            "/opt/demo/workload",
+        ),
+        (
+            Granularity::Function,
+            Position::Outermost,
+            "worker_main (/opt/demo/workload)",
+        ),
+        (
+            Granularity::Function,
+            Position::Innermost,
+            "xmalloc (/opt/demo/workload)",
+        ),
+    ] {
+        let mut units = Units::new(UnitConfig {
+            granularity,
+            position,
+            ..UnitConfig::default()
+        });
+        units.alloc(&table, AllocKind::Malloc, 10, Caller { stack, tid: 7 });
+        let names: Vec<&str> = units.figures().iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(names, [expected], "{granularity:?} {position:?}");
+    }
+}

@@ -86,6 +86,12 @@ const OUTER_BOUNDARIES: &[&str] = &[
 ];
 const AGENT_MODULE: &str = "heaptui_agent";
 
+/// Whether `module` is the C library or the dynamic loader, whose frames start threads.
+fn is_c_runtime(module: &str) -> bool {
+    let name = module.rsplit('/').next().unwrap_or(module);
+    name.starts_with("libc.so") || name.starts_with("ld-linux")
+}
+
 /// What a unit is.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -375,7 +381,17 @@ impl Units {
         let program = self.config.program.as_deref();
         let is_program =
             |module: u32| Some(module) == program_of_main || Some(stacks.string(module)) == program;
-        let considered: Vec<(u32, u32)> = frames[..below_main.unwrap_or(frames.len())]
+        // Without a named boundary (the C library's thread start is often unsymbolized:
+        // `libc.so.6+0x1098eb`), the C runtime's frames at the outer end are still not a unit.
+        let end = below_main.unwrap_or_else(|| {
+            let runtime = frames
+                .iter()
+                .rev()
+                .take_while(|&&(_, module)| is_c_runtime(stacks.string(module)))
+                .count();
+            frames.len() - runtime
+        });
+        let considered: Vec<(u32, u32)> = frames[..end]
             .iter()
             .copied()
             .filter(|&(function, module)| {
