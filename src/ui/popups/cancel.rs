@@ -73,10 +73,15 @@ pub fn draw(frame: &mut Frame, area: Rect, dialog: &CancelDialog) {
         lines.push(Line::styled("cancelling…", theme::dim()));
     }
     if let Some(m) = &dialog.measured {
-        lines.push(Line::from(vec![
-            Span::styled("Released   ", theme::dim()),
-            Span::styled(m.clone(), theme::total()),
-        ]));
+        // One line per figure ("measured …; predicted …"): together they would wrap, and
+        // a wrapped exact byte count is hard to read.
+        for (i, part) in m.split("; ").enumerate() {
+            let label = if i == 0 { "Released   " } else { "           " };
+            lines.push(Line::from(vec![
+                Span::styled(label, theme::dim()),
+                Span::styled(part.to_string(), theme::total()),
+            ]));
+        }
     }
     if let Some(e) = &dialog.error {
         lines.push(Line::default());
