@@ -5,94 +5,13 @@
 //!
 //! tmux is required (CI installs it); without it these tests fail and say so.
 
+mod tmux_common;
 mod views_common;
 
-use std::process::{Command, Output};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
-
+use tmux_common::{PROMPT, Tmux};
 use views_common::{FakeAgent, Scratch, ages_vector, counters_vector};
 
-const DEADLINE: Duration = Duration::from_secs(10);
-const PROMPT: &str = "ready> ";
-
-/// A tmux server of its own (its own socket), killed on drop.
-struct Tmux {
-    socket: String,
-}
-
 impl Tmux {
-    fn start() -> Tmux {
-        match Command::new("tmux").arg("-V").output() {
-            Ok(o) if o.status.success() => {}
-            _ => panic!("tmux is required for the terminal tests and was not found: install it"),
-        }
-        static N: AtomicU32 = AtomicU32::new(0);
-        let t = Tmux {
-            socket: format!(
-                "heaptui-views-{}-{}",
-                std::process::id(),
-                N.fetch_add(1, Ordering::Relaxed)
-            ),
-        };
-        t.run(&[
-            "new-session",
-            "-d",
-            "-x",
-            "120",
-            "-y",
-            "36",
-            &format!("env 'PS1={PROMPT}' sh"),
-        ]);
-        t.run(&["set-option", "-g", "escape-time", "0"]);
-        t.wait_for("the shell prompt", |s| s.contains(PROMPT.trim_end()));
-        t
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        let out = Command::new("tmux")
-            .arg("-L")
-            .arg(&self.socket)
-            .args(args)
-            .output()
-            .expect("running tmux");
-        assert!(
-            out.status.success(),
-            "tmux {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out
-    }
-
-    fn keys(&self, keys: &[&str]) {
-        let mut args = vec!["send-keys", "-t", "0"];
-        args.extend(keys);
-        self.run(&args);
-    }
-
-    fn command(&self, line: &str) {
-        self.run(&["send-keys", "-t", "0", "-l", line]);
-        self.keys(&["Enter"]);
-    }
-
-    fn screen(&self) -> String {
-        String::from_utf8_lossy(&self.run(&["capture-pane", "-p", "-t", "0"]).stdout).into_owned()
-    }
-
-    fn wait_for(&self, what: &str, ok: impl Fn(&str) -> bool) -> String {
-        let start = Instant::now();
-        loop {
-            let s = self.screen();
-            if ok(&s) {
-                return s;
-            }
-            if start.elapsed() > DEADLINE {
-                panic!("waited {DEADLINE:?} for {what}; the screen was:\n{s}");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
     /// Esc back to the home screen (its own key press: Esc and a key at once read as Alt+key).
     fn back_home(&self) {
         self.keys(&["Escape"]);
@@ -105,16 +24,6 @@ impl Tmux {
         self.wait_for("the shell after quitting", |s| {
             s.lines().rev().find(|l| !l.trim().is_empty()) == Some(PROMPT.trim_end())
         });
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = Command::new("tmux")
-            .arg("-L")
-            .arg(&self.socket)
-            .arg("kill-server")
-            .output();
     }
 }
 

@@ -11,98 +11,11 @@
 //! tmux and gcc are required (CI installs them); without them the test fails and says so.
 //! Every wait polls the pane against a deadline — no fixed sleeps.
 
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+mod tmux_common;
 
-const PROMPT: &str = "ready> ";
+use std::time::Duration;
 
-/// A tmux server of its own (its own socket), killed on drop.
-struct Tmux {
-    socket: String,
-}
-
-impl Tmux {
-    fn start() -> Tmux {
-        match Command::new("tmux").arg("-V").output() {
-            Ok(o) if o.status.success() => {}
-            _ => panic!(
-                "tmux is required for the terminal tests and was not found: install it \
-                 (apt-get install tmux; .ci/run does)"
-            ),
-        }
-        let t = Tmux {
-            socket: format!("heaptui-cancel-test-{}", std::process::id()),
-        };
-        t.run(&[
-            "new-session",
-            "-d",
-            "-x",
-            "120",
-            "-y",
-            "36",
-            &format!("env 'PS1={PROMPT}' sh"),
-        ]);
-        t.run(&["set-option", "-g", "escape-time", "0"]);
-        t.wait_for("the shell prompt", Duration::from_secs(10), |s| {
-            s.contains(PROMPT.trim_end())
-        });
-        t
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        let out = Command::new("tmux")
-            .arg("-L")
-            .arg(&self.socket)
-            .args(args)
-            .output()
-            .expect("running tmux");
-        assert!(
-            out.status.success(),
-            "tmux {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out
-    }
-
-    fn keys(&self, keys: &[&str]) {
-        let mut args = vec!["send-keys", "-t", "0"];
-        args.extend(keys);
-        self.run(&args);
-    }
-
-    fn literal(&self, text: &str) {
-        self.run(&["send-keys", "-t", "0", "-l", text]);
-    }
-
-    fn screen(&self) -> String {
-        String::from_utf8_lossy(&self.run(&["capture-pane", "-p", "-t", "0"]).stdout).into_owned()
-    }
-
-    /// Polls the pane until `ok` holds; fails with the last screen after `limit`.
-    fn wait_for(&self, what: &str, limit: Duration, ok: impl Fn(&str) -> bool) -> String {
-        let start = Instant::now();
-        loop {
-            let s = self.screen();
-            if ok(&s) {
-                return s;
-            }
-            if start.elapsed() > limit {
-                panic!("waited {limit:?} for {what}; the screen was:\n{s}");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = Command::new("tmux")
-            .arg("-L")
-            .arg(&self.socket)
-            .arg("kill-server")
-            .output();
-    }
-}
+use tmux_common::{PROMPT, Tmux};
 
 /// The dialog's text: the lines between its top and bottom borders, without the box
 /// drawing and the screen around it.
@@ -155,14 +68,14 @@ fn cancel_the_runaway_report_thread_and_be_refused_on_a_worker() {
         env!("CARGO_BIN_EXE_heaptui")
     ));
     t.keys(&["Enter"]);
-    t.wait_for("the demo's ranking", Duration::from_secs(30), |s| {
+    t.wait_within("the demo's ranking", Duration::from_secs(30), |s| {
         s.contains("live (agent") && s.contains("report-builder") && s.contains("worker-1")
     });
 
     // The runaway thread: filtered to, then `c`.
     t.literal("/report-builder");
     t.keys(&["Enter"]);
-    t.wait_for("the filtered ranking", Duration::from_secs(10), |s| {
+    t.wait_within("the filtered ranking", Duration::from_secs(10), |s| {
         s.contains("report-builder") && !s.contains("worker-1")
     });
     // The measured release is whole-heap (the agent's snapshot at the decision minus the one
@@ -172,7 +85,7 @@ fn cancel_the_runaway_report_thread_and_be_refused_on_a_worker() {
     let mut d = String::new();
     for _ in 0..30 {
         t.keys(&["c"]);
-        let s = t.wait_for("the dry run's verdict", Duration::from_secs(20), |s| {
+        let s = t.wait_within("the dry run's verdict", Duration::from_secs(20), |s| {
             dialog(s).contains("Verdict")
         });
         d = flat(&dialog(&s));
@@ -183,7 +96,7 @@ fn cancel_the_runaway_report_thread_and_be_refused_on_a_worker() {
             break;
         }
         t.keys(&["Escape"]);
-        t.wait_for("the dialog closed", Duration::from_secs(10), |s| {
+        t.wait_within("the dialog closed", Duration::from_secs(10), |s| {
             !s.contains("Cancel a thread")
         });
         std::thread::sleep(Duration::from_millis(500));
@@ -204,7 +117,7 @@ fn cancel_the_runaway_report_thread_and_be_refused_on_a_worker() {
     assert!(d.contains("y/Enter cancel the thread"), "{d}");
 
     t.keys(&["y"]);
-    let s = t.wait_for("the outcome", Duration::from_secs(20), |s| {
+    let s = t.wait_within("the outcome", Duration::from_secs(20), |s| {
         flat(&dialog(s)).contains("Outcome done")
     });
     assert!(
@@ -212,7 +125,7 @@ fn cancel_the_runaway_report_thread_and_be_refused_on_a_worker() {
         "confirming again is not offered"
     );
     // The agent measures once the thread has ended (or after its 5 s follow-up deadline).
-    let s = t.wait_for("the measured release", Duration::from_secs(30), |s| {
+    let s = t.wait_within("the measured release", Duration::from_secs(30), |s| {
         flat(&dialog(s)).contains("Released measured")
     });
     let d = flat(&dialog(&s));
@@ -227,7 +140,7 @@ fn cancel_the_runaway_report_thread_and_be_refused_on_a_worker() {
     let off = (measured as f64 - again as f64).abs() / again as f64;
     assert!(off < 0.05, "measured vs predicted: {released}");
     t.keys(&["Escape"]);
-    t.wait_for("the dialog closed", Duration::from_secs(10), |s| {
+    t.wait_within("the dialog closed", Duration::from_secs(10), |s| {
         !s.contains("Cancel a thread")
     });
 
@@ -235,11 +148,11 @@ fn cancel_the_runaway_report_thread_and_be_refused_on_a_worker() {
     t.keys(&["/", "Escape"]);
     t.literal("/worker-1");
     t.keys(&["Enter"]);
-    t.wait_for("worker-1 alone", Duration::from_secs(10), |s| {
+    t.wait_within("worker-1 alone", Duration::from_secs(10), |s| {
         s.contains("worker-1") && !s.contains("worker-2")
     });
     t.keys(&["c"]);
-    let s = t.wait_for("the refusal", Duration::from_secs(20), |s| {
+    let s = t.wait_within("the refusal", Duration::from_secs(20), |s| {
         dialog(s).contains("Verdict")
     });
     let d = flat(&dialog(&s));
@@ -250,18 +163,18 @@ fn cancel_the_runaway_report_thread_and_be_refused_on_a_worker() {
     );
     // Confirming a refusal asks the agent, which refuses again: nothing is cancelled.
     t.keys(&["y"]);
-    let s = t.wait_for("the refused outcome", Duration::from_secs(20), |s| {
+    let s = t.wait_within("the refused outcome", Duration::from_secs(20), |s| {
         flat(&dialog(s)).contains("Outcome refused: not permitted")
     });
     assert!(!flat(&dialog(&s)).contains("Outcome done"), "{s}");
     t.keys(&["Escape"]);
     t.keys(&["/", "Escape"]);
-    t.wait_for("every thread again", Duration::from_secs(10), |s| {
+    t.wait_within("every thread again", Duration::from_secs(10), |s| {
         s.contains("worker-1") && s.contains("worker-2")
     });
 
     t.keys(&["q"]);
-    t.wait_for("the shell again", Duration::from_secs(20), |s| {
+    t.wait_within("the shell again", Duration::from_secs(20), |s| {
         s.contains("the demo ended") && s.matches(PROMPT.trim_end()).count() >= 2
     });
     let _ = std::fs::remove_dir_all(&cache);

@@ -4,94 +4,15 @@
 //!
 //! tmux is required (CI installs it); without it these tests fail and say so.
 
+mod tmux_common;
+
 use std::path::PathBuf;
-use std::process::{Command, Output};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-const DEADLINE: Duration = Duration::from_secs(10);
-const PROMPT: &str = "ready> ";
-
-/// A tmux server of its own (its own socket), killed on drop.
-struct Tmux {
-    socket: String,
-}
+use tmux_common::{DEADLINE, PROMPT, Tmux};
 
 impl Tmux {
-    fn start() -> Tmux {
-        match Command::new("tmux").arg("-V").output() {
-            Ok(o) if o.status.success() => {}
-            _ => panic!(
-                "tmux is required for the terminal tests and was not found: install it \
-                 (apt-get install tmux; .ci/run does)"
-            ),
-        }
-        static N: AtomicU32 = AtomicU32::new(0);
-        let socket = format!(
-            "heaptui-test-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        );
-        let t = Tmux { socket };
-        // A plain shell with a known prompt, so that quitting can be seen to give it back.
-        t.run(&[
-            "new-session",
-            "-d",
-            "-x",
-            "120",
-            "-y",
-            "36",
-            &format!("env 'PS1={PROMPT}' sh"),
-        ]);
-        t.run(&["set-option", "-g", "escape-time", "0"]);
-        t.wait_for("the shell prompt", |s| s.contains(PROMPT.trim_end()));
-        t
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        let out = Command::new("tmux")
-            .arg("-L")
-            .arg(&self.socket)
-            .args(args)
-            .output()
-            .expect("running tmux");
-        assert!(
-            out.status.success(),
-            "tmux {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out
-    }
-
-    fn keys(&self, keys: &[&str]) {
-        let mut args = vec!["send-keys", "-t", "0"];
-        args.extend(keys);
-        self.run(&args);
-    }
-
-    fn literal(&self, text: &str) {
-        self.run(&["send-keys", "-t", "0", "-l", text]);
-    }
-
-    fn screen(&self) -> String {
-        String::from_utf8_lossy(&self.run(&["capture-pane", "-p", "-t", "0"]).stdout).into_owned()
-    }
-
-    /// Polls the pane until `ok` holds; fails with the last screen after the deadline.
-    fn wait_for(&self, what: &str, ok: impl Fn(&str) -> bool) -> String {
-        let start = Instant::now();
-        loop {
-            let s = self.screen();
-            if ok(&s) {
-                return s;
-            }
-            if start.elapsed() > DEADLINE {
-                panic!("waited {DEADLINE:?} for {what}; the screen was:\n{s}");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
     fn open_fixture(&self) {
         let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("../shared/fixtures/patent-example.json");
@@ -104,16 +25,6 @@ impl Tmux {
         self.wait_for("the thread ranking", |s| {
             s.contains("Threads by total") && s.contains("thread-n")
         });
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = Command::new("tmux")
-            .arg("-L")
-            .arg(&self.socket)
-            .arg("kill-server")
-            .output();
     }
 }
 
