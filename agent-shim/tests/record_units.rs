@@ -14,11 +14,11 @@ use std::time::{Duration, Instant};
 
 use common::{TempDir, agent_path};
 use heaptui_agent::config::Listen;
-use heaptui_agent::record::units::config_of;
 use heaptui_agent::server::token;
 use heaptui_analysis::recording::{Replay, replay};
 use heaptui_analysis::views::TrackerConfig;
 use heaptui_analysis::views::units::UnitFigures;
+use heaptui_protocol::answer::unit_config;
 use heaptui_protocol::handshake::client_handshake;
 use heaptui_protocol::views::{
     UnitCharge, UnitGranularity, UnitKey, UnitPage, UnitPosition, UnitQuery, UnitRow,
@@ -231,7 +231,7 @@ fn replayed(bytes: &[u8], query: UnitQuery) -> Replay {
     replay(
         bytes,
         TrackerConfig {
-            units: config_of(query),
+            units: unit_config(query),
             ..TrackerConfig::default()
         },
     )

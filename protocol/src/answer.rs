@@ -29,6 +29,9 @@ use crate::message::{
     SitePage, SiteRow, SnapshotChunk, SnapshotId, SnapshotInfo, Sort, Survivor, ThreadKey,
     ThreadPage, ThreadRow,
 };
+use crate::views::{
+    UnitCharge, UnitGranularity, UnitKey, UnitPage, UnitPosition, UnitQuery, UnitRow,
+};
 
 /// The chunk of `encoded` (a snapshot file's bytes) starting at `offset`.
 pub fn snapshot_chunk(
@@ -814,6 +817,76 @@ fn bounds(page: Page, n: usize) -> (usize, usize) {
     let start = (page.offset as usize).min(n);
     let end = start.saturating_add(page.clamped_limit() as usize).min(n);
     (start, end)
+}
+
+/// The analysis crate's unit configuration for a protocol query (the program module is left
+/// for the tracker to learn from the recording).
+pub fn unit_config(query: UnitQuery) -> views::units::UnitConfig {
+    use views::units::{Charge, Granularity, Position};
+    views::units::UnitConfig {
+        granularity: match query.granularity {
+            UnitGranularity::Library => Granularity::Library,
+            UnitGranularity::Function => Granularity::Function,
+            UnitGranularity::Thread => Granularity::Thread,
+        },
+        position: match query.position {
+            UnitPosition::Outermost => Position::Outermost,
+            UnitPosition::Innermost => Position::Innermost,
+            UnitPosition::Inclusive => Position::Inclusive,
+        },
+        charge: match query.charge {
+            UnitCharge::Allocator => Charge::Allocator,
+            UnitCharge::Freer => Charge::Freer,
+        },
+        program: None,
+    }
+}
+
+/// One page of allocation units in `sort` order, ties by name ascending (so pages neither
+/// repeat nor skip a unit); `events` is how many heap events they were computed from. The
+/// live agent and a replayed recording answer `Units` with it.
+pub fn unit_page(
+    figures: &[views::units::UnitFigures],
+    unknown: views::units::Unknown,
+    query: UnitQuery,
+    sort: Sort<UnitKey>,
+    page: Page,
+    events: u64,
+) -> UnitPage {
+    let mut rows: Vec<&views::units::UnitFigures> = figures.iter().collect();
+    let total = rows.len();
+    let page = Page::new(page.offset, page.clamped_limit());
+    let window = select_page(&mut rows, page, |a, b| {
+        let by_key = match sort.key {
+            UnitKey::Live => a.live.cmp(&b.live),
+            UnitKey::Max => a.max.cmp(&b.max),
+            UnitKey::Malloc => a.malloc.cmp(&b.malloc),
+            UnitKey::Free => a.free.cmp(&b.free),
+            UnitKey::Name => a.name.cmp(&b.name),
+        };
+        let by_key = match sort.direction {
+            Direction::Ascending => by_key,
+            Direction::Descending => by_key.reverse(),
+        };
+        by_key.then_with(|| a.name.cmp(&b.name))
+    });
+    UnitPage {
+        query,
+        events,
+        unknown_frees: unknown.frees,
+        unknown_reallocs: unknown.reallocs,
+        page: info(page, total),
+        rows: fill(window, |f| UnitRow {
+            name: clip(&f.name),
+            live: f.live,
+            min: f.min,
+            max: f.max,
+            malloc: f.malloc,
+            realloc: f.realloc,
+            free: f.free,
+            memalign: f.memalign,
+        }),
+    }
 }
 
 fn histogram(h: &views::ages::Histogram) -> AgeHistogram {

@@ -17,16 +17,14 @@ use std::collections::{HashMap, HashSet};
 use heaptui_analysis::recording::{Event, RecordingError, RecordingReader};
 use heaptui_analysis::views::ages::Ages;
 use heaptui_analysis::views::growth::{DEFAULT_GROWTH_RUN, Growth, SiteGrowth};
-use heaptui_analysis::views::units::{
-    ALLOCATOR_FUNCTIONS, Charge, Granularity, Position, UnitConfig, UnitFigures, Unknown,
-};
+use heaptui_analysis::views::units::{ALLOCATOR_FUNCTIONS, UnitFigures, Unknown};
 use heaptui_analysis::views::{StackId, Tracker, TrackerConfig};
-use heaptui_protocol::answer::{clip, select_page};
+use heaptui_protocol::answer::{clip, select_page, unit_config, unit_page};
 use heaptui_protocol::message::{
-    AgeHistogram, AgeRow, AgeScope, AgesAnswer, CounterHistory, Direction, ErrorKind, GrowthPage,
-    GrowthRow, LiveCounters, MAX_COUNTER_SAMPLES, MAX_HISTORY, MAX_PAGE_ROWS, MAX_STACK_FRAMES,
-    ObjectRow, Page, PageInfo, ProcessInfo, RequestBody, Response, SnapshotId, Sort, Survivor,
-    UnitCharge, UnitGranularity, UnitKey, UnitPage, UnitPosition, UnitQuery, UnitRow,
+    AgeHistogram, AgeRow, AgeScope, AgesAnswer, CounterHistory, ErrorKind, GrowthPage, GrowthRow,
+    LiveCounters, MAX_COUNTER_SAMPLES, MAX_HISTORY, MAX_PAGE_ROWS, MAX_STACK_FRAMES, ObjectRow,
+    Page, PageInfo, ProcessInfo, RequestBody, Response, SnapshotId, Sort, Survivor, UnitKey,
+    UnitPage, UnitQuery,
 };
 
 /// The snapshot id a recording's answers carry: it has no snapshot of its own.
@@ -239,43 +237,14 @@ impl Recording {
     ) -> Result<UnitPage, RecordingError> {
         let events = self.heap_events;
         let table = self.units(query)?;
-        let mut order: Vec<&UnitFigures> = table.figures.iter().collect();
-        let total = order.len();
-        let window = select_page(&mut order, page, |a, b| {
-            let by_key = match sort.key {
-                UnitKey::Live => a.live.cmp(&b.live),
-                UnitKey::Max => a.max.cmp(&b.max),
-                UnitKey::Malloc => a.malloc.cmp(&b.malloc),
-                UnitKey::Free => a.free.cmp(&b.free),
-                UnitKey::Name => a.name.cmp(&b.name),
-            };
-            let by_key = match sort.direction {
-                Direction::Ascending => by_key,
-                Direction::Descending => by_key.reverse(),
-            };
-            by_key.then_with(|| a.name.cmp(&b.name))
-        });
-        let rows = window
-            .iter()
-            .map(|f| UnitRow {
-                name: clip(&f.name),
-                live: f.live,
-                min: f.min,
-                max: f.max,
-                malloc: f.malloc,
-                realloc: f.realloc,
-                free: f.free,
-                memalign: f.memalign,
-            })
-            .collect();
-        Ok(UnitPage {
+        Ok(unit_page(
+            &table.figures,
+            table.unknown,
             query,
+            sort,
+            page,
             events,
-            unknown_frees: table.unknown.frees,
-            unknown_reallocs: table.unknown.reallocs,
-            page: page_info(page, total),
-            rows,
-        })
+        ))
     }
 
     /// The age view of the live blocks at the end of the recording, against its boundaries.
@@ -455,27 +424,6 @@ impl Recording {
     }
 }
 
-/// The analysis crate's unit configuration for a protocol query.
-pub fn unit_config(query: UnitQuery) -> UnitConfig {
-    UnitConfig {
-        granularity: match query.granularity {
-            UnitGranularity::Library => Granularity::Library,
-            UnitGranularity::Function => Granularity::Function,
-            UnitGranularity::Thread => Granularity::Thread,
-        },
-        position: match query.position {
-            UnitPosition::Outermost => Position::Outermost,
-            UnitPosition::Innermost => Position::Innermost,
-            UnitPosition::Inclusive => Position::Inclusive,
-        },
-        charge: match query.charge {
-            UnitCharge::Allocator => Charge::Allocator,
-            UnitCharge::Freer => Charge::Freer,
-        },
-        program: None,
-    }
-}
-
 /// A stack's label as a site's: its innermost frame that is neither the allocator nor the
 /// agent, `function (module)`; `?` without a stack.
 fn stack_label(stacks: &heaptui_analysis::views::StackTable, stack: StackId) -> String {
@@ -520,6 +468,7 @@ pub(crate) mod tests {
     use heaptui_analysis::recording::{RecordedCounters, RecordingWriter};
     use heaptui_analysis::views::ages::Boundary;
     use heaptui_analysis::views::units::AllocKind;
+    use heaptui_protocol::message::UnitGranularity;
 
     /// The counter vector: alloc 100, alloc 200, free 100 → live 200, allocated 300.
     pub fn counters_vector() -> Vec<u8> {

@@ -4,54 +4,16 @@
 //! Without `HEAPTUI_RECORD` there are no events to count and the answer is `Refused` with
 //! a one-line reason naming the variable (see the module docs of `record`).
 
-use std::cmp::Ordering;
-
-use heaptui_analysis::views::units::{
-    Charge, Granularity, Position, UnitConfig, UnitFigures, Units,
-};
-use heaptui_protocol::answer::{clip, select_page};
-use heaptui_protocol::views::{
-    UnitCharge, UnitGranularity, UnitKey, UnitPage, UnitPosition, UnitQuery, UnitRow,
-};
-use heaptui_protocol::{Direction, ErrorKind, Page, PageInfo, Response, Sort};
+use heaptui_analysis::views::units::Units;
+use heaptui_protocol::answer::{unit_config, unit_page};
+use heaptui_protocol::views::{UnitKey, UnitPage, UnitQuery};
+use heaptui_protocol::{ErrorKind, Page, Response, Sort};
 
 /// Why `Units` is refused when nothing is recorded.
 pub const NOT_RECORDING: &str = "allocation units need the agent's event stream: start the \
      target with HEAPTUI_RECORD=FILE";
 
-/// The analysis configuration of a protocol query.
-pub fn config_of(query: UnitQuery) -> UnitConfig {
-    UnitConfig {
-        granularity: match query.granularity {
-            UnitGranularity::Library => Granularity::Library,
-            UnitGranularity::Function => Granularity::Function,
-            UnitGranularity::Thread => Granularity::Thread,
-        },
-        position: match query.position {
-            UnitPosition::Outermost => Position::Outermost,
-            UnitPosition::Innermost => Position::Innermost,
-            UnitPosition::Inclusive => Position::Inclusive,
-        },
-        charge: match query.charge {
-            UnitCharge::Allocator => Charge::Allocator,
-            UnitCharge::Freer => Charge::Freer,
-        },
-        program: None,
-    }
-}
-
-fn compare(key: UnitKey, a: &UnitFigures, b: &UnitFigures) -> Ordering {
-    match key {
-        UnitKey::Live => a.live.cmp(&b.live),
-        UnitKey::Max => a.max.cmp(&b.max),
-        UnitKey::Malloc => a.malloc.cmp(&b.malloc),
-        UnitKey::Free => a.free.cmp(&b.free),
-        UnitKey::Name => Ordering::Equal,
-    }
-}
-
-/// One page of `units` in `sort` order (ties by name, ascending, so pages neither repeat
-/// nor skip a unit).
+/// One page of `units` in `sort` order (see [`unit_page`]).
 pub fn page_of(
     units: &Units,
     query: UnitQuery,
@@ -59,45 +21,7 @@ pub fn page_of(
     page: Page,
     events: u64,
 ) -> UnitPage {
-    let mut rows: Vec<&UnitFigures> = units.figures().iter().collect();
-    let total = rows.len();
-    let cmp = |a: &&UnitFigures, b: &&UnitFigures| {
-        let by_key = match sort.direction {
-            Direction::Ascending => compare(sort.key, a, b),
-            Direction::Descending => compare(sort.key, b, a),
-        };
-        let by_name = match (sort.key, sort.direction) {
-            (UnitKey::Name, Direction::Descending) => b.name.cmp(&a.name),
-            _ => a.name.cmp(&b.name),
-        };
-        by_key.then(by_name)
-    };
-    let page = Page::new(page.offset, page.clamped_limit());
-    let window = select_page(&mut rows, page, cmp);
-    let unknown = units.unknown();
-    UnitPage {
-        query,
-        events,
-        unknown_frees: unknown.frees,
-        unknown_reallocs: unknown.reallocs,
-        page: PageInfo {
-            offset: page.offset,
-            total: u32::try_from(total).unwrap_or(u32::MAX),
-        },
-        rows: window
-            .iter()
-            .map(|f| UnitRow {
-                name: clip(&f.name),
-                live: f.live,
-                min: f.min,
-                max: f.max,
-                malloc: f.malloc,
-                realloc: f.realloc,
-                free: f.free,
-                memalign: f.memalign,
-            })
-            .collect(),
-    }
+    unit_page(units.figures(), units.unknown(), query, sort, page, events)
 }
 
 /// The answer to `Units { query, sort, page }`: every event claimed so far is recorded
@@ -106,7 +30,7 @@ pub fn answer(query: UnitQuery, sort: Sort<UnitKey>, page: Page) -> Response {
     if !super::enabled() {
         return Response::error(ErrorKind::Refused, NOT_RECORDING);
     }
-    let config = config_of(query);
+    let config = unit_config(query);
     let answer = super::live::with_tracker(|tracker, events| {
         tracker
             .units_for(&config)
@@ -130,6 +54,7 @@ mod tests {
 
     use super::*;
     use crate::record::live::unit_configs;
+    use heaptui_protocol::views::{UnitCharge, UnitGranularity, UnitPosition};
 
     /// The issue's vector: malloc 100 in liba, malloc 50 in libb, free of the first from a
     /// libb stack, realloc of the second to 80 in libb; plus free(NULL) and an unknown free.
@@ -197,7 +122,7 @@ mod tests {
     fn the_issue_vector_sorted_and_paged() {
         let t = tracker();
         let q = query(UnitCharge::Freer);
-        let units = t.units_for(&config_of(q)).unwrap();
+        let units = t.units_for(&unit_config(q)).unwrap();
         let p = page_of(units, q, Sort::desc(UnitKey::Live), Page::new(0, 10), 4);
         assert_eq!(p.page.total, 2);
         let names: Vec<_> = p.rows.iter().map(|r| r.name.as_str()).collect();
@@ -214,7 +139,7 @@ mod tests {
         assert_eq!(p.page.offset, 1);
         // Charged to the allocator: liba 0, libb 80.
         let q = query(UnitCharge::Allocator);
-        let units = t.units_for(&config_of(q)).unwrap();
+        let units = t.units_for(&unit_config(q)).unwrap();
         let p = page_of(units, q, Sort::desc(UnitKey::Name), Page::FIRST, 4);
         let figures: Vec<_> = p.rows.iter().map(|r| (r.name.as_str(), r.live)).collect();
         assert_eq!(figures, [("libb.so", 80), ("liba.so", 0)]);
@@ -239,7 +164,7 @@ mod tests {
                         position,
                         charge,
                     };
-                    assert!(t.units_for(&config_of(q)).is_some(), "{q:?}");
+                    assert!(t.units_for(&unit_config(q)).is_some(), "{q:?}");
                 }
             }
         }
