@@ -92,6 +92,23 @@ if [[ -z $source_file ]]; then
     keys Enter; wait_for "Object #"
     shot object
     keys Escape; keys Escape; keys Escape; wait_for "Threads by total"
+    # The views around the core (issue 7), from the snapshots taken so far.
+    keys L; wait_for "Leaks by site"; wait_for "lost in"
+    shot leaks
+    keys Escape; wait_for "Threads by total"
+    keys w; wait_for "Growth by site"; wait_for "snapshots ·"
+    shot growth
+    keys Escape; wait_for "Threads by total"
+    keys A; wait_for "Ages by"
+    shot ages
+    keys Escape; wait_for "Threads by total"
+    # The operator's cancel (issue 6): the dry run's verdict on the runaway report thread.
+    # The filter still holds "worker-2" from above: erase it first.
+    keys /; for _ in $(seq 8); do keys BSpace; done
+    tmux_ send-keys -t 0 -l "report-builder"; wait_for "filter /report-builder"
+    keys Enter; keys c; wait_for "Verdict"
+    shot cancel
+    keys Escape; keys Escape
     keys '?'; wait_for "Help"
     shot help
     keys q
