@@ -13,6 +13,8 @@ struct heaptui_thread {
     uintptr_t stack_lo; /* the mapping that holds this thread's stack, 0 until looked up */
     uintptr_t stack_hi;
     uint32_t agent;     /* 1 on the agent's own threads (their calls are also counted apart) */
+    uint32_t held;      /* the slot of frees held back (registry/held_frees.rs): 0 none yet,
+                           n = slot n - 1, UINT32_MAX never (the thread is ending or none left) */
 };
 
 static __thread struct heaptui_thread heaptui_thread_state

@@ -14,7 +14,7 @@ use std::ffi::{CStr, c_char, c_void};
 use crate::alloc::AGENT_ALLOC;
 use crate::config::config;
 use crate::hooks;
-use crate::registry::{blocks, counters, stacks, threads};
+use crate::registry::{blocks, counters, held_frees, stacks, threads};
 use crate::sys;
 
 #[cfg(not(test))]
@@ -58,6 +58,8 @@ pub extern "C" fn init() {
 pub extern "C" fn fini() {
     crate::dump::at_exit();
     crate::record::at_exit();
+    // The exiting thread's held frees are applied (other threads' are counted as freed).
+    held_frees::release_current();
     crate::agent_log!(
         "exit summary: {} table_bytes={} stacks={} agent_heap_bytes={} tracking_stopped={} blocking_retries={}",
         counters::counters(),
@@ -90,6 +92,7 @@ extern "C" fn child() {
     blocks::unlock_all();
     stacks::unlock();
     threads::reset_in_child();
+    held_frees::adopt_in_child();
 }
 
 unsafe extern "C" {

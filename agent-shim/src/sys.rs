@@ -19,6 +19,9 @@ pub struct ThreadState {
     pub stack_hi: usize,
     /// 1 on the agent's own threads.
     pub agent: u32,
+    /// This thread's slot of held-back frees (`registry::held_frees`): 0 = none yet, n =
+    /// slot n − 1, `u32::MAX` = never (the thread is ending, or no slot was left).
+    pub held: u32,
 }
 
 unsafe extern "C" {

@@ -27,6 +27,7 @@ use crate::config::{DEFAULT_STACK_DEPTH, MAX_STACK_DEPTH};
 use crate::record;
 use crate::registry::blocks;
 use crate::registry::counters::{self, Op, Rare};
+use crate::registry::held_frees;
 use crate::registry::stacks;
 use crate::sys;
 
@@ -133,6 +134,22 @@ fn capture<const N: usize>(entry_sp: usize, fp: usize, depth: usize) -> u32 {
     stacks::intern(&buf[..n])
 }
 
+/// A request of `size` bytes is about to go to libc: a big one first applies the frees this
+/// thread holds back, so the memory they release is there for it (registry::held_frees).
+#[inline]
+fn before_request(size: usize) {
+    if size >= held_frees::FLUSH_BEFORE {
+        flush_held();
+    }
+}
+
+#[cold]
+fn flush_held() {
+    if let Some(_busy) = Busy::enter() {
+        held_frees::flush_current(sys::thread_state());
+    }
+}
+
 /// Records a block libc just returned (or counts the NULL).
 #[inline]
 fn allocated(p: *mut c_void, size: usize, op: Op, entry_sp: usize, fp: usize) {
@@ -157,6 +174,7 @@ fn allocated(p: *mut c_void, size: usize, op: Op, entry_sp: usize, fp: usize) {
 /// (pointing at the call's return address) and the caller's frame pointer (passed by the
 /// export stub).
 pub(crate) unsafe extern "C" fn malloc(size: usize, entry_sp: usize, fp: usize) -> *mut c_void {
+    before_request(size);
     // SAFETY: forwarding the caller's arguments unchanged.
     let p = unsafe { __libc_malloc(size) };
     allocated(p, size, Op::Malloc, entry_sp, fp);
@@ -171,6 +189,7 @@ pub(crate) unsafe extern "C" fn calloc(
     entry_sp: usize,
     fp: usize,
 ) -> *mut c_void {
+    before_request(n.saturating_mul(size));
     // SAFETY: forwarding; libc checks n * size for overflow and returns NULL.
     let p = unsafe { __libc_calloc(n, size) };
     allocated(p, n.wrapping_mul(size), Op::Calloc, entry_sp, fp);
@@ -182,6 +201,7 @@ pub(crate) unsafe extern "C" fn calloc(
 /// # Safety
 /// As `realloc(3)`.
 unsafe fn resize(p: *mut c_void, size: usize, op: Op, entry_sp: usize, fp: usize) -> *mut c_void {
+    before_request(size);
     if p.is_null() {
         // SAFETY: realloc(NULL, n) is malloc(n).
         let q = unsafe { __libc_realloc(p, size) };
@@ -283,6 +303,13 @@ pub(crate) unsafe extern "C" fn free(p: *mut c_void, entry_sp: usize, fp: usize)
     }
     match Busy::enter() {
         Some(busy) => {
+            if !on_agent_thread() && held_frees::hold(p as u64, sys::thread_state(), busy.tid) {
+                // Applied with the thread's next batch (registry::held_frees).
+                if record::enabled() {
+                    record::on_free(p as u64, busy.tid, stack_id(entry_sp, fp));
+                }
+                return;
+            }
             match blocks::remove(p as u64, Some(Op::Free)) {
                 Some(rec) => agent_share(Op::Free, None, Some(rec.size)),
                 None => {
@@ -322,6 +349,7 @@ pub(crate) unsafe extern "C" fn posix_memalign(
         agent_share(Op::PosixMemalign, None, None);
         return libc::EINVAL;
     }
+    before_request(size);
     // SAFETY: forwarding with a valid alignment.
     let p = unsafe { __libc_memalign(align, size) };
     if p.is_null() {
@@ -343,6 +371,7 @@ pub(crate) unsafe extern "C" fn aligned_alloc(
     entry_sp: usize,
     fp: usize,
 ) -> *mut c_void {
+    before_request(size);
     // SAFETY: forwarding.
     let p = unsafe { __libc_memalign(align, size) };
     allocated(p, size, Op::AlignedAlloc, entry_sp, fp);
@@ -357,6 +386,7 @@ pub(crate) unsafe extern "C" fn memalign(
     entry_sp: usize,
     fp: usize,
 ) -> *mut c_void {
+    before_request(size);
     // SAFETY: forwarding.
     let p = unsafe { __libc_memalign(align, size) };
     allocated(p, size, Op::Memalign, entry_sp, fp);
@@ -366,6 +396,7 @@ pub(crate) unsafe extern "C" fn memalign(
 /// # Safety
 /// As `valloc(3)`.
 pub(crate) unsafe extern "C" fn valloc(size: usize, entry_sp: usize, fp: usize) -> *mut c_void {
+    before_request(size);
     // SAFETY: forwarding.
     let p = unsafe { __libc_valloc(size) };
     allocated(p, size, Op::Valloc, entry_sp, fp);
@@ -375,6 +406,7 @@ pub(crate) unsafe extern "C" fn valloc(size: usize, entry_sp: usize, fp: usize) 
 /// # Safety
 /// As `pvalloc(3)`; the block is recorded with its page-rounded size (what pvalloc grants).
 pub(crate) unsafe extern "C" fn pvalloc(size: usize, entry_sp: usize, fp: usize) -> *mut c_void {
+    before_request(size);
     // SAFETY: forwarding.
     let p = unsafe { __libc_pvalloc(size) };
     let granted = size.checked_next_multiple_of(PAGE).unwrap_or(size);

@@ -113,6 +113,9 @@ fn exit_key() -> Option<libc::pthread_key_t> {
 }
 
 unsafe extern "C" fn on_thread_exit(value: *mut c_void) {
+    // The frees this thread held back are applied before it goes (later destructors free
+    // directly).
+    crate::registry::held_frees::release_current();
     threads::deregister(value as usize as u32);
 }
 

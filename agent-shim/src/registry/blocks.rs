@@ -35,6 +35,7 @@ use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use super::counters::{self, Op, Rare, ShardStats};
+use super::held_frees::HeldSet;
 use crate::sync::{CacheLine, RawLock};
 use crate::sys;
 
@@ -436,6 +437,28 @@ pub fn insert(addr: u64, size: u64, tid: u32, stack: u32, op: Op) -> bool {
     }
 }
 
+/// Starts loading the table slot of `addr` into the cache: a batch of frees prefetches
+/// every slot before it removes any (`held_frees`), so their misses overlap.
+#[inline]
+pub fn prefetch(addr: u64) {
+    shard_of(addr).prefetch(hash(addr));
+}
+
+/// The size of the tracked block at `addr`; usable by the thread that holds the whole table
+/// (it reads without locking then).
+pub fn peek_size(addr: u64) -> Option<u64> {
+    if HOLDER.load(Ordering::Relaxed) != sys::current_tid() {
+        return lookup(addr).map(|r| r.size);
+    }
+    // SAFETY: the calling thread holds every shard lock (freeze or fork).
+    let table = unsafe { &*shard_of(addr).table.get() };
+    if table.cap == 0 {
+        return None;
+    }
+    let e = table.slot(table.probe(addr, hash(addr)));
+    (e.w[0] != 0).then(|| e.size())
+}
+
 /// Removes the block at `addr`; returns its record, or None if it is not tracked. `op` is
 /// counted as the call when the block is found (free); a realloc counts itself on insert.
 pub fn remove(addr: u64, op: Option<Op>) -> Option<BlockRecord> {
@@ -458,6 +481,39 @@ pub fn remove(addr: u64, op: Option<Op>) -> Option<BlockRecord> {
     stats.settle();
     drop(shard);
     Some(rec)
+}
+
+/// Removes the blocks at `addrs` as frees (a batch of `held_frees`), taking each shard lock
+/// once for a run of addresses in the same shard. Returns how many were not tracked.
+pub fn remove_freed(addrs: &[u64]) -> usize {
+    let mut unknown = 0;
+    let mut rest = addrs;
+    while let Some(&first) = rest.first() {
+        let shard = shard_of(first);
+        let run = rest
+            .iter()
+            .take_while(|&&a| std::ptr::eq(shard_of(a), shard))
+            .count();
+        let mut locked = Locked::new(shard);
+        let table = locked.table();
+        for &addr in &rest[..run] {
+            let found = (table.cap > 0)
+                .then(|| table.probe(addr, hash(addr)))
+                .filter(|&i| table.slot(i).w[0] != 0);
+            match found {
+                Some(i) => {
+                    let size = table.slot(i).size();
+                    table.delete(i);
+                    shard.stats.released(Some(Op::Free), size);
+                }
+                None => unknown += 1,
+            }
+        }
+        shard.stats.settle();
+        drop(locked);
+        rest = &rest[run..];
+    }
+    unknown
 }
 
 /// The record of the live block at `addr` (its start), if tracked.
@@ -634,6 +690,13 @@ pub struct Frozen {
     _locked: (),
 }
 
+/// The blocks held back by `held_frees` as a capture found them; used only by the thread
+/// that holds the whole table (a [`Frozen`]).
+struct HeldCell(UnsafeCell<HeldSet>);
+// SAFETY: only accessed through a `Frozen`, and one thread at a time holds all shard locks.
+unsafe impl Sync for HeldCell {}
+static HELD: HeldCell = HeldCell(UnsafeCell::new(HeldSet::new()));
+
 /// Takes every shard lock, so no hook is mid-update; hooks on other threads wait (they stay
 /// interruptible by signals). The caller must not call libc malloc/free while holding it:
 /// its own hooks would not be tracked (they are counted as untracked instead of deadlocking).
@@ -648,7 +711,7 @@ impl Frozen {
         SHARD.iter().map(|s| unsafe { &*s.table.get() })
     }
 
-    /// The number of live tracked blocks.
+    /// The number of tracked blocks, including those whose free is held back.
     pub fn len(&self) -> usize {
         self.tables().map(|t| t.len).sum()
     }
@@ -657,13 +720,17 @@ impl Frozen {
         self.len() == 0
     }
 
-    /// Calls `f` for every live tracked block (in table order, not address order).
+    /// Calls `f` for every live tracked block (in table order, not address order). Blocks
+    /// the program freed but `held_frees` still holds are not live: they are left out.
     pub fn for_each(&self, mut f: impl FnMut(&BlockRecord)) {
+        // SAFETY: this thread holds every shard lock (`self`), the condition of HELD.
+        let held = unsafe { &mut *HELD.0.get() };
+        held.refresh();
         for t in self.tables() {
             for i in 0..t.cap {
                 // SAFETY: i < cap; the lock is held, nobody writes the slot.
                 let e = unsafe { *t.slots.add(i) };
-                if e.w[0] != 0 {
+                if e.w[0] != 0 && !held.contains(e.addr()) {
                     f(&e.unpack());
                 }
             }

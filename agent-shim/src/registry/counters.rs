@@ -279,6 +279,7 @@ pub fn counters() -> Counters {
     c.agent.freed_bytes = AGENT_BYTES_OUT.load(Ordering::Relaxed);
     c.agent.blocks_in = AGENT_BLOCKS_IN.load(Ordering::Relaxed);
     c.agent.blocks_out = AGENT_BLOCKS_OUT.load(Ordering::Relaxed);
+    super::held_frees::account(&mut c);
     c.live_bytes = (c.allocated_bytes.wrapping_sub(c.freed_bytes) as i64).max(0) as u64;
     c.peak_live_bytes = (PEAK_BYTES.load(Ordering::Relaxed).max(0) as u64).max(c.live_bytes);
     c
