@@ -11,6 +11,9 @@
 # for CPU time (user + system), then the
 # agent's block-table bytes per tracked block from its exit summary.
 #
+# AGENT_BEFORE=PATH adds a row for another build of the agent (stacks off), interleaved with
+# the others: a before/after comparison measured side by side in one run.
+#
 # Usage: bench/hooks.sh            (RUNS=5 SLOW_RUNS=1 THREADS=4 OPS=2000000 NOFP=1 by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -58,9 +61,15 @@ one() {
         stacks_on) wall agent "${STRESS[@]}" ;;
         bare_nofp) wall "${STRESS_NOFP[@]}" ;;
         stacks_on_nofp) wall agent "${STRESS_NOFP[@]}" ;;
+        before_off) wall env LD_PRELOAD="$AGENT_BEFORE" HEAPTUI_LOG="$work/before.log" \
+            HEAPTUI_LISTEN="unix:$work/before.sock" HEAPTUI_STACK_DEPTH=0 "${STRESS[@]}" ;;
     esac
 }
 names=(bare stacks_off stacks_on)
+if [[ -n "${AGENT_BEFORE:-}" ]]; then
+    [[ -f "$AGENT_BEFORE" ]] || { echo "AGENT_BEFORE: no such file: $AGENT_BEFORE" >&2; exit 2; }
+    names+=(before_off)
+fi
 if ((NOFP)); then
     names+=(bare_nofp stacks_on_nofp)
 fi
@@ -102,6 +111,7 @@ for n in "${names[@]}"; do
     case $n in
         bare) label="bare" ;;
         stacks_off) label="agent, HEAPTUI_STACK_DEPTH=0" ;;
+        before_off) label="AGENT_BEFORE, stacks off" ;;
         stacks_on) label="agent, stacks on (depth 16)" ;;
         bare_nofp) label="bare, -fomit-frame-pointer" ;;
         stacks_on_nofp) label="agent, stacks on, -fomit-fp" ;;
