@@ -167,15 +167,31 @@ pub fn flush_current(st: &ThreadState) {
     }
 }
 
+/// Runs `f` as the hooks run: marked busy, so a signal handler that frees meanwhile is
+/// passed straight to libc instead of taking a shard lock this thread may hold. False (and
+/// `f` not run) when the thread is inside a hook already.
+fn as_hook(f: impl FnOnce()) -> bool {
+    let st = sys::thread_state();
+    if st.busy != 0 {
+        return false;
+    }
+    st.busy = 1;
+    f();
+    sys::thread_state().busy = 0;
+    true
+}
+
 /// Applies the calling thread's held frees and stops holding any (the thread ends). The
 /// caller is not inside a hook and does not hold the block table.
 pub fn release_current() {
-    let st = sys::thread_state();
-    let held = std::mem::replace(&mut st.held, NEVER);
+    let held = std::mem::replace(&mut sys::thread_state().held, NEVER);
     if held != NO_SLOT && held != NEVER {
         let slot = &SLOT[held as usize - 1];
-        slot.flush();
-        slot.owner.store(0, Ordering::Release);
+        // Inside a hook (cannot be, short of a signal handler ending the thread), the slot is
+        // kept with its blocks rather than given up unapplied.
+        if as_hook(|| slot.flush()) {
+            slot.owner.store(0, Ordering::Release);
+        }
     }
 }
 
@@ -183,12 +199,14 @@ pub fn release_current() {
 /// here) and frees their slots. The calling thread keeps its own.
 pub fn adopt_in_child() {
     let own = sys::thread_state().held;
-    for (k, slot) in SLOT.iter().enumerate() {
-        if k as u32 + 1 != own && slot.owner.load(Ordering::Relaxed) != 0 {
-            slot.flush();
-            slot.owner.store(0, Ordering::Release);
+    let _ = as_hook(|| {
+        for (k, slot) in SLOT.iter().enumerate() {
+            if k as u32 + 1 != own && slot.owner.load(Ordering::Relaxed) != 0 {
+                slot.flush();
+                slot.owner.store(0, Ordering::Release);
+            }
         }
-    }
+    });
 }
 
 /// Calls `f` with every block held back now.
