@@ -2,9 +2,10 @@
 //! random cache line (the address's slot), and on a big heap that line is rarely cached, so
 //! each free used to wait for one memory access of its own. A thread instead holds up to
 //! [`BATCH`] freed blocks in a slot of its own; when the slot is full, their table slots
-//! are prefetched together (the misses overlap), the entries removed and only then the
-//! blocks handed to libc. On the stress benchmark this took the agent from 1.7× to about
-//! 1.4× the bare run (BENCHMARKS.md "Hook overhead").
+//! are prefetched together with the libc chunk headers that `free` reads (the misses
+//! overlap), the entries removed and only then the blocks handed to libc. On the stress
+//! benchmark this took the stacks-off agent from 1.84× to 1.25× the bare run's CPU time
+//! (BENCHMARKS.md "Hook overhead").
 //!
 //! What holding back changes, and why it is safe:
 //! - A held block is still allocated in libc, so its address cannot be handed out again
