@@ -237,10 +237,20 @@ pub fn account(c: &mut Counters) {
     });
 }
 
-/// Room for every block that can be held at once.
+/// The blocks held at one moment, for a capture that asks of each of its (up to millions of)
+/// blocks whether it is one of them: a 4096-bit filter answers most of them with one bit,
+/// the sorted list the rest.
 pub struct HeldSet {
     addrs: [u64; SLOTS * BATCH],
     len: usize,
+    filter: [u64; FILTER_WORDS],
+}
+
+const FILTER_WORDS: usize = 64;
+
+/// The filter bit of `addr` (its 16-byte granule, hashed).
+fn filter_bit(addr: u64) -> usize {
+    ((addr >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - 12)) as usize
 }
 
 impl Default for HeldSet {
@@ -254,16 +264,20 @@ impl HeldSet {
         Self {
             addrs: [0; SLOTS * BATCH],
             len: 0,
+            filter: [0; FILTER_WORDS],
         }
     }
 
-    /// Fills the set with the blocks held now, sorted.
+    /// Fills the set with the blocks held now.
     pub fn refresh(&mut self) {
         let mut len = 0;
+        self.filter = [0; FILTER_WORDS];
         for_each_held(|b| {
             if len < self.addrs.len() {
                 self.addrs[len] = b;
                 len += 1;
+                let bit = filter_bit(b);
+                self.filter[bit / 64] |= 1 << (bit % 64);
             }
         });
         self.len = len;
@@ -274,7 +288,13 @@ impl HeldSet {
         self.len == 0
     }
 
+    #[inline]
     pub fn contains(&self, addr: u64) -> bool {
-        self.len > 0 && self.addrs[..self.len].binary_search(&addr).is_ok()
+        if self.len == 0 {
+            return false;
+        }
+        let bit = filter_bit(addr);
+        self.filter[bit / 64] & (1 << (bit % 64)) != 0
+            && self.addrs[..self.len].binary_search(&addr).is_ok()
     }
 }
