@@ -183,3 +183,103 @@ int main(void) {
     // (a thread it does not have); the parent got it back when that thread ended.
     assert_eq!(out, "ended 0\nchild 0\njoined 0\n");
 }
+
+/// Two producers allocate messages that two consumers free (every free crosses threads),
+/// while the main thread has the agent capture snapshots now and then: held frees in flight
+/// on every thread, captured repeatedly.
+const CROSS_THREAD: &str = r#"
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define RING 64
+static long MESSAGES;
+static void *ring[RING];
+static long head, tail, produced_total;
+static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t not_full = PTHREAD_COND_INITIALIZER, not_empty = PTHREAD_COND_INITIALIZER;
+
+static void *producer(void *arg) {
+    long id = (long)arg;
+    for (long i = 0; i < MESSAGES; i++) {
+        size_t size = 24 + (i * 37 + id) % 2000;
+        char *msg = malloc(size);
+        memset(msg, (int)i, size);
+        pthread_mutex_lock(&m);
+        while (head - tail == RING) pthread_cond_wait(&not_full, &m);
+        ring[head++ % RING] = msg;
+        pthread_cond_signal(&not_empty);
+        pthread_mutex_unlock(&m);
+    }
+    return NULL;
+}
+
+static void *consumer(void *arg) {
+    (void)arg;
+    for (;;) {
+        pthread_mutex_lock(&m);
+        while (head == tail && produced_total < 2 * MESSAGES) pthread_cond_wait(&not_empty, &m);
+        if (head == tail) { pthread_mutex_unlock(&m); return NULL; }
+        void *msg = ring[tail++ % RING];
+        produced_total++;
+        if (produced_total == 2 * MESSAGES) pthread_cond_broadcast(&not_empty);
+        pthread_cond_signal(&not_full);
+        pthread_mutex_unlock(&m);
+        free(msg);
+    }
+}
+
+int main(int argc, char **argv) {
+    MESSAGES = argc > 1 ? atol(argv[1]) : 0;
+    pthread_t p[2], c[2];
+    for (long i = 0; i < 2; i++) pthread_create(&c[i], NULL, consumer, NULL);
+    for (long i = 0; i < 2; i++) pthread_create(&p[i], NULL, producer, (void *)i);
+    for (int i = 0; i < 5; i++) { usleep(20000); raise(SIGUSR2); }
+    for (int i = 0; i < 2; i++) pthread_join(p[i], NULL);
+    for (int i = 0; i < 2; i++) pthread_join(c[i], NULL);
+    printf("done\n");
+    return 0;
+}
+"#;
+
+#[test]
+fn cross_thread_frees_under_repeated_captures_end_exact() {
+    let dir = TempDir::new("held-cross");
+    let exe = compile_c(&dir, "cross", CROSS_THREAD, &["-pthread", "-fno-builtin"]);
+    let prefix = dir.path().join("snap");
+    let env = [("HEAPTUI_DUMP", prefix.to_str().unwrap())];
+    // The same program without messages: its threads, stdio and snapshots, subtracted.
+    let base = run_preloaded(&dir, &exe, &["0"], &env);
+    assert_eq!(base.code, Some(0), "{}", base.stderr);
+    let run = run_preloaded(&dir, &exe, &["100000"], &env);
+    assert_eq!(
+        (run.code, run.stdout.as_str()),
+        (Some(0), "done\n"),
+        "stderr:\n{}\nlog:\n{}",
+        run.stderr,
+        run.log
+    );
+    let d = run.summary().minus(&base.summary());
+    assert_eq!(d["malloc"], 200_000);
+    assert_eq!(d["free"], 200_000);
+    assert_eq!(d["live_blocks"], 0);
+    assert_eq!(d["live_bytes"], 0);
+    assert_eq!(d["allocated_bytes"], d["freed_bytes"]);
+    for key in ["unknown_frees", "untracked", "stale_entries"] {
+        assert_eq!(d[key], 0, "{key}");
+    }
+    let snapshots = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .to_string_lossy()
+                .ends_with(".hsnap")
+        })
+        .count();
+    assert!(snapshots >= 2, "{snapshots} snapshots:\n{}", run.log);
+}
