@@ -14,155 +14,48 @@ use std::ffi::{c_int, c_void};
 use crate::hooks;
 use crate::registry::{blocks, counters, stacks};
 
-/// # Safety
-/// As `malloc(3)`.
-#[unsafe(naked)]
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
-    core::arch::naked_asm!(
-        ".cfi_startproc",
-        "mov rsi, rsp",
-        "mov rdx, rbp",
-        "jmp {hook}",
-        ".cfi_endproc",
-        hook = sym hooks::malloc,
-    )
+/// Defines an exported allocation entry point: a naked stub that puts the stack pointer at
+/// entry and the frame pointer in the next two argument registers after the function's own
+/// (System V: rdi, rsi, rdx, rcx, r8) and jumps to `hook`, which takes them as its last two
+/// arguments.
+macro_rules! entry_stub {
+    ($name:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)?, $sp:literal, $fp:literal, $hook:path) => {
+        #[doc = concat!("# Safety\nAs `", stringify!($name), "(3)`.")]
+        #[unsafe(naked)]
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) $(-> $ret)? {
+            core::arch::naked_asm!(
+                ".cfi_startproc",
+                concat!("mov ", $sp, ", rsp"),
+                concat!("mov ", $fp, ", rbp"),
+                "jmp {hook}",
+                ".cfi_endproc",
+                hook = sym $hook,
+            )
+        }
+    };
 }
 
-/// # Safety
-/// As `calloc(3)`.
-#[unsafe(naked)]
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
-    core::arch::naked_asm!(
-        ".cfi_startproc",
-        "mov rdx, rsp",
-        "mov rcx, rbp",
-        "jmp {hook}",
-        ".cfi_endproc",
-        hook = sym hooks::calloc,
-    )
-}
-
-/// # Safety
-/// As `realloc(3)`.
-#[unsafe(naked)]
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
-    core::arch::naked_asm!(
-        ".cfi_startproc",
-        "mov rdx, rsp",
-        "mov rcx, rbp",
-        "jmp {hook}",
-        ".cfi_endproc",
-        hook = sym hooks::realloc,
-    )
-}
-
-/// # Safety
-/// As `reallocarray(3)`.
-#[unsafe(naked)]
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> *mut c_void {
-    core::arch::naked_asm!(
-        ".cfi_startproc",
-        "mov rcx, rsp",
-        "mov r8, rbp",
-        "jmp {hook}",
-        ".cfi_endproc",
-        hook = sym hooks::reallocarray,
-    )
-}
-
-/// # Safety
-/// As `free(3)`.
-#[unsafe(naked)]
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn free(p: *mut c_void) {
-    core::arch::naked_asm!(
-        ".cfi_startproc",
-        "mov rsi, rsp",
-        "mov rdx, rbp",
-        "jmp {hook}",
-        ".cfi_endproc",
-        hook = sym hooks::free,
-    )
-}
-
-/// # Safety
-/// As `posix_memalign(3)`.
-#[unsafe(naked)]
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
-    core::arch::naked_asm!(
-        ".cfi_startproc",
-        "mov rcx, rsp",
-        "mov r8, rbp",
-        "jmp {hook}",
-        ".cfi_endproc",
-        hook = sym hooks::posix_memalign,
-    )
-}
-
-/// # Safety
-/// As `aligned_alloc(3)`.
-#[unsafe(naked)]
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
-    core::arch::naked_asm!(
-        ".cfi_startproc",
-        "mov rdx, rsp",
-        "mov rcx, rbp",
-        "jmp {hook}",
-        ".cfi_endproc",
-        hook = sym hooks::aligned_alloc,
-    )
-}
-
-/// # Safety
-/// As `memalign(3)`.
-#[unsafe(naked)]
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
-    core::arch::naked_asm!(
-        ".cfi_startproc",
-        "mov rdx, rsp",
-        "mov rcx, rbp",
-        "jmp {hook}",
-        ".cfi_endproc",
-        hook = sym hooks::memalign,
-    )
-}
-
-/// # Safety
-/// As `valloc(3)`.
-#[unsafe(naked)]
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
-    core::arch::naked_asm!(
-        ".cfi_startproc",
-        "mov rsi, rsp",
-        "mov rdx, rbp",
-        "jmp {hook}",
-        ".cfi_endproc",
-        hook = sym hooks::valloc,
-    )
-}
-
-/// # Safety
-/// As `pvalloc(3)`.
-#[unsafe(naked)]
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
-    core::arch::naked_asm!(
-        ".cfi_startproc",
-        "mov rsi, rsp",
-        "mov rdx, rbp",
-        "jmp {hook}",
-        ".cfi_endproc",
-        hook = sym hooks::pvalloc,
-    )
-}
+entry_stub!(malloc(size: usize) -> *mut c_void, "rsi", "rdx", hooks::malloc);
+entry_stub!(calloc(n: usize, size: usize) -> *mut c_void, "rdx", "rcx", hooks::calloc);
+entry_stub!(realloc(p: *mut c_void, size: usize) -> *mut c_void, "rdx", "rcx", hooks::realloc);
+entry_stub!(
+    reallocarray(p: *mut c_void, n: usize, size: usize) -> *mut c_void,
+    "rcx",
+    "r8",
+    hooks::reallocarray
+);
+entry_stub!(free(p: *mut c_void), "rsi", "rdx", hooks::free);
+entry_stub!(
+    posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int,
+    "rcx",
+    "r8",
+    hooks::posix_memalign
+);
+entry_stub!(aligned_alloc(align: usize, size: usize) -> *mut c_void, "rdx", "rcx", hooks::aligned_alloc);
+entry_stub!(memalign(align: usize, size: usize) -> *mut c_void, "rdx", "rcx", hooks::memalign);
+entry_stub!(valloc(size: usize) -> *mut c_void, "rsi", "rdx", hooks::valloc);
+entry_stub!(pvalloc(size: usize) -> *mut c_void, "rsi", "rdx", hooks::pvalloc);
 
 /// # Safety
 /// As `dlclose(3)`.
