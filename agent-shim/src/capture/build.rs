@@ -456,10 +456,16 @@ fn fork_child() -> Fork {
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         return Fork::Failed;
     }
+    // The scan in the child allocates from the agent's allocator, whose locks the agent's
+    // own threads (not stopped: the recording writer, the server) may hold at the clone; a
+    // lock copied held would never be released in the child. Held across the clone, as the
+    // fork handlers do, they are free on both sides.
+    crate::alloc::AGENT_ALLOC.lock_all();
     // SAFETY: a raw clone without CLONE_VM and without a new stack is a fork whose child
     // gets a copy of this thread's stack; glibc's fork handlers are deliberately skipped
     // (the child only runs the scan, raw system calls and _exit).
     let pid = unsafe { libc::syscall(libc::SYS_clone, 0u64, 0u64, 0u64, 0u64, 0u64) };
+    crate::alloc::AGENT_ALLOC.unlock_all();
     match pid {
         0 => {
             // SAFETY: our own descriptor.
