@@ -11,7 +11,9 @@
  *                   starts over at a cap so a demo never exhausts the machine
  *
  * Every thread sleeps between steps: the workload is meant to be watched, not to be fast.
- * It runs until it receives SIGTERM or SIGINT, then exits 0.
+ * Once every thread has started, named itself and allocated its first data, main prints
+ * "demo: ready" (heaptui demo waits for that line before its first snapshot, so the ranking
+ * shows every thread). It runs until it receives SIGTERM or SIGINT, then exits 0.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -31,6 +33,28 @@ extern int heaptui_cancel_requested(void) __attribute__((weak));
 #define REPORT_CAP_ROWS 40000 /* ~160 MiB of rows before the report starts over */
 
 static volatile sig_atomic_t stopping;
+
+/* How many threads have started, named themselves and allocated their first data. */
+static pthread_mutex_t ready_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ready_cond = PTHREAD_COND_INITIALIZER;
+static int ready_threads;
+
+/* Called once by each thread when its initial heap is in place. */
+static void thread_ready(void) {
+    pthread_mutex_lock(&ready_lock);
+    ready_threads++;
+    pthread_cond_broadcast(&ready_cond);
+    pthread_mutex_unlock(&ready_lock);
+}
+
+/* Waits until `n` threads have called thread_ready(). */
+static void wait_ready(int n) {
+    pthread_mutex_lock(&ready_lock);
+    while (ready_threads < n) {
+        pthread_cond_wait(&ready_cond, &ready_lock);
+    }
+    pthread_mutex_unlock(&ready_lock);
+}
 
 struct cache_entry {
     char key[32];
@@ -147,6 +171,7 @@ static void *worker_main(void *arg) {
     /* A per-worker connection buffer held for the thread's whole life. */
     char *connection_buffer = xmalloc(64 * 1024 * (size_t)w->index);
     memset(connection_buffer, 0, 64 * 1024 * (size_t)w->index);
+    thread_ready();
     unsigned long id = (unsigned long)w->index * 1000000UL;
     while (!stopping) {
         serve_request(w->cache, id++);
@@ -186,6 +211,7 @@ __attribute__((noinline)) static void ship_batch(unsigned long batch) {
 static void *log_shipper_main(void *arg) {
     (void)arg;
     pthread_setname_np(pthread_self(), "log-shipper");
+    thread_ready(); /* its batches come and go: nothing is held from the start */
     for (unsigned long batch = 1; !stopping; batch++) {
         ship_batch(batch);
         nap_ms(100);
@@ -224,15 +250,23 @@ static int cancel_requested(void) {
 __attribute__((noinline)) static void build_report(void) {
     struct report_row *rows = NULL;
     long count = 0;
+    int first_step = 1;
     while (!stopping && !cancel_requested()) {
         rows = append_rows(rows, 64); /* 256 KiB per step */
         count += 64;
+        if (first_step) {
+            first_step = 0;
+            thread_ready();
+        }
         if (count >= REPORT_CAP_ROWS) {
             free_rows(rows);
             rows = NULL;
             count = 0;
         }
         nap_ms(50);
+    }
+    if (first_step) {
+        thread_ready(); /* stopped before its first step: main must not wait for it */
     }
     free_rows(rows);
 }
@@ -270,7 +304,8 @@ int main(void) {
     }
     pthread_create(&threads[WORKERS], NULL, log_shipper_main, NULL);
     pthread_create(&threads[WORKERS + 1], NULL, report_builder_main, NULL);
-    printf("demo: running (pid %d); stop with SIGTERM\n", (int)getpid());
+    wait_ready(WORKERS + 2);
+    printf("demo: ready (pid %d, %d threads); stop with SIGTERM\n", (int)getpid(), WORKERS + 3);
     fflush(stdout);
     while (!stopping) {
         nap_ms(200);

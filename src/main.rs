@@ -129,6 +129,8 @@ fn run(args: &cli::RunArgs, out: &mut impl Write) -> anyhow::Result<ExitCode> {
             policy: args.policy.clone(),
             audit: None,
             output_log: Some(program_log("run")?),
+            record: None,
+            ready_line: None,
         };
         tui::run_program(&args.program, &launch, args.refresh)?
     } else {
@@ -154,17 +156,25 @@ fn demo(args: &cli::DemoArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot write {}", policy.display()))?;
     let log = program_log("demo")?;
     let audit = dir.join("demo-audit.jsonl");
+    // Recorded, so that the units view (u) has the event stream it counts.
+    let record = dir.join(format!("demo-{}.rec", std::process::id()));
     let launch = launch::Launch {
         listen: None,
         policy: Some(policy),
         audit: Some(audit.clone()),
         output_log: Some(log.clone()),
+        record: Some(record.clone()),
+        // The workload prints it once every thread holds its first data: the TUI's first
+        // snapshot then shows all of them (auto-refresh is off by default).
+        ready_line: Some("demo: ready".into()),
     };
     let status = tui::run_program(&[embedded::demo_path()?.into()], &launch, args.refresh)?;
     eprintln!(
-        "heaptui: the demo ended ({status}); its output is in {}, policy decisions in {}",
+        "heaptui: the demo ended ({status}); its output is in {}, policy decisions in {}, \
+         its recording in {} (heaptui open replays it)",
         log.display(),
-        audit.display()
+        audit.display(),
+        record.display()
     );
     Ok(())
 }

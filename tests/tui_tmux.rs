@@ -289,3 +289,84 @@ fn demo_runs_the_workload_under_the_agent_and_stops_it_on_quit() {
     assert!(demo_pids().is_empty(), "the demo workload outlived the TUI");
     let _ = std::fs::remove_dir_all(&cache);
 }
+
+/// `heaptui demo` records its workload (`HEAPTUI_RECORD`), so `u` shows the allocation units
+/// of the demo's own code rather than the agent's refusal; `f` and `p` turn them into the
+/// workload's functions. Quitting names the recording, which is there to replay.
+#[test]
+fn demo_units_show_the_workload_code() {
+    let t = Tmux::start();
+    let dir = std::env::temp_dir().join(format!("heaptui-units-tmux-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // Its own cache and runtime directory: the unpacked demo, its log and its recording are
+    // this test's.
+    t.literal(&format!(
+        "XDG_CACHE_HOME={0}/cache XDG_RUNTIME_DIR={0}/run {1} demo",
+        dir.display(),
+        env!("CARGO_BIN_EXE_heaptui")
+    ));
+    t.keys(&["Enter"]);
+    t.wait_within("the demo's ranking", Duration::from_secs(30), |s| {
+        s.contains("live (agent") && s.contains("report-builder")
+    });
+
+    t.keys(&["u"]);
+    let s = t.wait_for("the units by library", |s| {
+        s.contains("Allocation units · library · outermost") && s.contains(" heaptui-demo-")
+    });
+    assert!(
+        !s.contains("HEAPTUI_RECORD"),
+        "the units were refused:\n{s}"
+    );
+    // The demo program's row counts real calls: its malloc column is not zero.
+    let program = row(&s, " heaptui-demo-");
+    // … MALLOC REALLOC FREE MEMALIGN│
+    let mallocs: u64 = program
+        .trim_end_matches('│')
+        .split_whitespace()
+        .rev()
+        .nth(3)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no MALLOC figure in {program}"));
+    assert!(mallocs > 0, "{program}");
+
+    // Per function, innermost: the functions of demo/workload.c that call malloc.
+    t.keys(&["f"]);
+    t.wait_for("the units by function", |s| {
+        s.contains("Allocation units · function · outermost") && s.contains("worker_main (")
+    });
+    t.keys(&["p"]);
+    let s = t.wait_for("the innermost functions", |s| {
+        s.contains("Allocation units · function · innermost") && s.contains("append_rows (")
+    });
+    for function in ["append_rows (", "parse_request (", "ship_batch ("] {
+        assert!(
+            row(&s, function).contains("heaptui-demo-"),
+            "{function}:\n{s}"
+        );
+    }
+    assert!(!s.contains("HEAPTUI_RECORD"), "{s}");
+
+    t.keys(&["q"]);
+    let s = t.wait_within("the demo's closing line", Duration::from_secs(20), |s| {
+        s.contains("the demo ended") && s.matches(PROMPT.trim_end()).count() >= 2
+    });
+    // The closing line names the recording (tmux wraps it at 120 columns).
+    let closing: String = s.lines().collect();
+    let record = closing
+        .split("its recording in ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap_or_else(|| panic!("no recording named in:\n{s}"))
+        .to_string();
+    assert!(
+        record.starts_with(&format!("{}/run/heaptui/demo-", dir.display()))
+            && record.ends_with(".rec"),
+        "{record}"
+    );
+    let size = std::fs::metadata(&record)
+        .unwrap_or_else(|e| panic!("{record}: {e}"))
+        .len();
+    assert!(size > 0, "{record} is empty");
+    let _ = std::fs::remove_dir_all(&dir);
+}
