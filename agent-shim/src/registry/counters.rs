@@ -23,6 +23,12 @@
 //! cache line shared by all threads (a hot spot of the stacks-off profile on the stress
 //! benchmark, BENCHMARKS.md "Hook overhead"); with the quantum, the stress workload (80 MB
 //! live) publishes about once per ten calls of a shard.
+//!
+//! Held frees (`held_frees`): a freed block leaves its shard's statistics only when its
+//! thread's batch is applied. [`counters`] counts the blocks held at the moment it reads as
+//! freed, so live bytes and blocks stay exact; the peak is published by the shards and can
+//! include blocks held then, up to 15 per thread above the true peak.
+//!
 //! Never allocates, locks or prints: hooks call into this module.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
