@@ -29,7 +29,8 @@
 //! freed, so live bytes and blocks stay exact; the peak is published by the shards and can
 //! include blocks held then, up to 15 per thread above the true peak.
 //!
-//! Never allocates, locks or prints: hooks call into this module.
+//! Never allocates or prints, and what the hooks call never locks; [`counters`] (never
+//! called from a hook) takes a shard lock per held block to learn its size.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
