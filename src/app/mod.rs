@@ -12,6 +12,7 @@ pub mod cancel;
 pub mod chart;
 pub mod fuzzy;
 pub mod growth;
+pub mod help;
 pub mod layout;
 pub mod leaks;
 pub mod other;
@@ -112,6 +113,8 @@ pub struct App {
     pub recording: bool,
     pub stack: Vec<View>,
     pub help: bool,
+    /// Rows the help is scrolled by, when it is taller than the terminal.
+    pub help_scroll: u16,
     /// The cancel confirmation, drawn over the screen while open.
     pub cancel: Option<CancelDialog>,
     /// The agent's memory-shortage policy, as last asked (live agents).
@@ -155,6 +158,7 @@ impl App {
             chart: chart::Chart::default(),
             stack: Vec::new(),
             help: false,
+            help_scroll: 0,
             cancel: None,
             policy: None,
             shortage: None,
@@ -784,9 +788,19 @@ impl App {
         } else if self.cancel.is_some() {
             self.on_dialog_key(key);
         } else if self.help {
-            // Any key closes the help; q still quits.
+            // Any key closes the help, but the moves scroll it when it is taller than the
+            // terminal; q still quits.
+            let page = help::page(self.size, self.screen());
+            let (max, rows) = (page.max_scroll, page.rows.max(1));
+            let to = |by: i32| (i32::from(self.help_scroll) + by).clamp(0, i32::from(max)) as u16;
             match action::action_for(key, self.screen()) {
                 Some(Action::Quit) => self.quit = true,
+                Some(Action::Up) if max > 0 => self.help_scroll = to(-1),
+                Some(Action::Down) if max > 0 => self.help_scroll = to(1),
+                Some(Action::PageUp) if max > 0 => self.help_scroll = to(-i32::from(rows)),
+                Some(Action::PageDown) if max > 0 => self.help_scroll = to(i32::from(rows)),
+                Some(Action::Top) if max > 0 => self.help_scroll = 0,
+                Some(Action::Bottom) if max > 0 => self.help_scroll = max,
                 _ => self.help = false,
             }
         } else if let Some(action) = action::action_for(key, self.screen()) {
@@ -838,7 +852,10 @@ impl App {
     pub fn act(&mut self, action: Action) {
         match action {
             Action::Quit => self.quit = true,
-            Action::Help => self.help = !self.help,
+            Action::Help => {
+                self.help = !self.help;
+                self.help_scroll = 0;
+            }
             Action::Back => {
                 if self.stack.len() > 1 {
                     self.stack.pop();

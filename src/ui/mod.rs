@@ -61,7 +61,7 @@ pub fn render(app: &App, frame: &mut Frame) {
     }
     widgets::footer::draw(frame, areas.footer, app);
     if app.help {
-        popups::help::draw(frame, frame.area(), app.screen());
+        popups::help::draw(frame, frame.area(), app.screen(), app.help_scroll);
     }
     if let Some(dialog) = &app.cancel {
         popups::cancel::draw(frame, frame.area(), dialog);

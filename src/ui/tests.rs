@@ -11,7 +11,12 @@ use crate::source::SourceEvent;
 
 /// The screen as text, one line per row, trailing blanks cut, redacted.
 pub(super) fn screen(h: &Harness) -> String {
-    let mut terminal = Terminal::new(TestBackend::new(WIDTH, HEIGHT)).unwrap();
+    screen_of_size(h, WIDTH, HEIGHT)
+}
+
+/// [`screen`] in a terminal of `width`×`height` (the app is told the size first).
+fn screen_of_size(h: &Harness, width: u16, height: u16) -> String {
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
     terminal.draw(|f| super::render(&h.app, f)).unwrap();
     let buffer = terminal.backend().buffer();
     let mut out = String::new();
@@ -142,6 +147,89 @@ fn help() {
     let mut h = Harness::new(fixture());
     h.key(KeyCode::Char('?'));
     insta::assert_snapshot!(screen(&h));
+}
+
+/// The bindings (by their help text) whose key line is NOT on `screen`: the keys followed by
+/// the first words of the text, as the help draws them wherever its columns put them.
+fn key_lines_missing(screen: &str) -> Vec<&'static str> {
+    crate::app::action::BINDINGS
+        .iter()
+        .filter(|b| {
+            let first = b.help.split(' ').take(3).collect::<Vec<_>>().join(" ");
+            !screen.contains(&format!("{}  {first}", b.shown))
+        })
+        .map(|b| b.help)
+        .collect()
+}
+
+#[test]
+fn help_at_120x40_shows_every_key_line_whole() {
+    let mut h = Harness::new(fixture());
+    h.app.on_resize(120, 40);
+    h.key(KeyCode::Char('?'));
+    let s = screen_of_size(&h, 120, 40);
+    assert_eq!(key_lines_missing(&s), Vec::<&str>::new(), "{s}");
+    // Whole: the last words of every text are on the screen too (wrapped or not), and no
+    // line of the popup runs into its border.
+    for b in crate::app::action::BINDINGS {
+        let last = b.help.rsplit(' ').next().unwrap();
+        assert!(s.contains(last), "{}: {last}\n{s}", b.shown);
+    }
+    assert!(
+        !s.contains("PgDn scroll"),
+        "nothing to scroll at 120x40:\n{s}"
+    );
+    // Nothing is cut at the popup's right border: the column before it is blank on every row.
+    let rows: Vec<Vec<char>> = s.lines().map(|l| l.chars().collect()).collect();
+    let top = rows
+        .iter()
+        .position(|r| r.iter().collect::<String>().contains("┌ Help"))
+        .unwrap();
+    let left = rows[top].iter().position(|&c| c == '┌').unwrap();
+    let right = left + rows[top][left..].iter().position(|&c| c == '┐').unwrap();
+    for row in &rows[top + 1..] {
+        if row[left] == '└' {
+            break;
+        }
+        assert_eq!(
+            row[right - 1],
+            ' ',
+            "cut: {}",
+            row.iter().collect::<String>()
+        );
+    }
+    insta::assert_snapshot!(s);
+}
+
+#[test]
+fn help_at_80x24_scrolls_to_its_last_line() {
+    let mut h = Harness::new(fixture());
+    h.app.on_resize(80, 24);
+    h.key(KeyCode::Char('?'));
+    let top = screen_of_size(&h, 80, 24);
+    assert!(top.contains("↑/↓ PgUp/PgDn scroll"), "{top}");
+    insta::assert_snapshot!("help_80x24_top", top);
+    // Down scrolls (rather than closing) while there is more below; End goes to the last line.
+    h.key(KeyCode::Down);
+    assert!(h.app.help);
+    assert!(screen_of_size(&h, 80, 24).contains(" lines 2–"));
+    h.key(KeyCode::End);
+    assert!(h.app.help);
+    let bottom = screen_of_size(&h, 80, 24);
+    insta::assert_snapshot!("help_80x24_bottom", bottom);
+    // Paged from the top, every key line is on one of the pages.
+    h.key(KeyCode::Home);
+    let mut missing = key_lines_missing(&screen_of_size(&h, 80, 24));
+    for _ in 0..10 {
+        h.key(KeyCode::PageDown);
+        let page = screen_of_size(&h, 80, 24);
+        missing.retain(|k| key_lines_missing(&page).contains(k));
+    }
+    assert_eq!(missing, Vec::<&str>::new(), "{top}\n{bottom}");
+    assert!(h.app.help, "paging never closes the help");
+    // Any other key still closes it.
+    h.key(KeyCode::Char('x'));
+    assert!(!h.app.help);
 }
 
 #[test]

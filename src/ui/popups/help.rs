@@ -1,59 +1,108 @@
-//! `?`: every binding of the key table, with where it works — the same table the footer reads.
+//! `?`: every binding of the key table, grouped by where it works — the same table the
+//! footer reads — painted from the page `app::help` lays out for the terminal's size (two
+//! columns when wide enough, scrolled with ↑/↓ when still too tall).
 
 use ratatui::Frame;
-use ratatui::layout::{Constraint, Rect};
+use ratatui::layout::Rect;
+use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Clear, Paragraph};
 
-use crate::app::action::{BINDINGS, Screen};
+use crate::app::action::Screen;
+use crate::app::help::{self, GAP, HEAD_ROWS, KEY_GAP, KEY_INDENT, Page};
 use crate::ui::theme;
 
-pub fn draw(frame: &mut Frame, area: Rect, screen: Screen) {
-    let mut lines = vec![
-        Line::styled(
+pub fn draw(frame: &mut Frame, area: Rect, screen: Screen, scroll: u16) {
+    let page = help::page(area, screen);
+    let scroll = scroll.min(page.max_scroll);
+    let title = if page.max_scroll > 0 {
+        " Help · ↑/↓ PgUp/PgDn scroll · any other key closes "
+    } else {
+        " Help · any key closes "
+    };
+    let mut block = Block::bordered().title(Span::styled(title, theme::title()));
+    if page.max_scroll > 0 {
+        block = block.title_bottom(Span::styled(
+            format!(
+                " lines {}–{} of {} ",
+                scroll + 1,
+                scroll + page.rows,
+                page.height()
+            ),
+            theme::dim(),
+        ));
+    }
+    frame.render_widget(Clear, page.area);
+    let inner = block.inner(page.area);
+    frame.render_widget(block, page.area);
+
+    let head = Rect {
+        height: HEAD_ROWS.min(inner.height),
+        ..inner
+    };
+    frame.render_widget(
+        Paragraph::new(Line::styled(
             format!("On the {} screen (dimmed: elsewhere)", screen.title()),
             theme::dim(),
-        ),
-        Line::default(),
-    ];
-    for b in BINDINGS {
-        let here = b.applies(screen);
-        let style = if here { theme::key() } else { theme::dim() };
-        let mut spans = vec![
-            Span::styled(format!("{:>8}  ", b.shown), style),
-            Span::styled(
-                b.help.to_string(),
-                if here {
-                    ratatui::style::Style::default()
-                } else {
-                    theme::dim()
-                },
-            ),
-        ];
-        if !b.screens.is_empty() {
-            let wheres = b
-                .screens
-                .iter()
-                .map(|s| s.title())
-                .collect::<Vec<_>>()
-                .join(", ");
-            spans.push(Span::styled(format!("  [{wheres}]"), theme::dim()));
-        }
-        lines.push(Line::from(spans));
-    }
-    lines.push(Line::default());
-    lines.push(Line::styled(
-        "Mouse: the wheel scrolls; a click selects a row, a click on the selected row opens it.",
-        theme::dim(),
-    ));
-    let height = (lines.len() as u16 + 2).min(area.height);
-    let width = area.width.saturating_sub(4).min(110);
-    let popup = area.centered(Constraint::Length(width), Constraint::Length(height));
-    frame.render_widget(Clear, popup);
-    frame.render_widget(
-        Paragraph::new(lines).block(
-            Block::bordered().title(Span::styled(" Help · any key closes ", theme::title())),
-        ),
-        popup,
+        )),
+        head,
     );
+    let body = Rect {
+        y: head.y + head.height,
+        height: page.rows,
+        ..inner
+    };
+    let mut x = body.x;
+    for column in &page.columns {
+        let lines: Vec<Line> = column
+            .iter()
+            .skip(scroll as usize)
+            .take(page.rows as usize)
+            .map(|l| line(l, &page))
+            .collect();
+        let width = page
+            .column_width
+            .min((body.x + body.width).saturating_sub(x));
+        frame.render_widget(Paragraph::new(lines), Rect { x, width, ..body });
+        x += page.column_width + GAP;
+    }
+    let mouse = Rect {
+        y: body.y + body.height + 1,
+        height: (inner.y + inner.height).saturating_sub(body.y + body.height + 1),
+        ..inner
+    };
+    frame.render_widget(
+        Paragraph::new(
+            page.mouse
+                .iter()
+                .map(|l| Line::styled(l.as_str(), theme::dim()))
+                .collect::<Vec<_>>(),
+        ),
+        mouse,
+    );
+}
+
+fn line<'a>(l: &'a help::Line, page: &Page) -> Line<'a> {
+    let plain = |here: bool| if here { Style::default() } else { theme::dim() };
+    match l {
+        help::Line::Section { text, here } => Line::styled(
+            text.as_str(),
+            if *here { theme::header() } else { theme::dim() },
+        ),
+        help::Line::Entry { keys, text, here } => Line::from(vec![
+            Span::styled(
+                format!(
+                    "{:indent$}{keys:>width$}{:gap$}",
+                    "",
+                    "",
+                    indent = KEY_INDENT,
+                    width = page.key_width,
+                    gap = KEY_GAP
+                ),
+                if *here { theme::key() } else { theme::dim() },
+            ),
+            Span::styled(text.as_str(), plain(*here)),
+        ]),
+        help::Line::Blank => Line::default(),
+    }
 }
