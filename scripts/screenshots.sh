@@ -102,6 +102,13 @@ if [[ -z $source_file ]]; then
     keys A; wait_for "Ages by"
     shot ages
     keys Escape; wait_for "Threads by total"
+    # Allocation units (the demo records its events): per function, innermost, so the rows
+    # are the workload's functions that call malloc.
+    keys u; wait_for "Allocation units · library"
+    keys f; wait_for "Allocation units · function · outermost"
+    keys p; wait_for "Allocation units · function · innermost"; wait_for "append_rows ("
+    shot units
+    keys Escape; wait_for "Threads by total"
     # The operator's cancel (issue 6): the dry run's verdict on the runaway report thread.
     # The filter still holds "worker-2" from above: erase it first.
     keys /; for _ in $(seq 8); do keys BSpace; done
