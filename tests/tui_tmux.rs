@@ -370,3 +370,58 @@ fn demo_units_show_the_workload_code() {
     assert!(size > 0, "{record} is empty");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The demo workload's `demo: ready` line (which `heaptui demo` waits for before its first
+/// snapshot) comes only once every thread is up and named: at that moment /proc already
+/// lists all seven by name.
+#[test]
+fn demo_workload_says_ready_once_every_thread_is_up() {
+    use std::io::{BufRead, BufReader};
+    let workload = demo_workload();
+    for _ in 0..5 {
+        let mut child = Command::new(&workload)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", child.id()))
+            .unwrap()
+            .map(|t| {
+                std::fs::read_to_string(t.unwrap().path().join("comm"))
+                    .unwrap()
+                    .trim()
+                    .to_string()
+            })
+            .collect();
+        let _ = terminate(child.id());
+        let status = child.wait().unwrap();
+        names.sort();
+        assert!(line.starts_with("demo: ready"), "{line}");
+        assert_eq!(
+            names,
+            [
+                "demo-main",
+                "log-shipper",
+                "report-builder",
+                "worker-1",
+                "worker-2",
+                "worker-3",
+                "worker-4"
+            ]
+        );
+        assert!(
+            status.success(),
+            "SIGTERM ends the workload cleanly: {status}"
+        );
+    }
+}
+
+/// SIGTERM through kill(1): the test crate has no libc binding of its own.
+fn terminate(pid: u32) -> std::io::Result<std::process::ExitStatus> {
+    Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+}
