@@ -61,6 +61,21 @@ pub enum Screen {
 }
 
 impl Screen {
+    /// Every screen, in the enum's order.
+    pub const ALL: [Screen; 11] = [
+        Screen::Threads,
+        Screen::Release,
+        Screen::Sites,
+        Screen::Frames,
+        Screen::Group,
+        Screen::Objects,
+        Screen::Object,
+        Screen::Units,
+        Screen::Leaks,
+        Screen::Growth,
+        Screen::Ages,
+    ];
+
     pub fn title(self) -> &'static str {
         match self {
             Screen::Threads => "Threads",
@@ -461,19 +476,7 @@ mod tests {
 
     #[test]
     fn every_key_is_bound_once_per_screen() {
-        for screen in [
-            Screen::Threads,
-            Screen::Release,
-            Screen::Sites,
-            Screen::Frames,
-            Screen::Group,
-            Screen::Objects,
-            Screen::Object,
-            Screen::Units,
-            Screen::Leaks,
-            Screen::Growth,
-            Screen::Ages,
-        ] {
+        for screen in Screen::ALL {
             let mut seen = Vec::new();
             for b in BINDINGS.iter().filter(|b| b.applies(screen)) {
                 for k in b.keys {

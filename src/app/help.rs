@@ -21,21 +21,6 @@ pub const KEY_INDENT: usize = 1;
 /// Blank columns between the keys and their text.
 pub const KEY_GAP: usize = 2;
 
-/// Every screen, for naming a section by the few screens it does not work on.
-const ALL_SCREENS: [Screen; 11] = [
-    Screen::Threads,
-    Screen::Release,
-    Screen::Sites,
-    Screen::Frames,
-    Screen::Group,
-    Screen::Objects,
-    Screen::Object,
-    Screen::Units,
-    Screen::Leaks,
-    Screen::Growth,
-    Screen::Ages,
-];
-
 /// What the help says about the mouse (not in the key table: it has no keys).
 pub const MOUSE: &str =
     "Mouse: the wheel scrolls; a click selects a row, a click on the selected row opens it.";
@@ -164,9 +149,9 @@ fn section_lines(s: &Section, screen: Screen, width: u16, key_width: usize) -> V
     };
     let title = if s.screens.is_empty() {
         "Everywhere".to_string()
-    } else if s.screens.len() * 2 > ALL_SCREENS.len() {
+    } else if s.screens.len() * 2 > Screen::ALL.len() {
         // Shorter by what it leaves out (most bindings of a list work on most screens).
-        let mut others = ALL_SCREENS.iter().filter(|a| !s.screens.contains(a));
+        let mut others = Screen::ALL.iter().filter(|a| !s.screens.contains(a));
         format!("Everywhere but {}", names(&mut others))
     } else {
         names(&mut s.screens.iter())
@@ -360,10 +345,11 @@ mod tests {
         assert!(!section("Threads, Release, Sites"));
     }
 
-    /// Fails to compile when a screen is added, until it is added to [`ALL_SCREENS`] too.
+    /// Fails to compile when a screen is added, until it is added to [`Screen::ALL`] too
+    /// (the help names sections by the screens they leave out of it).
     #[test]
     fn all_screens_lists_every_screen() {
-        for s in ALL_SCREENS {
+        for s in Screen::ALL {
             match s {
                 Screen::Threads
                 | Screen::Release
@@ -378,9 +364,9 @@ mod tests {
                 | Screen::Ages => {}
             }
         }
-        let mut titles: Vec<&str> = ALL_SCREENS.iter().map(|s| s.title()).collect();
+        let mut titles: Vec<&str> = Screen::ALL.iter().map(|s| s.title()).collect();
         titles.sort();
         titles.dedup();
-        assert_eq!(titles.len(), ALL_SCREENS.len());
+        assert_eq!(titles.len(), Screen::ALL.len());
     }
 }
