@@ -791,22 +791,27 @@ impl App {
             // Any key closes the help, but the moves scroll it when it is taller than the
             // terminal; q still quits.
             let page = help::page(self.size, self.screen());
-            let (max, rows) = (page.max_scroll, page.rows.max(1));
-            let to = |by: i32| (i32::from(self.help_scroll) + by).clamp(0, i32::from(max)) as u16;
+            let (max, rows) = (i32::from(page.max_scroll), i32::from(page.rows.max(1)));
             match action::action_for(key, self.screen()) {
                 Some(Action::Quit) => self.quit = true,
-                Some(Action::Up) if max > 0 => self.help_scroll = to(-1),
-                Some(Action::Down) if max > 0 => self.help_scroll = to(1),
-                Some(Action::PageUp) if max > 0 => self.help_scroll = to(-i32::from(rows)),
-                Some(Action::PageDown) if max > 0 => self.help_scroll = to(i32::from(rows)),
-                Some(Action::Top) if max > 0 => self.help_scroll = 0,
-                Some(Action::Bottom) if max > 0 => self.help_scroll = max,
+                Some(Action::Up) if max > 0 => self.scroll_help(-1),
+                Some(Action::Down) if max > 0 => self.scroll_help(1),
+                Some(Action::PageUp) if max > 0 => self.scroll_help(-rows),
+                Some(Action::PageDown) if max > 0 => self.scroll_help(rows),
+                Some(Action::Top) if max > 0 => self.scroll_help(-max),
+                Some(Action::Bottom) if max > 0 => self.scroll_help(max),
                 _ => self.help = false,
             }
         } else if let Some(action) = action::action_for(key, self.screen()) {
             self.act(action);
         }
         self.fit();
+    }
+
+    /// Scrolls the help by `by` rows, within what the terminal's size leaves hidden.
+    fn scroll_help(&mut self, by: i32) {
+        let max = i32::from(help::page(self.size, self.screen()).max_scroll);
+        self.help_scroll = (i32::from(self.help_scroll) + by).clamp(0, max) as u16;
     }
 
     fn on_input_key(&mut self, key: KeyEvent) {
@@ -1245,6 +1250,16 @@ impl App {
     /// Wheel scrolls the list; a click selects a table row or a Group/Object item, a click on
     /// the selected one opens it, a click on a tab shows it.
     pub fn on_mouse(&mut self, mouse: MouseEvent) {
+        if self.help {
+            // Over the help, the wheel scrolls it and a click closes it, as a key does.
+            match mouse.kind {
+                MouseEventKind::ScrollDown => self.scroll_help(3),
+                MouseEventKind::ScrollUp => self.scroll_help(-3),
+                MouseEventKind::Down(_) => self.help = false,
+                _ => {}
+            }
+            return;
+        }
         match mouse.kind {
             MouseEventKind::ScrollDown => self.move_by(3),
             MouseEventKind::ScrollUp => self.move_by(-3),

@@ -227,6 +227,26 @@ fn help_at_80x24_scrolls_to_its_last_line() {
     }
     assert_eq!(missing, Vec::<&str>::new(), "{top}\n{bottom}");
     assert!(h.app.help, "paging never closes the help");
+    // The wheel scrolls it too, and a click closes it (and does nothing else).
+    use ratatui::crossterm::event::{KeyModifiers, MouseButton, MouseEvent, MouseEventKind};
+    let mouse = |kind| MouseEvent {
+        kind,
+        column: 40,
+        row: 10,
+        modifiers: KeyModifiers::NONE,
+    };
+    h.key(KeyCode::Home);
+    h.app.on_mouse(mouse(MouseEventKind::ScrollDown));
+    assert_eq!(h.app.help_scroll, 3);
+    h.app.on_mouse(mouse(MouseEventKind::ScrollUp));
+    assert_eq!(h.app.help_scroll, 0);
+    h.app
+        .on_mouse(mouse(MouseEventKind::Down(MouseButton::Left)));
+    assert!(!h.app.help);
+    assert!(!screen_of_size(&h, 80, 24).contains("Help ·"));
+    assert_eq!(h.app.stack.len(), 1, "the click opened nothing");
+    h.key(KeyCode::Char('?'));
+    assert_eq!(h.app.help_scroll, 0, "the help opens at its top again");
     // Any other key still closes it.
     h.key(KeyCode::Char('x'));
     assert!(!h.app.help);
