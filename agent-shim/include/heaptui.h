@@ -40,7 +40,9 @@ struct heaptui_counters {
     uint64_t live_blocks;
     uint64_t allocated_bytes; /* every block ever tracked (a realloc counts its new size) */
     uint64_t freed_bytes;     /* every block released (a realloc counts its old size) */
-    uint64_t peak_live_bytes; /* exact maximum of live_bytes so far */
+    uint64_t peak_live_bytes; /* maximum of live_bytes so far: within 1/64 above 1 MiB, and
+                                 it may include up to 15 blocks per thread whose free was
+                                 held back to be applied in a batch */
     uint64_t calls[HEAPTUI_OPS]; /* calls per function, failures included */
     uint64_t null_returns;    /* calls that failed (NULL, ENOMEM, EINVAL) */
     uint64_t free_null;       /* free(NULL) calls */
