@@ -2,7 +2,8 @@
 //! with two libraries built here (main → func_0 (exe) → func_a0 (liba.so) → func_a1 (liba.so)
 //! → func_b0 (libb.so) → malloc) runs the issue's vector; its recording replays to the
 //! issue's unit figures, the live answer over the protocol equals the replay for every unit
-//! configuration, and a target killed mid-run leaves a recording that replays.
+//! configuration, and a target killed mid-run leaves a recording that replays. A program whose
+//! main allocates in its own frame has `main` as the unit of those blocks, live and replayed.
 
 mod common;
 
@@ -31,6 +32,7 @@ use heaptui_protocol::{
 const LIBA: &str = include_str!("targets/record_liba.c");
 const LIBB: &str = include_str!("targets/record_libb.c");
 const MAIN: &str = include_str!("targets/record_units.c");
+const MAIN_THREAD: &str = include_str!("targets/record_main.c");
 
 fn gcc(args: &[&str], what: &str) {
     let out = Command::new("gcc")
@@ -360,6 +362,88 @@ fn the_recording_replays_to_the_issue_units_and_equals_the_live_answer() {
             ),
             "{query:?}"
         );
+    }
+}
+
+/// The demo's case: `main` allocating in its own frame (its stack is `main` and the C
+/// runtime's frames above it) is the unit `main`, outermost and innermost, never `?`; next to
+/// it a helper's and a worker thread's blocks.
+#[test]
+fn the_main_threads_own_allocations_are_main_not_unknown() {
+    let dir = TempDir::new("record-main");
+    let src = dir.path().join("mainunits.c");
+    std::fs::write(&src, MAIN_THREAD).unwrap();
+    let exe = dir.path().join("mainunits");
+    gcc(
+        &[
+            "-O1",
+            "-g",
+            "-fno-omit-frame-pointer",
+            "-fno-optimize-sibling-calls",
+            "-pthread",
+            "-o",
+            &exe.to_string_lossy(),
+            &src.to_string_lossy(),
+        ],
+        "mainunits",
+    );
+    let file = dir.path().join("main.hrec");
+    let mut target = Target::start(&dir, &exe, &[], Some(&file));
+    target.wait_ready();
+    let mut client = Client::connect(&target.socket);
+    let q = |granularity, position| UnitQuery {
+        granularity,
+        position,
+        charge: UnitCharge::Allocator,
+    };
+    use UnitGranularity::{Function, Library};
+    use UnitPosition::{Innermost, Outermost};
+    let asked = [
+        q(Function, Outermost),
+        q(Function, Innermost),
+        q(Library, Outermost),
+        q(Library, Innermost),
+    ];
+    let live: Vec<UnitPage> = asked.iter().map(|&query| client.units(query)).collect();
+    target.kill();
+    let bytes = std::fs::read(&file).unwrap();
+
+    // (live, malloc, free): 40 blocks of 1001 bytes, 4 of them freed, in main's own frame;
+    // 12 of 1002 through helper; 9 of 1003 in the worker's start routine.
+    let main = (36 * 1001, 40, 4);
+    let helper = (12 * 1002, 12, 0);
+    let worker = (9 * 1003, 9, 0);
+    let of = |rows: &[UnitRow], name: &str| {
+        let r = rows
+            .iter()
+            .find(|r| r.name == name)
+            .unwrap_or_else(|| panic!("no unit {name} in {rows:#?}"));
+        (r.live, r.malloc, r.free)
+    };
+    for (query, page) in asked.iter().zip(&live) {
+        let r = replayed(&bytes, *query);
+        assert_eq!(r.tracker.lost(), 0);
+        let mut rows: Vec<UnitRow> = r.tracker.units().figures().iter().map(row).collect();
+        rows.sort_by(|a, b| a.name.cmp(&b.name));
+        assert_eq!(page.rows, rows, "live and replay of {query:?}");
+        if query.granularity == Function {
+            assert_eq!(of(&rows, "main (mainunits)"), main, "{query:?}");
+            assert_eq!(of(&rows, "helper (mainunits)"), helper, "{query:?}");
+            assert_eq!(of(&rows, "worker (mainunits)"), worker, "{query:?}");
+        } else {
+            // Every block above is the program's: its unit holds at least all of them.
+            let (live, malloc, free) = of(&rows, "mainunits");
+            assert!(live >= main.0 + helper.0 + worker.0, "{query:?}: {rows:#?}");
+            assert!(
+                malloc >= main.1 + helper.1 + worker.1,
+                "{query:?}: {rows:#?}"
+            );
+            assert!(free >= main.2, "{query:?}: {rows:#?}");
+        }
+        // Whatever lands in `?` (the C runtime's own calls) holds none of those blocks.
+        if let Some(unknown) = rows.iter().find(|r| r.name == "?") {
+            assert!(unknown.live < 1001, "{query:?}: {unknown:?}");
+        }
     }
 }
 

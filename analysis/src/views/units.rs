@@ -16,7 +16,9 @@
 //! `main → func_0 (exe) → func_a0 (liba) → func_a1 (liba) → func_b0 (libb) → malloc`,
 //! outermost is `liba.so` / `func_a0`, innermost `libb.so` / `func_b0`, inclusive both
 //! libraries (`func_a0`, `func_a1` and `func_b0` as functions). A stack with no library frame
-//! falls back to the program's own frames; a stack with no frame left is the unit `?`.
+//! falls back to the program's own frames, and one with no frame below `main` (`main`'s own
+//! allocations) to `main`; a stack with no frame left (the C runtime's own calls) is the unit
+//! `?`.
 //! Inclusive charges each distinct unit of a stack once per event (recursion does not count
 //! twice).
 //!
@@ -404,10 +406,17 @@ impl Units {
             .copied()
             .filter(|&(_, module)| !is_program(module))
             .collect();
-        let chosen = if libraries.is_empty() {
-            considered
-        } else {
+        let chosen = if !libraries.is_empty() {
             libraries
+        } else if !considered.is_empty() {
+            considered
+        } else if let Some(i) = program_of_main.and(below_main) {
+            // `main` allocated in its own frame (its helpers inlined, as in the demo): no
+            // frame below it, so `main` itself is the unit, as a thread's start routine is
+            // for its own allocations.
+            vec![frames[i]]
+        } else {
+            Vec::new()
         };
         let key = |(function, module): (u32, u32)| match self.config.granularity {
             Granularity::Function => UnitKey::Function { function, module },
@@ -471,5 +480,103 @@ impl Units {
 
     pub fn unknown(&self) -> Unknown {
         self.unknown
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stack(table: &mut StackTable, frames: &[(&str, &str)]) -> StackId {
+        let ids: Vec<(u32, u32)> = frames
+            .iter()
+            .map(|(f, m)| (table.intern(f).0, table.intern(m).0))
+            .collect();
+        table.intern_stack(&ids).0
+    }
+
+    /// The demo's startup: `main` calls malloc itself (its helpers inlined), so no frame is
+    /// left below `main`; a helper's stack keeps its own unit.
+    #[test]
+    fn main_allocating_in_its_own_frame_is_main() {
+        let mut table = StackTable::new();
+        let own = stack(
+            &mut table,
+            &[
+                ("malloc", "libheaptui_agent.so"),
+                ("main", "/opt/demo/workload"),
+                ("__libc_start_call_main", "libc.so.6"),
+                ("__libc_start_main", "libc.so.6"),
+                ("_start", "/opt/demo/workload"),
+            ],
+        );
+        let helped = stack(
+            &mut table,
+            &[
+                ("malloc", "libheaptui_agent.so"),
+                ("load_config", "/opt/demo/workload"),
+                ("main", "/opt/demo/workload"),
+                ("__libc_start_main", "libc.so.6"),
+            ],
+        );
+        let runtime = stack(
+            &mut table,
+            &[
+                ("free", "libheaptui_agent.so"),
+                ("_IO_cleanup", "libc.so.6"),
+            ],
+        );
+        let main = "main (/opt/demo/workload)";
+        let helper = "load_config (/opt/demo/workload)";
+        for (granularity, position, expected) in [
+            (Granularity::Function, Position::Outermost, [main, helper]),
+            (Granularity::Function, Position::Innermost, [main, helper]),
+            (Granularity::Function, Position::Inclusive, [main, helper]),
+            (
+                Granularity::Library,
+                Position::Outermost,
+                ["/opt/demo/workload"; 2],
+            ),
+            (
+                Granularity::Library,
+                Position::Innermost,
+                ["/opt/demo/workload"; 2],
+            ),
+        ] {
+            let mut units = Units::new(UnitConfig {
+                granularity,
+                position,
+                ..UnitConfig::default()
+            });
+            units.alloc(&table, AllocKind::Malloc, 10, Caller { stack: own, tid: 1 });
+            units.alloc(
+                &table,
+                AllocKind::Malloc,
+                20,
+                Caller {
+                    stack: helped,
+                    tid: 1,
+                },
+            );
+            // The C runtime's own call, with no frame of the program, stays `?`.
+            units.free_null(
+                &table,
+                Caller {
+                    stack: runtime,
+                    tid: 1,
+                },
+            );
+            let names: Vec<(&str, i64)> = units
+                .figures()
+                .iter()
+                .map(|f| (f.name.as_str(), f.live))
+                .collect();
+            let want: Vec<(&str, i64)> = if expected[0] == expected[1] {
+                vec![(expected[0], 30), ("?", 0)]
+            } else {
+                vec![(expected[0], 10), (expected[1], 20), ("?", 0)]
+            };
+            assert_eq!(names, want, "{granularity:?} {position:?}");
+        }
     }
 }
