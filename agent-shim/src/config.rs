@@ -49,6 +49,9 @@ pub struct Config {
     pub log_path: Option<String>,
     /// `HEAPTUI_FOLLOW_EXEC=1`: exec'd children keep the agent in `LD_PRELOAD`.
     pub follow_exec: bool,
+    /// `HEAPTUI_HOLD_FREES=0`: every free reaches libc at once instead of in a thread's batch
+    /// (`registry::held_frees`), at the cost of the speed batches bring.
+    pub hold_frees: bool,
 }
 
 impl Default for Config {
@@ -65,6 +68,7 @@ impl Default for Config {
             auto_snapshot: SnapshotRule::Off,
             log_path: None,
             follow_exec: false,
+            hold_frees: true,
         }
     }
 }
@@ -81,6 +85,7 @@ const KNOWN: &[&str] = &[
     "HEAPTUI_LOG",
     "HEAPTUI_FOLLOW_EXEC",
     "HEAPTUI_AUTO_SNAPSHOT",
+    "HEAPTUI_HOLD_FREES",
 ];
 
 impl Config {
@@ -121,6 +126,10 @@ impl Config {
                 },
                 "HEAPTUI_FOLLOW_EXEC" => match parse_bool(value) {
                     Some(b) => cfg.follow_exec = b,
+                    None => problems.push(bad("not 0 or 1")),
+                },
+                "HEAPTUI_HOLD_FREES" => match parse_bool(value) {
+                    Some(b) => cfg.hold_frees = b,
                     None => problems.push(bad("not 0 or 1")),
                 },
                 "HEAPTUI_AUTO_SNAPSHOT" => match parse_rule(value) {
@@ -258,6 +267,7 @@ mod tests {
             ("HEAPTUI_AUDIT", "/a.log"),
             ("HEAPTUI_RECORD", "/r"),
             ("HEAPTUI_METRICS", "127.0.0.1:9100"),
+            ("HEAPTUI_HOLD_FREES", "0"),
         ]);
         assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(cfg.listen, Listen::Unix("/tmp/h.sock".into()));
@@ -265,6 +275,7 @@ mod tests {
         assert_eq!(cfg.dump_prefix.as_deref(), Some("/tmp/snap"));
         assert_eq!(cfg.log_path.as_deref(), Some("/tmp/log"));
         assert!(cfg.follow_exec);
+        assert!(!cfg.hold_frees);
         assert_eq!(cfg.policy_path, Some("/p.toml".into()));
         assert_eq!(cfg.audit_path, Some("/a.log".into()));
         assert_eq!(cfg.record_path, Some("/r".into()));

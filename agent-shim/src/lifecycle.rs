@@ -35,6 +35,9 @@ pub extern "C" fn init() {
         crate::agent_log!("cannot reserve the stack table; allocation stacks are off");
     }
     threads::register_current();
+    if !cfg.hold_frees {
+        held_frees::turn_off();
+    }
     hooks::pthread::init();
     // Before any handler is installed and before the program runs: the real functions behind
     // the signal wrappers are resolved here, never inside a signal handler.

@@ -77,8 +77,8 @@ fn held_frees_are_out_of_snapshots_and_counted_as_freed() {
     assert!(freed.is_empty(), "freed blocks in the snapshot: {freed:?}");
 }
 
-/// Prints libc's count of mmap'd chunks at each step of `body`.
-fn mmapped_chunks(name: &str, body: &str) -> String {
+/// Prints libc's count of mmap'd chunks at each step of `body`, run with `env`.
+fn mmapped_chunks(name: &str, body: &str, env: &[(&str, &str)]) -> String {
     let src = format!(
         r#"
 #define _GNU_SOURCE
@@ -96,7 +96,7 @@ static void chunks(const char *when) {{ printf("%s %zu\n", when, mallinfo2().hbl
     );
     let dir = TempDir::new(name);
     let exe = compile_c(&dir, name, &src, &["-pthread", "-fno-builtin"]);
-    let r = run_preloaded(&dir, &exe, &[], &[]);
+    let r = run_preloaded(&dir, &exe, &[], env);
     assert_eq!(r.code, Some(0), "stderr:\n{}\nlog:\n{}", r.stderr, r.log);
     r.stdout
 }
@@ -119,9 +119,30 @@ int main(void) {
     return 0;
 }
 "#,
+        &[],
     );
     // Without the flush before a big request, a (held) and b would both be mapped.
     assert_eq!(out, "allocated 1\nreallocated 1\n");
+}
+
+#[test]
+fn hold_frees_0_hands_every_free_to_libc_at_once() {
+    let program = r#"
+int main(void) {
+    mallopt(M_MMAP_THRESHOLD, 64 << 10);
+    char *a = malloc(BIG);
+    a[0] = 1;
+    chunks("allocated");
+    free(a);
+    chunks("freed");
+    return 0;
+}
+"#;
+    // Held by default (the batch is not full), handed over at once when turned off.
+    let held = mmapped_chunks("held-default", program, &[]);
+    assert_eq!(held, "allocated 1\nfreed 1\n");
+    let direct = mmapped_chunks("held-off", program, &[("HEAPTUI_HOLD_FREES", "0")]);
+    assert_eq!(direct, "allocated 1\nfreed 0\n");
 }
 
 #[test]
@@ -178,6 +199,7 @@ int main(void) {
     return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
 }
 "#,
+        &[],
     );
     // The ending thread's block went back with it; the child applied the waiting thread's
     // (a thread it does not have); the parent got it back when that thread ended.

@@ -23,6 +23,7 @@
 //!   raw `clone`, a thread that existed before the agent) keeps its slot: up to `BATCH − 1`
 //!   blocks stay allocated and out of every capture, like freed memory.
 //! - The agent's own threads free directly (their share of the counters stays exact).
+//! - `HEAPTUI_HOLD_FREES=0` turns holding off ([`turn_off`]): every free reaches libc at once.
 //! - A double free is found by libc when the batch is applied, not at the second call.
 //!
 //! A slot is written by its owner thread only (and read by captures and counters), with
@@ -30,7 +31,7 @@
 //! (the program is inside `free` then, so the block counts as live, as it always did).
 
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use super::blocks;
 use super::counters::{Counters, Op, Rare, count_call, count_rare};
@@ -65,6 +66,9 @@ static SLOT: [Slot; SLOTS] = [const {
         blocks: [const { AtomicU64::new(0) }; BATCH],
     }
 }; SLOTS];
+
+/// False once `HEAPTUI_HOLD_FREES=0` turned holding off (read when a thread first frees).
+static HOLDING: AtomicBool = AtomicBool::new(true);
 
 /// Where a slot search starts (slots are taken in order and given back at thread exit).
 static NEXT_SLOT: AtomicU32 = AtomicU32::new(0);
@@ -128,6 +132,10 @@ fn own_slot(st: &mut ThreadState, tid: u32) -> Option<&'static Slot> {
         NO_SLOT => {}
         n => return SLOT.get(n as usize - 1),
     }
+    if !HOLDING.load(Ordering::Relaxed) {
+        st.held = NEVER;
+        return None;
+    }
     let start = NEXT_SLOT.load(Ordering::Relaxed) as usize;
     for k in (0..SLOTS).map(|i| (start + i) % SLOTS) {
         if SLOT[k]
@@ -158,6 +166,14 @@ pub fn hold(p: u64, st: &mut ThreadState, tid: u32) -> bool {
         slot.flush();
     }
     true
+}
+
+/// Stops holding frees (`HEAPTUI_HOLD_FREES=0`, read by the agent's constructor): threads
+/// free directly from their next first free on, and the calling thread (the only one when
+/// the constructor runs) applies what it held before the configuration was read.
+pub fn turn_off() {
+    HOLDING.store(false, Ordering::Relaxed);
+    release_current();
 }
 
 /// Applies the calling thread's held frees now (before a big request). The caller is inside
