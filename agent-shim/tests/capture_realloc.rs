@@ -7,7 +7,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{TempDir, compile_c, run_preloaded};
+use common::{TempDir, compile_c, run_dumping};
 use heaptui_analysis::snapshot;
 
 const SYNC: &str = include_str!("targets/sync.h");
@@ -69,13 +69,7 @@ fn a_buffer_reallocated_in_a_tight_loop_is_in_every_snapshot_once() {
     let dir = TempDir::new("cap-realloc");
     let src = format!("{SYNC}\n#define SNAPSHOTS {SNAPSHOTS}\n{TARGET}");
     let exe = compile_c(&dir, "realloc_loop", &src, &["-O2"]);
-    let prefix = dir.path().join("snap");
-    let run = run_preloaded(
-        &dir,
-        &exe,
-        &[],
-        &[("HEAPTUI_DUMP", prefix.to_str().unwrap())],
-    );
+    let run = run_dumping(&dir, &exe);
     assert_eq!(
         run.code,
         Some(0),

@@ -6,7 +6,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{TempDir, compile_c, compile_cpp, compile_rust, run_preloaded};
+use common::{TempDir, compile_c, compile_cpp, compile_rust, run_dumping};
 use heaptui_analysis::{
     Analysis, GroupKind, HeapGraph, ObjectClass, ObjectIndex, ThreadState, snapshot,
 };
@@ -41,8 +41,7 @@ fn snapshot_file(dir: &Path, n: u32) -> PathBuf {
 /// Runs `exe` under the agent and returns snapshot 1, after checking the program's own
 /// output and exit code, and that an exit snapshot (2) was written too.
 fn run(dir: &TempDir, exe: &Path, stdout: &str, code: i32) -> Captured {
-    let prefix = dir.path().join("snap");
-    let r = run_preloaded(dir, exe, &[], &[("HEAPTUI_DUMP", prefix.to_str().unwrap())]);
+    let r = run_dumping(dir, exe);
     assert_eq!(
         r.code,
         Some(code),

@@ -6,7 +6,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{Run, TempDir, compile_c, run_preloaded};
+use common::{Run, TempDir, compile_c, run_dumping, run_preloaded};
 use heaptui_analysis::{HeapGraph, ThreadState, snapshot};
 
 const SYNC: &str = include_str!("targets/sync.h");
@@ -14,11 +14,6 @@ const PROC_STATE: &str = include_str!("targets/proc_state.h");
 
 fn c_target(dir: &TempDir, name: &str, src: &str) -> PathBuf {
     compile_c(dir, name, &format!("{SYNC}\n{PROC_STATE}\n{src}"), &[])
-}
-
-fn run_dumping(dir: &TempDir, exe: &Path) -> Run {
-    let prefix = dir.path().join("snap");
-    run_preloaded(dir, exe, &[], &[("HEAPTUI_DUMP", prefix.to_str().unwrap())])
 }
 
 /// The numbers of the snapshot files the run wrote, sorted.

@@ -8,7 +8,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{TempDir, compile_c, include_flag, run_preloaded};
+use common::{TempDir, compile_c, include_flag, run_dumping, run_preloaded};
 use heaptui_analysis::snapshot;
 
 const SYNC: &str = include_str!("targets/sync.h");
@@ -51,13 +51,7 @@ fn held_frees_are_out_of_snapshots_and_counted_as_freed() {
         &format!("{SYNC}\n{HELD_IN_SNAPSHOT}"),
         &[&include_flag(), "-fno-builtin"],
     );
-    let prefix = dir.path().join("snap");
-    let r = run_preloaded(
-        &dir,
-        &exe,
-        &[],
-        &[("HEAPTUI_DUMP", prefix.to_str().unwrap())],
-    );
+    let r = run_dumping(&dir, &exe);
     assert_eq!(r.code, Some(0), "stderr:\n{}\nlog:\n{}", r.stderr, r.log);
     // The counters read as if the five frees were applied: one block (777 bytes) more.
     assert_eq!(r.stdout, "blocks 1 bytes 777 frees 5\n");
@@ -300,13 +294,7 @@ fn cross_thread_frees_under_repeated_captures_end_exact() {
         CROSS_THREAD,
         &["-pthread", "-fno-builtin", &include_flag()],
     );
-    let prefix = dir.path().join("snap");
-    let run = run_preloaded(
-        &dir,
-        &exe,
-        &[],
-        &[("HEAPTUI_DUMP", prefix.to_str().unwrap())],
-    );
+    let run = run_dumping(&dir, &exe);
     assert_eq!(
         run.code,
         Some(0),

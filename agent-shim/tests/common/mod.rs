@@ -251,6 +251,13 @@ pub fn run_preloaded(dir: &TempDir, exe: &Path, args: &[&str], env: &[(&str, &st
     }
 }
 
+/// Runs `exe` under the agent with `HEAPTUI_DUMP=<dir>/snap`: every SIGUSR2 (and the exit)
+/// writes `<dir>/snap.<pid>.<n>.hsnap`.
+pub fn run_dumping(dir: &TempDir, exe: &Path) -> Run {
+    let prefix = dir.path().join("snap");
+    run_preloaded(dir, exe, &[], &[("HEAPTUI_DUMP", prefix.to_str().unwrap())])
+}
+
 /// A C program that does nothing: its summary is the start-up/exit noise of the C runtime
 /// under the agent, subtracted from a target's summary to get exact figures.
 pub const EMPTY_C: &str = "int main(void) { return 0; }\n";
