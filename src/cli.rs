@@ -35,7 +35,7 @@ pub enum Command {
     /// and wait for the program to end.
     Run(RunArgs),
     /// Ask a running agent to cancel a thread under its memory-shortage policy (HEAPTUI_POLICY)
-    /// and print the verdict; exits 1 when the agent refuses.
+    /// and print the verdict, then the release it measured; exits 1 when the agent refuses.
     Cancel(CancelArgs),
 }
 
@@ -51,6 +51,15 @@ pub struct CancelArgs {
     /// not cancel.
     #[arg(long)]
     pub dry_run: bool,
+    /// After a cancel that acted, wait up to this many seconds for the release the agent
+    /// measures once the thread has ended, and print it beside the prediction; 0: do not wait.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 10,
+        value_parser = clap::value_parser!(u64).range(0..=86_400)
+    )]
+    pub wait: u64,
     /// The agent's token file (needed for agents on other machines).
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,

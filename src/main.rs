@@ -112,6 +112,7 @@ fn cancel(args: &cli::CancelArgs, out: &mut impl Write) -> anyhow::Result<client
         &token_source(args.token_file.as_deref()),
         args.tid,
         args.dry_run,
+        std::time::Duration::from_secs(args.wait),
         out,
     )
 }

@@ -1,16 +1,17 @@
 //! A blocking session with one agent, for the one-shot commands (`report ADDR`, `snapshot`,
-//! `run`): connect, handshake, then one request at a time, skipping pushes.
+//! `run`, `cancel`): connect, handshake, then one request at a time, skipping pushes; a
+//! subscribed session may end by waiting for one push ([`Session::wait_push`]).
 
 use std::io;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::os::unix::net::UnixStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use heaptui_protocol::handshake::client_handshake;
 use heaptui_protocol::stream::Stream;
 use heaptui_protocol::{
-    AgentInfo, Hello, MAX_FRAME_LEN, Request, RequestBody, RequestId, Response, ServerMessage,
-    SnapshotId, SnapshotInfo, decode_payload, read_frame,
+    AgentInfo, FrameError, Hello, MAX_FRAME_LEN, Push, Request, RequestBody, RequestId, Response,
+    ServerMessage, SnapshotId, SnapshotInfo, decode_payload, read_frame,
 };
 
 use super::{Address, ClientError, TokenSource, token};
@@ -118,6 +119,44 @@ impl Session {
                     };
                 }
                 // Pushes and answers to nothing we asked are not for this call.
+                _ => continue,
+            }
+        }
+    }
+
+    /// Waits until `deadline` for the first push that is `wanted`, skipping the others (and
+    /// answers to nothing asked); `Ok(None)` when none came in time. The session must have
+    /// subscribed. It is consumed: a deadline that falls inside a frame leaves the rest of
+    /// that frame unread, so nothing may be read from the stream afterwards.
+    pub fn wait_push(
+        mut self,
+        deadline: Instant,
+        mut wanted: impl FnMut(&Push) -> bool,
+    ) -> Result<Option<Push>, ClientError> {
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            // A zero read timeout would mean "block forever".
+            let left = left.max(Duration::from_millis(1));
+            self.stream
+                .set_timeouts(Some(left), Some(ANSWER_TIMEOUT))
+                .map_err(|e| self.lost(e))?;
+            let payload = match read_frame(&mut self.stream, MAX_FRAME_LEN) {
+                Ok(p) => p,
+                Err(FrameError::Io(e))
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return Ok(None);
+                }
+                Err(e) => return Err(self.lost(e)),
+            };
+            match decode_payload(&payload).map_err(|e| self.lost(e))? {
+                ServerMessage::Push(p) if wanted(&p) => return Ok(Some(p)),
                 _ => continue,
             }
         }
