@@ -17,6 +17,8 @@
 //! holds the whole table (freeze, fork) forward without tracking, and count it. Every table
 //! change happens after libc returned the new block or before libc gets the old one back —
 //! except realloc's, whose block stays in the table, marked moving, during the libc call.
+//! A program thread's `free` usually goes nowhere yet: `registry::held_frees` holds it and
+//! applies it with the thread's next fifteen (a request of 64 KiB or more applies them first).
 
 pub mod pthread;
 pub mod unwind;
