@@ -2,11 +2,11 @@
 //! sequence number, allocating thread and allocation stack.
 //!
 //! 64 shards chosen by the address's 64 MiB region ([`shard_of`]), each an open-addressing
-//! table (linear probing,
-//! backward-shift deletion, no tombstones) in its own anonymous mapping, grown by 1.5× when
-//! 78% full, guarded by a futex lock ([`crate::sync::RawLock`]) that a thread waiting on it
-//! can still be interrupted by signals. An entry packs address, size, sequence number, tid
-//! and stack id into 24 bytes, so a block costs 24 / load ≈ 31–46 bytes.
+//! table (linear probing, backward-shift deletion, no tombstones) in its own anonymous
+//! mapping, grown by 1.5× when 78% full, guarded by a futex lock ([`crate::sync::RawLock`])
+//! that a thread waiting on it can still be interrupted by signals. An entry packs address,
+//! size, sequence number, tid and stack id into 24 bytes, so a block costs 24 / load ≈ 31–46
+//! bytes.
 //!
 //! Hooks insert after libc returned a block and remove *before* handing a block back to libc,
 //! so an address reused by another thread is never removed by the wrong hook. A realloc is
@@ -242,6 +242,15 @@ impl Table {
         }
     }
 
+    /// The slot holding `addr` (hash `h`), if it is tracked.
+    fn find(&self, addr: u64, h: u64) -> Option<usize> {
+        if self.cap == 0 {
+            return None;
+        }
+        let i = self.probe(addr, h);
+        (self.slot(i).w[0] != 0).then_some(i)
+    }
+
     /// Makes room for one more entry; false when the kernel refuses memory.
     fn reserve_one(&mut self) -> bool {
         if (self.len + 1) * MAX_LOAD.1 <= self.cap * MAX_LOAD.0 {
@@ -452,11 +461,7 @@ pub fn peek_size(addr: u64) -> Option<u64> {
     }
     // SAFETY: the calling thread holds every shard lock (freeze or fork).
     let table = unsafe { &*shard_of(addr).table.get() };
-    if table.cap == 0 {
-        return None;
-    }
-    let e = table.slot(table.probe(addr, hash(addr)));
-    (e.w[0] != 0).then(|| e.size())
+    table.find(addr, hash(addr)).map(|i| table.slot(i).size())
 }
 
 /// Removes the block at `addr`; returns its record, or None if it is not tracked. `op` is
@@ -467,16 +472,9 @@ pub fn remove(addr: u64, op: Option<Op>) -> Option<BlockRecord> {
     let mut shard = Locked::new(shard_of(addr));
     let stats = &shard.0.stats;
     let table = shard.table();
-    if table.cap == 0 {
-        return None;
-    }
-    let i = table.probe(addr, h);
-    let e = table.slot(i);
-    if e.w[0] == 0 {
-        return None;
-    }
+    let i = table.find(addr, h)?;
+    let rec = table.slot(i).unpack();
     table.delete(i);
-    let rec = e.unpack();
     stats.released(op, rec.size);
     stats.settle();
     drop(shard);
@@ -497,10 +495,7 @@ pub fn remove_freed(addrs: &[u64]) -> usize {
         let mut locked = Locked::new(shard);
         let table = locked.table();
         for &addr in &rest[..run] {
-            let found = (table.cap > 0)
-                .then(|| table.probe(addr, hash(addr)))
-                .filter(|&i| table.slot(i).w[0] != 0);
-            match found {
+            match table.find(addr, hash(addr)) {
                 Some(i) => {
                     let size = table.slot(i).size();
                     table.delete(i);
@@ -521,11 +516,7 @@ pub fn lookup(addr: u64) -> Option<BlockRecord> {
     let h = hash(addr);
     let mut shard = Locked::new(shard_of(addr));
     let table = shard.table();
-    if table.cap == 0 {
-        return None;
-    }
-    let e = table.slot(table.probe(addr, h));
-    (e.w[0] != 0).then(|| e.unpack())
+    table.find(addr, h).map(|i| table.slot(i).unpack())
 }
 
 /// Sets or clears the moving mark of the entry at `addr`; its record if tracked.
@@ -533,14 +524,8 @@ fn mark(addr: u64, moving: bool) -> Option<BlockRecord> {
     let h = hash(addr);
     let mut shard = Locked::new(shard_of(addr));
     let table = shard.table();
-    if table.cap == 0 {
-        return None;
-    }
-    let i = table.probe(addr, h);
+    let i = table.find(addr, h)?;
     let mut e = table.slot(i);
-    if e.w[0] == 0 {
-        return None;
-    }
     e.w[2] = if moving {
         e.w[2] | MOVING
     } else {
@@ -598,23 +583,21 @@ pub fn finish_move(old: &BlockRecord, addr: u64, size: u64, tid: u32, stack: u32
         let t_other = (!same).then(|| unsafe { &mut *s_new.table.get() });
         if addr != old.addr && round < MOVE_WAIT_LIMIT {
             let t_new: &Table = t_other.as_deref().unwrap_or(t_old);
-            if t_new.cap > 0 {
-                let e = t_new.slot(t_new.probe(addr, h_new));
-                if e.w[0] != 0 && e.moving() {
-                    // libc handed us the old address of a block another thread is
-                    // reallocating: let that realloc finish first (see the module docs).
-                    drop((first, second));
-                    round += 1;
-                    wait_for_mover(round);
-                    continue;
-                }
+            if let Some(i) = t_new.find(addr, h_new)
+                && t_new.slot(i).moving()
+            {
+                // libc handed us the old address of a block another thread is
+                // reallocating: let that realloc finish first (see the module docs).
+                drop((first, second));
+                round += 1;
+                wait_for_mover(round);
+                continue;
             }
         }
         // The old entry leaves first (the new block may have the same address).
-        if t_old.cap > 0 {
-            let i = t_old.probe(old.addr, h_old);
+        if let Some(i) = t_old.find(old.addr, h_old) {
             let e = t_old.slot(i);
-            if e.w[0] != 0 && e.moving() {
+            if e.moving() {
                 t_old.delete(i);
                 s_old.stats.released(None, e.size());
             }
