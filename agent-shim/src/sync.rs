@@ -4,6 +4,8 @@
 //! sleeps in `FUTEX_WAIT`, which signal handlers interrupt: a thread waiting on a shard lock
 //! can still be stopped by the capture signal. It must never be held across a call to libc
 //! malloc/free (the fork handlers take every lock, then glibc takes its arena locks).
+//!
+//! Beside it, the two cache helpers of the hooks' shared data: [`CacheLine`] and [`prefetch`].
 
 use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
@@ -97,6 +99,17 @@ fn futex_wake(word: &AtomicU32) {
             1,
         );
     }
+}
+
+/// Starts loading the cache line at `addr` (any address: a prefetch is only a hint and
+/// never faults), so a miss the caller is about to take overlaps other work.
+#[inline]
+pub fn prefetch(addr: u64) {
+    // SAFETY: a prefetch reads nothing into the program and never faults, even on an
+    // unmapped address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(addr as *const i8)
+    };
 }
 
 /// A value alone on its cache line: a counter written by every hook does not slow down the

@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize
 
 use super::counters::{self, Op, Rare, ShardStats};
 use super::held_frees::HeldSet;
-use crate::sync::{CacheLine, RawLock};
+use crate::sync::{self, CacheLine, RawLock};
 use crate::sys;
 
 pub const SHARDS: usize = 64;
@@ -156,13 +156,12 @@ impl Shard {
         if cap == 0 {
             return;
         }
+        // Possibly the slots of a table that grew meanwhile: harmless for a prefetch.
         let at = self
             .hint_slots
             .load(Ordering::Relaxed)
             .wrapping_add(home(h, cap));
-        // SAFETY: a prefetch is only a hint to the cache: it never faults, even on an
-        // unmapped address (a table that grew meanwhile), and reads nothing into the program.
-        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at.cast()) };
+        sync::prefetch(at as u64);
     }
 }
 

@@ -35,6 +35,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use super::blocks;
 use super::counters::{Counters, Op, Rare, count_call, count_rare};
+use crate::sync::prefetch;
 use crate::sys::{self, ThreadState};
 
 /// Frees held per thread before they are applied together.
@@ -116,13 +117,12 @@ impl Slot {
     }
 }
 
-/// Starts loading the cache line at `addr`.
-#[inline]
-fn prefetch(addr: u64) {
-    // SAFETY: a prefetch is only a hint to the cache: it never faults, whatever the address.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(addr as *const i8)
-    };
+/// The slot a thread's `ThreadState::held` names, if it has one.
+fn claimed(held: u32) -> Option<&'static Slot> {
+    match held {
+        NO_SLOT | NEVER => None,
+        n => SLOT.get(n as usize - 1),
+    }
 }
 
 /// The slot of the calling thread, claiming one on first use; None when it must not hold.
@@ -130,7 +130,7 @@ fn own_slot(st: &mut ThreadState, tid: u32) -> Option<&'static Slot> {
     match st.held {
         NEVER => return None,
         NO_SLOT => {}
-        n => return SLOT.get(n as usize - 1),
+        n => return claimed(n),
     }
     if !HOLDING.load(Ordering::Relaxed) {
         st.held = NEVER;
@@ -179,8 +179,8 @@ pub fn turn_off() {
 /// Applies the calling thread's held frees now (before a big request). The caller is inside
 /// a hook (its re-entrancy guard held).
 pub fn flush_current(st: &ThreadState) {
-    if st.held != NO_SLOT && st.held != NEVER {
-        SLOT[st.held as usize - 1].flush();
+    if let Some(slot) = claimed(st.held) {
+        slot.flush();
     }
 }
 
@@ -202,8 +202,7 @@ fn as_hook(f: impl FnOnce()) -> bool {
 /// caller is not inside a hook and does not hold the block table.
 pub fn release_current() {
     let held = std::mem::replace(&mut sys::thread_state().held, NEVER);
-    if held != NO_SLOT && held != NEVER {
-        let slot = &SLOT[held as usize - 1];
+    if let Some(slot) = claimed(held) {
         // Inside a hook (cannot be, short of a signal handler ending the thread), the slot is
         // kept with its blocks rather than given up unapplied.
         if as_hook(|| slot.flush()) {
