@@ -59,6 +59,21 @@ pub fn reset_thread_cache() {
     state.tid = 0;
 }
 
+/// The time on `clock` in nanoseconds (`clock_gettime`: a vDSO call, async-signal-safe).
+pub fn clock_ns(clock: libc::clockid_t) -> Option<i128> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec.
+    (unsafe { libc::clock_gettime(clock, &mut ts) } == 0).then(|| ts_ns(&ts))
+}
+
+/// A timespec in nanoseconds.
+pub fn ts_ns(ts: &libc::timespec) -> i128 {
+    i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec)
+}
+
 /// Maps `len` bytes of zeroed anonymous memory; `None` when the kernel refuses.
 /// `reserve_only` maps with MAP_NORESERVE: pages cost memory only once touched.
 pub fn map_anon(len: usize, reserve_only: bool) -> Option<*mut u8> {

@@ -92,15 +92,9 @@ static STALLED: CacheLine<AtomicBool> = CacheLine(AtomicBool::new(false));
 /// How long a producer waits for room in a full ring before it counts its event as lost.
 pub const FULL_WAIT_NS: u64 = 20_000_000;
 
-/// CLOCK_MONOTONIC in nanoseconds (a vDSO call: no allocation, no lock).
+/// CLOCK_MONOTONIC in nanoseconds (no allocation, no lock).
 fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid out-pointer; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    sys::clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0) as u64
 }
 
 /// Maps the ring; false when the kernel refuses (recording stays off).

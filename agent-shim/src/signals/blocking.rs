@@ -65,7 +65,7 @@ use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicU64, Ordering};
 
 use super::Real;
-use crate::sys;
+use crate::sys::{self, ts_ns};
 
 /// Inside a wrapped blocking call.
 const IN_CALL: u8 = 1;
@@ -268,19 +268,6 @@ pub enum Timeout {
     Relative { clock: libc::clockid_t, ns: i128 },
 }
 
-fn now_ns(clock: libc::clockid_t) -> Option<i128> {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the timespec (vDSO, async-signal-safe).
-    (unsafe { libc::clock_gettime(clock, &mut ts) } == 0).then(|| ts_ns(&ts))
-}
-
-pub fn ts_ns(ts: &libc::timespec) -> i128 {
-    i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec)
-}
-
 pub fn ns_ts(ns: i128) -> libc::timespec {
     let ns = ns.max(0);
     libc::timespec {
@@ -307,12 +294,12 @@ pub fn run<R: Copy>(
 ) -> R {
     let deadline = match timeout {
         Timeout::Same => None,
-        Timeout::Relative { clock, ns } => now_ns(clock).map(|t| (clock, t + ns)),
+        Timeout::Relative { clock, ns } => sys::clock_ns(clock).map(|t| (clock, t + ns)),
     };
     let guard = Call::enter();
     let mut r = call(None);
     while interrupted(r) && guard.agent_only() {
-        let left = deadline.map(|(clock, end)| end - now_ns(clock).unwrap_or(end));
+        let left = deadline.map(|(clock, end)| end - sys::clock_ns(clock).unwrap_or(end));
         r = call(left);
     }
     guard.leave();
