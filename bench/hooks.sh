@@ -23,29 +23,12 @@ SLOW_RUNS=${SLOW_RUNS:-1}
 THREADS=${THREADS:-4}
 OPS=${OPS:-2000000}
 
-cargo build --release -p heaptui-agent >&2
-AGENT=${CARGO_TARGET_DIR:-$PWD/target}/release/libheaptui_agent.so
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+source bench/stress_lib.sh
 NOFP=${NOFP:-1}
 # Frame pointers kept (the agent's unwinder follows rbp frames with one cached rule each),
 # and a second build without them (every frame unwound through its CFI rule).
-gcc -O2 -fno-omit-frame-pointer -pthread bench/stress.c -o "$work/stress"
 gcc -O2 -fomit-frame-pointer -pthread bench/stress.c -o "$work/stress_nofp"
-STRESS=("$work/stress" "$THREADS" "$OPS")
 STRESS_NOFP=("$work/stress_nofp" "$THREADS" "$OPS")
-
-# "wall,cpu" seconds of one run of "$@" (output discarded); cpu = user + system of the
-# process and its children. On a shared, loaded machine CPU time is the steadier figure.
-wall() {
-    local TIMEFORMAT='%R %U %S' t
-    t=$({ time "$@" >/dev/null 2>>"$work/stderr"; } 2>&1 | tail -1)
-    awk '{ printf "%.3f,%.3f\n", $1, $2 + $3 }' <<<"$t"
-}
-
-median() {
-    sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
 
 # agent [VAR=VALUE…] PROGRAM…: one env(1) sets everything and execs PROGRAM directly (the
 # agent takes itself out of LD_PRELOAD for exec'd children, so no wrapper may sit between).
@@ -53,7 +36,6 @@ agent() {
     env LD_PRELOAD="$AGENT" HEAPTUI_LOG="$work/agent.log" HEAPTUI_LISTEN="unix:$work/agent.sock" "$@"
 }
 
-declare -A times
 one() {
     case $1 in
         bare) wall "${STRESS[@]}" ;;
@@ -73,13 +55,7 @@ fi
 if ((NOFP)); then
     names+=(bare_nofp stacks_on_nofp)
 fi
-for ((i = 0; i < RUNS; i++)); do
-    # Rotate the order every round so no configuration always runs first.
-    for ((k = 0; k < ${#names[@]}; k++)); do
-        n=${names[(i + k) % ${#names[@]}]}
-        times[$n]+="$(one "$n") "
-    done
-done
+interleave "${names[@]}"
 # The last agent run (for the memory figure) has stacks on.
 one stacks_on >/dev/null
 if ((SLOW_RUNS > 0)) && command -v heaptrack >/dev/null; then
@@ -95,19 +71,9 @@ if ((SLOW_RUNS > 0)) && command -v valgrind >/dev/null; then
     names+=(valgrind)
 fi
 
-# Median of field $2 (1 = wall, 2 = cpu) of run $1.
-med() { tr ' ' '\n' <<<"${times[$1]}" | grep . | cut -d, -f"$2" | median; }
-bare=$(med bare 1)
-bare_cpu=$(med bare 2)
 echo "stress: $THREADS threads, $OPS operations in total; medians of $RUNS runs ($SLOW_RUNS for heaptrack/valgrind)"
-printf '| %-28s | %10s | %8s | %10s | %8s |\n' run "wall (s)" "vs bare" "cpu (s)" "vs bare"
-printf '|%s|%s|%s|%s|%s|\n' "------------------------------" "------------" "----------" "------------" "----------"
+table_header 28 bare
 for n in "${names[@]}"; do
-    m=$(med "$n" 1)
-    c=$(med "$n" 2)
-    # The -fomit-frame-pointer build is compared with its own bare run.
-    b=$bare
-    bc=$bare_cpu
     case $n in
         bare) label="bare" ;;
         stacks_off) label="agent, HEAPTUI_STACK_DEPTH=0" ;;
@@ -118,15 +84,11 @@ for n in "${names[@]}"; do
         heaptrack) label="heaptrack" ;;
         valgrind) label="valgrind memcheck" ;;
     esac
+    # The -fomit-frame-pointer build is compared with its own bare run.
     case $n in
-        *_nofp)
-            b=$(med bare_nofp 1)
-            bc=$(med bare_nofp 2)
-            ;;
+        *_nofp) table_row 28 "$label" "$n" bare_nofp ;;
+        *) table_row 28 "$label" "$n" bare ;;
     esac
-    printf '| %-28s | %10s | %7.2fx | %10s | %7.2fx |\n' "$label" "$m" \
-        "$(awk -v a="$m" -v b="$b" 'BEGIN { print a / b }')" "$c" \
-        "$(awk -v a="$c" -v b="$bc" 'BEGIN { print a / b }')"
 done
 
 # Agent memory: the last agent run's exit summary (stacks on), with every block still live.
