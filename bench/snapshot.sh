@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Snapshot benchmark (SPEC §9): stop-the-world pause, capture time and analysis time at
+# Snapshot benchmark (docs/reference.md §9): stop-the-world pause, capture time and analysis time at
 # 10k/100k/1M live blocks and 8/64/256 threads, beside one sequential read of the same bytes.
 #
 #   bash bench/snapshot.sh            # the full matrix
@@ -23,7 +23,7 @@ if [[ -n "${QUICK:-}" ]]; then BLOCKS=(10000 100000); else BLOCKS=(10000 100000 
 THREADS=(8 64 256)
 CASES=()
 for b in "${BLOCKS[@]}"; do for t in "${THREADS[@]}"; do CASES+=("$b $t"); done; done
-# The target of SPEC §9: 1M blocks, 256 MiB, 16 threads.
+# The target of docs/reference.md §9: 1M blocks, 256 MiB, 16 threads.
 if [[ -z "${QUICK:-}" ]]; then CASES+=("1000000 16"); fi
 
 printf '| blocks | threads | MiB | pause ms | capture ms | write ms | analysis ms | read ms |\n'

@@ -1,5 +1,5 @@
-//! TUI benchmark (SPEC §9, issue 5): from keypress to redrawn screen with 10k threads and a
-//! group of 1M objects, and the fuzzy filter over 100k rows.
+//! TUI benchmark (docs/reference.md §9, issue 5): from keypress to redrawn screen with 10k threads
+//! and a group of 1M objects, and the fuzzy filter over 100k rows.
 //!
 //! Drives the real state and drawing code in-process: a key goes through `App::on_key`, the
 //! requests it makes are answered by the same code the offline source runs (so a key that needs

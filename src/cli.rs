@@ -1,5 +1,5 @@
-//! The command line (SPEC §2), declared with clap's derive. Parsing only: what a command does
-//! lives with the command (`offline/` for the file-based ones).
+//! The command line (docs/reference.md §2), declared with clap's derive. Parsing only: what a
+//! command does lives with the command (`offline/` for the file-based ones).
 
 use std::path::PathBuf;
 
@@ -86,7 +86,8 @@ pub struct RunArgs {
     /// Where the agent listens (:PORT, HOST:PORT or unix:PATH); default: a private Unix socket.
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<String>,
-    /// The agent's memory-shortage policy file (SPEC §7); without one, cancel is refused.
+    /// The agent's memory-shortage policy file (docs/reference.md §7); without one, cancel is
+    /// refused.
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
     /// Seconds between automatic snapshots once `a` turns them on.

@@ -1,5 +1,5 @@
-//! How the other views' figures are written (SPEC §8), shared by the TUI and the text report
-//! so that both say the same thing the same way: age ranges and histograms, wall-clock ages,
+//! How the other views' figures are written (docs/reference.md §8), shared by the TUI and the text
+//! report so that both say the same thing the same way: age ranges and histograms, wall-clock ages,
 //! unit queries, utilization.
 //!
 //! Formatting only: every number comes from the source.

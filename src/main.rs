@@ -1,4 +1,4 @@
-//! `heaptui`: the one binary users run (SPEC §2).
+//! `heaptui`: the one binary users run (docs/reference.md §2).
 //!
 //! Parses the command line and hands each command to its module. Exit codes: 0 success,
 //! 1 runtime failure (one line on stderr, `heaptui: …`), 2 usage error (clap's own message).
@@ -38,7 +38,8 @@ fn main() -> ExitCode {
             Err(e) => Err(e),
         },
         Command::Cancel(args) => match cancel(&args, &mut stdout) {
-            // The agent refused: a runtime failure (SPEC §2), the reason already printed.
+            // The agent refused: a runtime failure (docs/reference.md §2), the reason already
+            // printed.
             Ok(client::cancel::Outcome::Refused) => {
                 let _ = stdout.flush();
                 return ExitCode::FAILURE;

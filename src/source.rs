@@ -1,6 +1,6 @@
-//! The TUI's data source (`notes/SOURCE_API.md`): one request/answer channel that a live agent
-//! (`client::connect`) and a snapshot file ([`offline`]) both speak with the protocol's own
-//! `Request`/`Response`, so every screen works the same on both.
+//! The TUI's data source: one request/answer channel that a live agent (`client::connect`) and
+//! a snapshot file ([`offline`]) both speak with the protocol's own `Request`/`Response`
+//! (docs/reference.md §6), so every screen works the same on both.
 //!
 //! This module owns the handle (queued requests with fresh ids), the event type coming back, and
 //! the offline sources, which answer in-process on a thread of their own: a snapshot file with
@@ -20,8 +20,8 @@ use tokio::sync::mpsc;
 use crate::offline::recording::Recording;
 
 /// What a source sends back to its user.
-// `body` stays unboxed as the contract (`notes/SOURCE_API.md`) has it: each event is moved
-// once, from the source into the TUI's loop.
+// `body` stays unboxed: each event is moved once, from the source into the TUI's loop, so a
+// box would cost an allocation per answer and save nothing.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum SourceEvent {
@@ -192,7 +192,7 @@ mod tests {
     fn fixture() -> HeapGraph {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../shared/fixtures/patent-example.json"
+            "/tests/data/patent-example.json"
         );
         heaptui_analysis::snapshot::read_file(std::path::Path::new(path)).expect("fixture")
     }

@@ -9,7 +9,7 @@ use heaptui_analysis::snapshot;
 use serde_json::{Value, json};
 
 fn fixture() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/patent-example.json")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/patent-example.json")
 }
 
 fn heaptui(args: &[&str]) -> Output {
@@ -273,7 +273,7 @@ fn json_report_has_every_figure_of_the_fixture() {
             json!([15, "global-only", "Config", 100, 1, ["globals"]]),
         ]
     );
-    // The ids of SPEC §5: entry 5 is T1, entry 6 is T2.
+    // The ids of docs/reference.md §5: entry 5 is T1, entry 6 is T2.
     assert_eq!(id_of(5), "T1");
     assert_eq!(id_of(6), "T2");
     let group = |entry: u64| groups.iter().find(|g| g["entry"] == entry).unwrap();

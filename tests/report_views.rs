@@ -30,7 +30,7 @@ fn report(path: &Path, flags: &[&str]) -> String {
 }
 
 fn fixture() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/patent-example.json")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/patent-example.json")
 }
 
 /// The data row of a text table whose first cell is `first`, split on runs of spaces.

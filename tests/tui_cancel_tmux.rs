@@ -1,5 +1,5 @@
-//! The operator's cancel in a real terminal (SPEC §7, issue 6): `heaptui demo` runs in a
-//! detached tmux session of 120×36 under its shipped policy (`report-*` may be cancelled
+//! The operator's cancel in a real terminal (docs/reference.md §7, issue 6): `heaptui demo` runs in
+//! a detached tmux session of 120×36 under its shipped policy (`report-*` may be cancelled
 //! cooperatively); keys go in with `send-keys`, the screen comes back with `capture-pane`.
 //!
 //! On the runaway `report-builder`: `c` opens the confirmation with the policy file, the

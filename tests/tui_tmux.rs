@@ -14,8 +14,8 @@ use tmux_common::{DEADLINE, PROMPT, Tmux};
 
 impl Tmux {
     fn open_fixture(&self) {
-        let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../shared/fixtures/patent-example.json");
+        let fixture =
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/patent-example.json");
         self.literal(&format!(
             "{} open {}",
             env!("CARGO_BIN_EXE_heaptui"),

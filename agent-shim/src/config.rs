@@ -1,4 +1,5 @@
-//! The agent's configuration: every `HEAPTUI_*` variable of SPEC §2, parsed once at load.
+//! The agent's configuration: every `HEAPTUI_*` variable of docs/reference.md §2, parsed once at
+//! load.
 //!
 //! An unknown variable or a malformed value produces one line on stderr naming it, and the
 //! default is used: the target program always runs. Hooks never call [`config`]; what they
@@ -30,7 +31,7 @@ pub struct Config {
     /// `HEAPTUI_LISTEN`; loopback unless `HEAPTUI_LISTEN_PUBLIC=1`.
     pub listen: Listen,
     pub listen_public: bool,
-    /// `HEAPTUI_POLICY`: the policy file (SPEC §7); without one, cancel is refused.
+    /// `HEAPTUI_POLICY`: the policy file (docs/reference.md §7); without one, cancel is refused.
     pub policy_path: Option<PathBuf>,
     /// `HEAPTUI_AUDIT`: the audit log file.
     pub audit_path: Option<PathBuf>,
@@ -43,7 +44,7 @@ pub struct Config {
     /// `HEAPTUI_METRICS`: Prometheus endpoint address; loopback unless
     /// `HEAPTUI_LISTEN_PUBLIC=1`.
     pub metrics: Option<SocketAddr>,
-    /// `HEAPTUI_AUTO_SNAPSHOT`: `every:SIZE`, `tolerance:SIZE` or `off` (SPEC §8).
+    /// `HEAPTUI_AUTO_SNAPSHOT`: `every:SIZE`, `tolerance:SIZE` or `off` (docs/reference.md §8).
     pub auto_snapshot: SnapshotRule,
     /// `HEAPTUI_LOG`: agent log file (else stderr).
     pub log_path: Option<String>,

@@ -1,5 +1,5 @@
 //! Snapshot files on request: `HEAPTUI_DUMP=PREFIX` makes `SIGUSR2`, and the process's exit,
-//! write a binary snapshot `PREFIX.<pid>.<n>.hsnap` (SPEC §2, §4).
+//! write a binary snapshot `PREFIX.<pid>.<n>.hsnap` (docs/reference.md §2, §4).
 //!
 //! Owns: the agent thread (started from the agent's constructor, marked as the agent's own so
 //! it is never stopped or listed), the dump trigger that `SIGUSR2` calls (it only writes one

@@ -1,7 +1,7 @@
 //! The heaptui agent: a shared object preloaded into the profiled process.
 //!
 //! It tracks every heap block, and on request stops the world, walks every thread's stack
-//! and scans for pointers to build the heap graph (SPEC §3).
+//! and scans for pointers to build the heap graph (docs/reference.md §3).
 //!
 //! Layout: `exports` (every exported symbol), `hooks` (the malloc family and
 //! pthread_create), `registry` (blocks, stacks, threads, counters), `alloc` (the agent's own

@@ -120,9 +120,9 @@ fn own_file_name() -> Option<&'static [u8]> {
 }
 
 /// Removes the agent from `LD_PRELOAD` in this process's environment, keeping every other
-/// preload, so exec'd children run without it (SPEC: unless `HEAPTUI_FOLLOW_EXEC=1`). The
-/// string is rewritten in place (it only shrinks), and the variable removed when nothing is
-/// left: no allocation, so the process's own counters are not disturbed.
+/// preload, so exec'd children run without it (docs/reference.md §2: unless
+/// `HEAPTUI_FOLLOW_EXEC=1`). The string is rewritten in place (it only shrinks), and the variable
+/// removed when nothing is left: no allocation, so the process's own counters are not disturbed.
 fn remove_self_from_ld_preload() {
     let Some(me) = own_file_name() else { return };
     // SAFETY: the constructor runs before the program's threads exist; environ is a

@@ -107,7 +107,7 @@ fn line_to(fd: i32, args: fmt::Arguments) {
 }
 
 /// Writes one line `heaptui[<pid>]: <message>` to stderr, whatever `HEAPTUI_LOG` says (for
-/// problems with the environment, which SPEC §2 puts on stderr).
+/// problems with the environment, which docs/reference.md §2 puts on stderr).
 pub fn to_stderr(args: fmt::Arguments) {
     line_to(2, args);
 }

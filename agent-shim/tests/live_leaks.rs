@@ -1,6 +1,6 @@
-//! The leaks view (SPEC §8 "Leaks") on a real target under the real preload, through the real
-//! protocol: a loop that leaks a small list on every step — its head definitely lost, the rest
-//! indirectly lost — and a lone block, grouped by allocation site, most bytes first, with the
+//! The leaks view (docs/reference.md §8 "Leaks") on a real target under the real preload, through
+//! the real protocol: a loop that leaks a small list on every step — its head definitely lost, the
+//! rest indirectly lost — and a lone block, grouped by allocation site, most bytes first, with the
 //! site's objects one request away.
 
 mod common;

@@ -1,5 +1,5 @@
-//! The agent's views around the core (SPEC §8) on real targets under the real preload, through
-//! the real protocol: automatic snapshots keeping the peak (`HEAPTUI_AUTO_SNAPSHOT`), the
+//! The agent's views around the core (docs/reference.md §8) on real targets under the real preload,
+//! through the real protocol: automatic snapshots keeping the peak (`HEAPTUI_AUTO_SNAPSHOT`), the
 //! counter history, per-site growth across snapshots, block ages, and the Prometheus endpoint
 //! (`HEAPTUI_METRICS`) scraped over plain TCP.
 

@@ -1,5 +1,5 @@
-//! Engine benchmark (SPEC §9 "Engine"): `Analysis::new` on synthetic graphs of 100k, 1M
-//! and 10M objects — median time, peak memory per object — and, at 100k and 1M objects,
+//! Engine benchmark (docs/reference.md §9 "Engine"): `Analysis::new` on synthetic graphs of 100k,
+//! 1M and 10M objects — median time, peak memory per object — and, at 100k and 1M objects,
 //! the ratio to a brute-force computation (one breadth-first search per frame) whose
 //! per-thread and per-frame figures must equal the engine's.
 //!

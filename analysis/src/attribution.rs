@@ -1,4 +1,4 @@
-//! The exact attribution of every heap byte to threads and frames (SPEC §3).
+//! The exact attribution of every heap byte to threads and frames (docs/reference.md §3).
 //!
 //! [`Analysis::new`] builds the dominator tree of the heap graph under a super-root —
 //! super-root → thread nodes and the globals node → frame nodes → objects — and reads every
@@ -188,7 +188,7 @@ impl Successors for RootedHeap<'_> {
     }
 }
 
-/// Every figure of SPEC §3 for one heap graph.
+/// Every figure of docs/reference.md §3 for one heap graph.
 #[derive(Clone, Debug)]
 pub struct Analysis {
     layout: Layout,

@@ -1,4 +1,4 @@
-//! The figures the attribution engine produces (SPEC §3), as plain data.
+//! The figures the attribution engine produces (docs/reference.md §3), as plain data.
 //!
 //! These types are the engine's public answer: the report printer, the protocol and the TUI
 //! read them; only `attribution` and `groups` construct them. They hold no references into
@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::graph::ObjectIndex;
 
-/// The three kinds of shared-memory entry (SPEC §3 "Groups").
+/// The three kinds of shared-memory entry (docs/reference.md §3 "Groups").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum GroupKind {
@@ -109,7 +109,7 @@ mod globals_literal {
     }
 }
 
-/// The class of one object (SPEC §3 table). Thread and frame are indices into
+/// The class of one object (docs/reference.md §3 table). Thread and frame are indices into
 /// `HeapGraph::threads` and that thread's `frames`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -172,7 +172,7 @@ pub struct Group {
     pub refs: Vec<GroupId>,
 }
 
-/// Unreachable blocks (SPEC §3, last row).
+/// Unreachable blocks (docs/reference.md §3, last row).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Leaks {
     pub bytes: u64,

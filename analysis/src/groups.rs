@@ -1,5 +1,5 @@
-//! Shared-memory groups (SPEC §3 "Groups"): which objects head a group, which groups each
-//! holder refers to, and which threads (and the globals) reach each thread-shared group.
+//! Shared-memory groups (docs/reference.md §3 "Groups"): which objects head a group, which groups
+//! each holder refers to, and which threads (and the globals) reach each thread-shared group.
 //!
 //! Everything here works on "holders" — each frame with the objects proprietary to it,
 //! and each group with its members — instead of single objects, because every member of

@@ -1,5 +1,6 @@
 //! heaptui's analysis engine: the heap-graph model, the exact attribution of every byte to
-//! threads and frames (SPEC §3), and the snapshot files that carry a graph offline (SPEC §4).
+//! threads and frames (docs/reference.md §3), and the snapshot files that carry a graph offline
+//! (docs/reference.md §4).
 //!
 //! Pure safe Rust; the only I/O is reading and writing snapshot files.
 

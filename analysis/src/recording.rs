@@ -1,5 +1,5 @@
-//! The recording file (SPEC §8 "Recording"): the agent's event stream — allocations, frees,
-//! reallocs, threads, modules, counters, snapshot boundaries — in a compact, versioned form
+//! The recording file (docs/reference.md §8 "Recording"): the agent's event stream — allocations,
+//! frees, reallocs, threads, modules, counters, snapshot boundaries — in a compact, versioned form
 //! that survives a crash of the target: a record cut short at the end of the file is ignored.
 //!
 //! Layout: the 12-byte [`MAGIC`] `HEAPTUI\0REC\0`, the version as a little-endian `u32`

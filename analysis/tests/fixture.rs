@@ -1,4 +1,4 @@
-//! The worked example `shared/fixtures/patent-example.json`: every figure of its
+//! The worked example `tests/data/patent-example.json`: every figure of its
 //! `.expected.md`, read through the real JSON snapshot reader and the real engine.
 
 use std::path::Path;
@@ -11,7 +11,7 @@ use heaptui_analysis::{
 
 const FIXTURE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../../shared/fixtures/patent-example.json"
+    "/../tests/data/patent-example.json"
 );
 
 fn load() -> (HeapGraph, Analysis) {

@@ -1,4 +1,4 @@
-//! The engine against a brute-force oracle written from SPEC §3's definitions alone.
+//! The engine against a brute-force oracle written from docs/reference.md §3's definitions alone.
 //!
 //! The oracle never builds a dominator tree the clever way: `F(o)` is a breadth-first
 //! search from every frame, `T(o)` adds the threads and a search from the globals, and "d

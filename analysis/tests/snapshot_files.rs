@@ -12,7 +12,7 @@ use proptest::prelude::*;
 use proptest::sample::Index;
 
 fn fixture_path() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/patent-example.json")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data/patent-example.json")
 }
 
 fn fixture() -> HeapGraph {

@@ -497,7 +497,8 @@ impl<'a> Answerer<'a> {
         }
     }
 
-    /// Release of a set of threads (SPEC §3); the answer lists the set sorted, once each.
+    /// Release of a set of threads (docs/reference.md §3); the answer lists the set sorted, once
+    /// each.
     pub fn release(&self, tids: &[u32]) -> Answer<ReleaseAnswer> {
         let bytes = self.analysis.release(tids).map_err(|e| {
             error(

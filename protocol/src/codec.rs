@@ -1,5 +1,5 @@
 //! Payload encoding: bincode 2 through serde, with a size limit on decoding and trailing bytes
-//! rejected (SPEC §6), plus the typed blocking helpers [`send`] and [`recv`].
+//! rejected (docs/reference.md §6), plus the typed blocking helpers [`send`] and [`recv`].
 //!
 //! Every message of both directions goes through [`encode_frame`] / [`decode_payload`], so the
 //! rules live here once. This module never chooses what to send; it only turns values into

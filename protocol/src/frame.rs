@@ -1,4 +1,4 @@
-//! Framing: a u32 big-endian payload length, then the payload (SPEC §6).
+//! Framing: a u32 big-endian payload length, then the payload (docs/reference.md §6).
 //!
 //! Two ways to use it, so that the blocking agent and the tokio client share one
 //! implementation of the rules:

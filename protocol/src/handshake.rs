@@ -1,5 +1,5 @@
-//! The handshake that must open every connection (SPEC §6): the client's [`Hello`] (magic,
-//! protocol version, token), the server's [`Welcome`] (its version, and either the agent's
+//! The handshake that must open every connection (docs/reference.md §6): the client's [`Hello`]
+//! (magic, protocol version, token), the server's [`Welcome`] (its version, and either the agent's
 //! description or a [`Refusal`] with a reason).
 //!
 //! Both frames begin with the same frozen prefix — the 8-byte [`MAGIC`], then the version —

@@ -2,10 +2,10 @@
 //! thread states and object classes.
 //!
 //! Why twins rather than the `heaptui_analysis` types themselves: those types carry serde shapes
-//! made for the report JSON (SPEC §5) — `GroupId` serializes as the text `"T1"`, `Sharer` is
-//! `#[serde(untagged)]` and `ThreadState` adjacently tagged, and bincode cannot decode either of
-//! the last two (it is not a self-describing format). More importantly, the wire layout is
-//! frozen by [`crate::PROTOCOL_VERSION`]: it must not change when someone reshapes the report
+//! made for the report JSON (docs/reference.md §5) — `GroupId` serializes as the text `"T1"`,
+//! `Sharer` is `#[serde(untagged)]` and `ThreadState` adjacently tagged, and bincode cannot decode
+//! either of the last two (it is not a self-describing format). More importantly, the wire layout
+//! is frozen by [`crate::PROTOCOL_VERSION`]: it must not change when someone reshapes the report
 //! JSON or reorders an engine enum. So the wire has its own types, with lossless `From`
 //! conversions both ways; the engine stays the only source of the figures.
 //!
@@ -16,7 +16,7 @@ use std::fmt;
 use heaptui_analysis as engine;
 use serde::{Deserialize, Serialize};
 
-/// The three kinds of shared-memory group (SPEC §3 "Groups").
+/// The three kinds of shared-memory group (docs/reference.md §3 "Groups").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum GroupKind {
     FrameShared,
@@ -53,8 +53,8 @@ pub enum ThreadState {
     NotStoppable(String),
 }
 
-/// The class of one object (SPEC §3 table), naming threads by tid and frames by their index
-/// (innermost first) so that the answer stands on its own.
+/// The class of one object (docs/reference.md §3 table), naming threads by tid and frames by their
+/// index (innermost first) so that the answer stands on its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum ObjectClass {
     FrameProprietary { tid: u32, frame: u32 },

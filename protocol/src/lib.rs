@@ -1,4 +1,4 @@
-//! Wire messages, framing and handshake between `heaptui` and its agent (SPEC §6).
+//! Wire messages, framing and handshake between `heaptui` and its agent (docs/reference.md §6).
 //!
 //! - [`frame`]: u32 big-endian length-prefixed frames; a sans-IO [`FrameDecoder`] and blocking
 //!   helpers, the maximum length checked before any allocation;

@@ -1,5 +1,5 @@
-//! The messages exchanged after the handshake (SPEC §6): the client's [`Request`]s, the server's
-//! [`ServerMessage`]s (answers matched by [`RequestId`], and unsolicited [`Push`]es).
+//! The messages exchanged after the handshake (docs/reference.md §6): the client's [`Request`]s,
+//! the server's [`ServerMessage`]s (answers matched by [`RequestId`], and unsolicited [`Push`]es).
 //!
 //! Shapes only: every row type is small and flat so that a page of [`MAX_PAGE_ROWS`] rows stays
 //! well under the frame maximum; lists that could grow without bound inside one row are
@@ -225,19 +225,19 @@ pub enum RequestBody {
     },
     /// Allocation sites with their live bytes and blocks → [`Response::Sites`].
     Sites { sort: Sort<SiteKey>, page: Page },
-    /// What ending all of these threads would free, SPEC §3 → [`Response::Release`].
+    /// What ending all of these threads would free, docs/reference.md §3 → [`Response::Release`].
     Release { tids: Vec<u32> },
     /// The memory-shortage policy in force → [`Response::Policy`].
     Policy,
-    /// Cancel a thread under the policy (SPEC §7) → [`Response::Cancel`].
+    /// Cancel a thread under the policy (docs/reference.md §7) → [`Response::Cancel`].
     Cancel { tid: u32, dry_run: bool },
-    /// The kept snapshot's whole heap graph as a binary snapshot file (SPEC §4), bytes
+    /// The kept snapshot's whole heap graph as a binary snapshot file (docs/reference.md §4), bytes
     /// `offset ..` up to [`MAX_CHUNK_BYTES`] → [`Response::SnapshotData`]. For `heaptui
     /// snapshot` and the live report, which need every object rather than pages.
     SnapshotData { snapshot: SnapshotId, offset: u64 },
-    /// Allocation counts and live bytes per unit (SPEC §8 "Allocation sites per library,
-    /// function and thread"), the unit chosen by `query` → [`Response::Units`]. Needs the
-    /// agent's event stream; without it the answer is [`ErrorKind::Refused`] with the reason.
+    /// Allocation counts and live bytes per unit (docs/reference.md §8 "Allocation units"), the
+    /// unit chosen by `query` → [`Response::Units`]. Needs the agent's event stream; without it
+    /// the answer is [`ErrorKind::Refused`] with the reason.
     Units {
         query: UnitQuery,
         sort: Sort<UnitKey>,
@@ -303,14 +303,14 @@ pub enum Response {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Push {
     Counters(LiveCounters),
-    /// The autonomous mode found memory short (SPEC §7): what it did about it.
+    /// The autonomous mode found memory short (docs/reference.md §7): what it did about it.
     Shortage(ShortageReport),
     /// A cancel that acted has been followed up: the release measured after the threads
     /// ended, beside the prediction (the audit log's `measured` line).
     ReleaseMeasured(MeasuredRelease),
 }
 
-/// The agent's mark-and-count figures (SPEC §8).
+/// The agent's mark-and-count figures (docs/reference.md §8).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LiveCounters {
     pub live_bytes: u64,
@@ -372,8 +372,8 @@ pub struct ProcessInfo {
     /// The snapshot kept for drill-down, if one was taken.
     pub snapshot: Option<SnapshotInfo>,
     pub policy_loaded: bool,
-    /// The automatic snapshot taken at the highest live bytes so far (SPEC §8), kept until a
-    /// higher one replaces it; its graph is fetched with [`RequestBody::SnapshotData`].
+    /// The automatic snapshot taken at the highest live bytes so far (docs/reference.md §8), kept
+    /// until a higher one replaces it; its graph is fetched with [`RequestBody::SnapshotData`].
     pub peak_snapshot: Option<SnapshotInfo>,
     /// The automatic snapshot rule in force.
     pub snapshot_rule: SnapshotRule,
@@ -385,8 +385,8 @@ pub struct ThreadRow {
     pub tid: u32,
     pub name: String,
     pub state: ThreadState,
-    /// `Σ size(o) : T(o) = {t}` — also the release of this thread alone (SPEC §3), so a
-    /// single-thread release ranking needs no [`RequestBody::Release`] per thread.
+    /// `Σ size(o) : T(o) = {t}` — also the release of this thread alone (docs/reference.md §3), so
+    /// a single-thread release ranking needs no [`RequestBody::Release`] per thread.
     pub proprietary: u64,
     pub shared: u64,
     pub total: u64,
@@ -401,7 +401,7 @@ pub struct ThreadPage {
     pub rows: Vec<ThreadRow>,
 }
 
-/// One frame of a thread, with what it holds (SPEC §3).
+/// One frame of a thread, with what it holds (docs/reference.md §3).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FrameRow {
     /// 0 is the innermost frame.
@@ -448,7 +448,7 @@ pub struct ObjectRow {
     pub age: Option<u32>,
 }
 
-/// A shared-memory group (SPEC §3 "Groups").
+/// A shared-memory group (docs/reference.md §3 "Groups").
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GroupInfo {
     pub snapshot: SnapshotId,
@@ -528,7 +528,7 @@ pub struct SitePage {
     pub rows: Vec<SiteRow>,
 }
 
-/// Release of a set of threads (SPEC §3).
+/// Release of a set of threads (docs/reference.md §3).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReleaseAnswer {
     pub snapshot: SnapshotId,
@@ -546,7 +546,7 @@ pub struct SnapshotChunk {
     pub bytes: Vec<u8>,
 }
 
-/// How a permitted thread is cancelled (SPEC §7).
+/// How a permitted thread is cancelled (docs/reference.md §7).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Mechanism {
     Cooperative,

@@ -1,7 +1,7 @@
-//! The blocking byte stream both ends speak the protocol over: a TCP or a Unix socket (SPEC §6
-//! addresses are `HOST:PORT` or `unix:PATH`). Only the plumbing every peer needs — read, write,
-//! timeouts — so the agent's server and the one-shot client share one type; connecting,
-//! listening and their policies stay with each end.
+//! The blocking byte stream both ends speak the protocol over: a TCP or a Unix socket
+//! (docs/reference.md §6 addresses are `HOST:PORT` or `unix:PATH`). Only the plumbing every peer
+//! needs — read, write, timeouts — so the agent's server and the one-shot client share one type;
+//! connecting, listening and their policies stay with each end.
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;

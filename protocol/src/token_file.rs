@@ -1,5 +1,5 @@
-//! Where an agent's token file lives and what it is called (SPEC §6). The agent writes it and a
-//! local client finds it from the address alone, so both ends compute the path here, once.
+//! Where an agent's token file lives and what it is called (docs/reference.md §6). The agent writes
+//! it and a local client finds it from the address alone, so both ends compute the path here, once.
 //!
 //! Directory: `$XDG_RUNTIME_DIR/heaptui/` when `XDG_RUNTIME_DIR` is an absolute path, else
 //! `/tmp/heaptui-$UID/`. File: `tcp-<port>.token`, or `unix-<escaped absolute socket

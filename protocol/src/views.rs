@@ -1,5 +1,5 @@
-//! The shapes of the views around the core (SPEC §8) on the wire: allocation units, leaks
-//! and growth by site, block ages, the counter history, the automatic snapshot rule, and the
+//! The shapes of the views around the core (docs/reference.md §8) on the wire: allocation units,
+//! leaks and growth by site, block ages, the counter history, the automatic snapshot rule, and the
 //! server-side object filter.
 //!
 //! Shapes only, like [`crate::message`]: the agent fills them from `heaptui_analysis::views`,
@@ -81,7 +81,7 @@ pub fn subsequence_match(text: &str, query: &str) -> bool {
     wanted.peek().is_none()
 }
 
-/// When the agent takes automatic snapshots (SPEC §8 "mark-and-count").
+/// When the agent takes automatic snapshots (docs/reference.md §8 "mark-and-count").
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SnapshotRule {
     /// Only on request.
@@ -152,7 +152,7 @@ pub enum UnitKey {
     Name,
 }
 
-/// One unit's figures (SPEC §8).
+/// One unit's figures (docs/reference.md §8).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UnitRow {
     /// `liba.so`, `func_a0 (liba.so)` or `thread 42`.

@@ -1,4 +1,4 @@
-//! The answer builders against the worked example `shared/fixtures/patent-example.json`
+//! The answer builders against the worked example `tests/data/patent-example.json`
 //! (figures from its `.expected.md`), and paging over larger hand-built graphs.
 
 use std::path::PathBuf;
@@ -13,8 +13,7 @@ use proptest::prelude::*;
 const SNAP: SnapshotId = SnapshotId(7);
 
 fn fixture() -> (HeapGraph, Analysis) {
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/patent-example.json");
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data/patent-example.json");
     let graph = engine::snapshot::read_file(&path).unwrap();
     let analysis = Analysis::new(&graph);
     (graph, analysis)
@@ -634,8 +633,8 @@ fn leaks_are_grouped_by_site_most_bytes_first() {
 
 #[test]
 fn ages_count_the_boundaries_each_block_survived() {
-    // The vector of SPEC §8: boundaries after allocations 5 and 8; live blocks 1, 3, 5, 7, 9,
-    // 10 → ages 2, 2, 2, 1, 0, 0.
+    // The vector of docs/reference.md §8: boundaries after allocations 5 and 8; live blocks 1, 3,
+    // 5, 7, 9, 10 → ages 2, 2, 2, 1, 0, 0.
     let mut objects = Objects::default();
     let mut edges = Edges::default();
     for (i, seq) in [1u64, 3, 5, 7, 9, 10].into_iter().enumerate() {

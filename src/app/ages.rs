@@ -1,6 +1,6 @@
-//! The ages screen's state (SPEC §8 "Ages"): the histogram of block ages (snapshots survived:
-//! 0, 1, 2, 3, more than 3) per site or per thread, and the oldest survivors, as the source
-//! answered them for the kept snapshot (or a recording's end).
+//! The ages screen's state (docs/reference.md §8 "Ages"): the histogram of block ages (snapshots
+//! survived: 0, 1, 2, 3, more than 3) per site or per thread, and the oldest survivors, as the
+//! source answered them for the kept snapshot (or a recording's end).
 //!
 //! Two lists, one shown at a time (`o` switches); `t` regroups by site or thread, which asks
 //! the source again. State only: no drawing, no requests.

@@ -1,5 +1,5 @@
-//! The operator's cancel dialog (SPEC §7, issue 6) as plain state: which thread, the agent's
-//! policy, its dry-run prediction and verdict, the outcome of the confirmed cancel and the
+//! The operator's cancel dialog (docs/reference.md §7, issue 6) as plain state: which thread, the
+//! agent's policy, its dry-run prediction and verdict, the outcome of the confirmed cancel and the
 //! release the agent measured afterwards; and the one-line texts of the agent's policy,
 //! memory-shortage reports and measured releases.
 //!

@@ -1,5 +1,5 @@
-//! The growth screen's state (SPEC §8 "Leaks … per-site growth"): each site's live bytes
-//! across the snapshots the source has seen, with the sites it flagged (growing over its run
+//! The growth screen's state (docs/reference.md §8 "Leaks … per-site growth"): each site's live
+//! bytes across the snapshots the source has seen, with the sites it flagged (growing over its run
 //! of snapshots, or holding over 75% of the heap).
 //!
 //! State only: no drawing, no requests; the flags are the source's, never recomputed here.

@@ -1,5 +1,6 @@
-//! The leaks screen's state (SPEC §8 "Leaks"): the kept snapshot's unreachable blocks by
-//! allocation site, definitely and indirectly lost (SPEC §3), as the source answered them.
+//! The leaks screen's state (docs/reference.md §8 "Leaks"): the kept snapshot's unreachable blocks
+//! by allocation site, definitely and indirectly lost (docs/reference.md §3), as the source
+//! answered them.
 //!
 //! State only: no drawing, no requests; every figure comes from the source.
 

@@ -1,5 +1,5 @@
-//! The other views (SPEC §8) on the drill-down stack — allocation units, leaks by site,
-//! growth, ages — behind one [`OtherView`], so that `app` handles them with one arm per
+//! The other views (docs/reference.md §8) on the drill-down stack — allocation units, leaks by
+//! site, growth, ages — behind one [`OtherView`], so that `app` handles them with one arm per
 //! operation: what to ask, where an answer goes, which table keys act on, what Enter opens.
 //!
 //! State only: no drawing, no requests sent (it says what to ask; `app` asks).

@@ -111,8 +111,8 @@ impl TableRow for ThreadRow {
 /// A thread on the release tab: what ending it alone frees, and whether it is marked.
 ///
 /// Ending one thread frees exactly what it holds alone: `release({t}) = Σ size(o) : T(o) = {t}`,
-/// which is `proprietary(t)` by definition (SPEC §3); sets are asked of the source, since
-/// their release is not the sum of these.
+/// which is `proprietary(t)` by definition (docs/reference.md §3); sets are asked of the source,
+/// since their release is not the sum of these.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReleaseRow {
     pub thread: ThreadRow,

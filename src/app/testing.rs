@@ -23,7 +23,7 @@ pub const HEIGHT: u16 = 36;
 pub fn fixture() -> HeapGraph {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/fixtures/patent-example.json"
+        "/tests/data/patent-example.json"
     );
     heaptui_analysis::snapshot::read_file(std::path::Path::new(path)).expect("the fixture")
 }

@@ -1,6 +1,6 @@
-//! The allocation-units screen's state (SPEC §8 "Allocation sites per library, function and
-//! thread"): the query in force (granularity, position, charge), the units the source answered
-//! for it, and the one line the source said when it could not answer.
+//! The allocation-units screen's state (docs/reference.md §8 "Allocation units"): the query in
+//! force (granularity, position, charge), the units the source answered for it, and the one
+//! line the source said when it could not answer.
 //!
 //! Switching any part of the query asks the source again (the units are computed from the
 //! events at analysis time, never re-derived here). State only: no drawing, no requests.

@@ -29,7 +29,7 @@ pub enum ViewKind {
     Group(GroupView),
     Objects(ObjectsView),
     Object(ObjectView),
-    /// Units, leaks, growth or ages (SPEC §8).
+    /// Units, leaks, growth or ages (docs/reference.md §8).
     Other(OtherView),
 }
 

@@ -1,4 +1,4 @@
-//! Agent addresses as users write them (SPEC §2): `:PORT`, `HOST:PORT` or `unix:PATH`.
+//! Agent addresses as users write them (docs/reference.md §2): `:PORT`, `HOST:PORT` or `unix:PATH`.
 
 use std::fmt;
 use std::net::IpAddr;

@@ -1,6 +1,6 @@
-//! `heaptui cancel ADDR TID [--dry-run] [--wait SECONDS]` (SPEC §2, §7): asks the agent to
-//! cancel one thread under its memory-shortage policy and prints the verdict, then the policy
-//! in force (its file, or why there is none that works: a file that failed to parse is named
+//! `heaptui cancel ADDR TID [--dry-run] [--wait SECONDS]` (docs/reference.md §2, §7): asks the
+//! agent to cancel one thread under its memory-shortage policy and prints the verdict, then the
+//! policy in force (its file, or why there is none that works: a file that failed to parse is named
 //! with its error), and — when the cancel acted — the release the agent measured after the
 //! thread ended, beside the prediction.
 //!

@@ -1,7 +1,7 @@
-//! The live data source of the TUI (`notes/SOURCE_API.md`): one tokio task per agent that
-//! owns the connection, writes queued requests, matches nothing itself (answers carry their
-//! request ids), forwards answers and pushes as [`SourceEvent`]s, and reconnects with backoff
-//! when the agent goes away.
+//! The live data source of the TUI (the channel of `crate::source`): one tokio task per agent
+//! that owns the connection, writes queued requests, matches nothing itself (answers carry
+//! their request ids), forwards answers and pushes as [`SourceEvent`]s, and reconnects with
+//! backoff when the agent goes away.
 //!
 //! While disconnected, requests are answered at once with an error (the TUI never waits on a
 //! dead connection); after a reconnect the subscription is renewed, and the user asks again

@@ -1,5 +1,5 @@
-//! Finding an agent's token (SPEC §6): for a local address, the file the agent wrote under
-//! `$XDG_RUNTIME_DIR/heaptui/` or `/tmp/heaptui-$UID/`, named after the port or socket (the
+//! Finding an agent's token (docs/reference.md §6): for a local address, the file the agent wrote
+//! under `$XDG_RUNTIME_DIR/heaptui/` or `/tmp/heaptui-$UID/`, named after the port or socket (the
 //! same rule as the agent's `server/token.rs`); otherwise the file given with `--token-file`.
 
 use std::path::{Path, PathBuf};

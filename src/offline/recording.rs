@@ -1,5 +1,5 @@
-//! A recording (SPEC §8 "Recording", `HEAPTUI_RECORD=FILE`) as a source of the views: the
-//! file is replayed through `heaptui_analysis::views::Tracker`, and requests are answered with
+//! A recording (docs/reference.md §8 "Recording", `HEAPTUI_RECORD=FILE`) as a source of the views:
+//! the file is replayed through `heaptui_analysis::views::Tracker`, and requests are answered with
 //! the protocol's own answer types, so that `heaptui open REC` shows the live screens and
 //! `heaptui report REC` prints the same figures.
 //!

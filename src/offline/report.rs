@@ -1,6 +1,6 @@
 //! `heaptui report SOURCE [--json] [--release TID,…]`: the whole analysis of one snapshot,
-//! as text tables or as the report JSON of SPEC §5 (`--format` also offers the exports of
-//! `export/`).
+//! as text tables or as the report JSON of docs/reference.md §5 (`--format` also offers the exports
+//! of `export/`).
 //!
 //! [`Report`] is the one model of a report: the JSON is its serialization and the text
 //! tables (`text`) are drawn from it, so the two cannot disagree. Building it reads the
@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use crate::cli::{ReportArgs, ReportFormat};
 
-/// The report format name and version (SPEC §5).
+/// The report format name and version (docs/reference.md §5).
 pub const REPORT_FORMAT: &str = "heaptui-report";
 pub const REPORT_VERSION: u32 = 1;
 
@@ -120,7 +120,7 @@ pub struct Report {
     pub leaks: Leaks,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub release: Option<Release>,
-    /// A live report's snapshot timing (SPEC §5), absent for a file.
+    /// A live report's snapshot timing (docs/reference.md §5), absent for a file.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub timing: Option<Timing>,
     /// `--leaks`/`--ages` (members `leak_sites`, `ages`), absent unless asked.

@@ -1,5 +1,5 @@
-//! The other views (SPEC §8) in `heaptui report`: leaks by site and block ages for a snapshot
-//! or a live agent (`--leaks`, `--ages`), and the whole report of a recording (counters,
+//! The other views (docs/reference.md §8) in `heaptui report`: leaks by site and block ages for a
+//! snapshot or a live agent (`--leaks`, `--ages`), and the whole report of a recording (counters,
 //! allocation units under `--units/--position/--charge`, ages, recorded counters).
 //!
 //! Every figure comes from a protocol answer — the snapshot's `Answerer`, the live agent, or a
@@ -8,8 +8,8 @@
 //! no figure itself.
 //!
 //! JSON: a snapshot's or live agent's report stays `heaptui-report` version 1 with two more
-//! members when asked, `leak_sites` and `ages` (SPEC §5: members may be added, none changes
-//! meaning). A recording has no heap graph, so no `heaptui-report` (threads, groups are its
+//! members when asked, `leak_sites` and `ages` (docs/reference.md §5: members may be added, none
+//! changes meaning). A recording has no heap graph, so no `heaptui-report` (threads, groups are its
 //! required meaning): it is a document of its own, `heaptui-recording-report` version 1.
 
 use std::io::{self, Write};

@@ -1,5 +1,5 @@
 //! Capture: stop the world, unwind every thread frame by frame, scan for pointers, and
-//! build the heap graph (SPEC §3).
+//! build the heap graph (docs/reference.md §3).
 //!
 //! Owns everything between "a snapshot is wanted" and a [`heaptui_analysis::HeapGraph`]. It
 //! never runs on a hook's path: only the agent thread captures.

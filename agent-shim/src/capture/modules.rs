@@ -86,7 +86,7 @@ pub struct AddressSpace {
 /// modules with initial-exec TLS); `TLS_STATIC_SURPLUS` in `dl-tls.c`.
 const TLS_STATIC_SURPLUS: u64 = 1664;
 
-/// Module basenames that count as `system` (SPEC §4 `kind`).
+/// Module basenames that count as `system` (docs/reference.md §4 `kind`).
 fn is_system_name(name: &str) -> bool {
     const PREFIXES: [&str; 9] = [
         "libc.so",

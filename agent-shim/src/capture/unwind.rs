@@ -3,8 +3,8 @@
 //! kernel's signal frames recognised by their `__restore_rt` trampoline.
 //!
 //! Owns: turning a thread's saved registers into its frames, each with the stack words it
-//! owns (SPEC §3): frame i owns `[SP_i, CFA_i)`, frame 0 also the registers and the 128-byte
-//! red zone, and a callee-saved register that a callee spilled on behalf of its callers is
+//! owns (docs/reference.md §3): frame i owns `[SP_i, CFA_i)`, frame 0 also the registers and the
+//! 128-byte red zone, and a callee-saved register that a callee spilled on behalf of its callers is
 //! given to the frame whose value it is, not to the callee whose range contains the slot. The
 //! last frame is the `<thread>` pseudo-frame: the stack above the outermost frame, the static
 //! TLS block and the thread descriptor.

@@ -1,5 +1,5 @@
-//! The audit log (`HEAPTUI_AUDIT`, SPEC §7): one JSON object per line, appended, each line
-//! written with a single `write(2)` on an `O_APPEND` descriptor (so it is on disk — in the
+//! The audit log (`HEAPTUI_AUDIT`, docs/reference.md §7): one JSON object per line, appended, each
+//! line written with a single `write(2)` on an `O_APPEND` descriptor (so it is on disk — in the
 //! kernel's page cache — when the decision returns, and lines of concurrent writers never
 //! interleave).
 //!

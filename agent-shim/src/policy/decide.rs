@@ -1,5 +1,5 @@
-//! The decision (SPEC §7), as pure functions of a policy and a fresh snapshot: may this thread
-//! be cancelled ([`evaluate`]), and which threads should the autonomous mode cancel
+//! The decision (docs/reference.md §7), as pure functions of a policy and a fresh snapshot: may
+//! this thread be cancelled ([`evaluate`]), and which threads should the autonomous mode cancel
 //! ([`choose`]). Acting on the answer is `policy::mod`'s job; nothing here has effects.
 //!
 //! Never trusts a number from outside: the release is always the engine's
@@ -177,8 +177,8 @@ pub fn candidates<'p>(
 pub const SEARCH_CANDIDATES: usize = 16;
 
 /// The set the autonomous mode cancels: the smallest set of ranked candidates whose release
-/// (SPEC §3, shared memory included: not a sum of single releases) is at least `target`,
-/// with its release; `None` when even all of them together do not reach it.
+/// (docs/reference.md §3, shared memory included: not a sum of single releases) is at least
+/// `target`, with its release; `None` when even all of them together do not reach it.
 ///
 /// Exact over the first [`SEARCH_CANDIDATES`] of `ranked`: every subset's release is
 /// computed from the analysis (each thread's own release plus every thread-shared group

@@ -1,4 +1,4 @@
-//! The memory-shortage policy and thread cancel (SPEC §7).
+//! The memory-shortage policy and thread cancel (docs/reference.md §7).
 //!
 //! Owns: the policy read once at load from `HEAPTUI_POLICY` (`parse`), the cooperative cancel
 //! tables behind the C API (`cancel`), the `pthread_cancel` safety check (`cleanup`), the

@@ -1,5 +1,5 @@
-//! The policy file (SPEC §7): TOML text → a validated [`Policy`], or one error line naming
-//! the key and its `line:column`.
+//! The policy file (docs/reference.md §7): TOML text → a validated [`Policy`], or one error line
+//! naming the key and its `line:column`.
 //!
 //! Owns the file's grammar: the keys, the size syntax ([`parse_size`]) and the glob syntax
 //! ([`Glob`]). Pure: no I/O, no agent state; the agent reads the file once at load and hands

@@ -1,5 +1,5 @@
-//! The event recording (`HEAPTUI_RECORD=FILE`, SPEC §8) and the live allocation units that
-//! are computed from the same events.
+//! The event recording (`HEAPTUI_RECORD=FILE`, docs/reference.md §8) and the live allocation units
+//! that are computed from the same events.
 //!
 //! Owns: the hooks' side ([`on_alloc`], [`on_free`], [`Realloc`]: one call each, behind the
 //! relaxed flag [`enabled`]), the lock-free event ring between hooks and writer (`ring`),

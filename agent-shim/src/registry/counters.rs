@@ -1,5 +1,5 @@
-//! The live counters (SPEC §8): live bytes and blocks, bytes allocated so far, peak live bytes,
-//! calls per hooked function, NULL returns, frees and reallocs of unknown pointers.
+//! The live counters (docs/reference.md §8): live bytes and blocks, bytes allocated so far, peak
+//! live bytes, calls per hooked function, NULL returns, frees and reallocs of unknown pointers.
 //!
 //! Keeping the hot path cheap: the common events (a block tracked or released) are counted
 //! in the statistics of the block table's shard, under the shard lock the hook holds anyway,

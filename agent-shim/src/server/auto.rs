@@ -1,5 +1,5 @@
-//! Automatic snapshots (mark-and-count, SPEC §8) and the counter history, both driven by one
-//! agent thread, `heaptui-watch`, that reads the live counters: every [`POLL`] while
+//! Automatic snapshots (mark-and-count, docs/reference.md §8) and the counter history, both driven
+//! by one agent thread, `heaptui-watch`, that reads the live counters: every [`POLL`] while
 //! `HEAPTUI_AUTO_SNAPSHOT` is on, to decide on snapshots, and every [`SAMPLE`] into a ring of
 //! [`MAX_COUNTER_SAMPLES`] for the live-vs-allocated chart (`CounterHistory`).
 //!

@@ -1,5 +1,5 @@
-//! The Prometheus endpoint (`HEAPTUI_METRICS=ADDR`, SPEC §2 and §8): `GET /metrics` answers
-//! the live counters, the snapshots taken, and the per-thread proprietary, shared and total
+//! The Prometheus endpoint (`HEAPTUI_METRICS=ADDR`, docs/reference.md §2 and §8): `GET /metrics`
+//! answers the live counters, the snapshots taken, and the per-thread proprietary, shared and total
 //! bytes of the latest snapshot, in the Prometheus text exposition format (0.0.4), or in
 //! OpenMetrics 1.0 when the scraper asks for it in `Accept`.
 //!

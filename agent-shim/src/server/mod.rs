@@ -1,5 +1,5 @@
-//! The agent's protocol server (SPEC §6): listens on `HEAPTUI_LISTEN`, admits clients that
-//! present the token, and answers the protocol's requests from the live counters and the kept
+//! The agent's protocol server (docs/reference.md §6): listens on `HEAPTUI_LISTEN`, admits clients
+//! that present the token, and answers the protocol's requests from the live counters and the kept
 //! snapshot.
 //!
 //! Owns: the listening socket (TCP on loopback unless `HEAPTUI_LISTEN_PUBLIC=1`, or a Unix

@@ -1,6 +1,6 @@
-//! The token file of SPEC §6: a random token, written where only this user can read it, named
-//! after the port or socket the agent listens on, so that a local client finds it from the
-//! address alone.
+//! The token file of docs/reference.md §6: a random token, written where only this user can read
+//! it, named after the port or socket the agent listens on, so that a local client finds it from
+//! the address alone.
 //!
 //! Directory: `$XDG_RUNTIME_DIR/heaptui/` when `XDG_RUNTIME_DIR` is an absolute path, else
 //! `/tmp/heaptui-$UID/`; created 0700 and refused when it belongs to someone else or others

@@ -1,5 +1,5 @@
-//! JSON snapshots, `heaptui-snapshot` version 1 (SPEC §4): interchange, hand-written test
-//! graphs and other tools' dumps.
+//! JSON snapshots, `heaptui-snapshot` version 1 (docs/reference.md §4): interchange, hand-written
+//! test graphs and other tools' dumps.
 //!
 //! The file names objects and sites by arbitrary `u64` ids; reading maps them to the graph's
 //! dense indices, and writing maps them back, so write → read gives the same graph. Required:

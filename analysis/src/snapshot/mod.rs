@@ -1,4 +1,4 @@
-//! Snapshot files (SPEC §4): one heap graph, saved so it can be analysed offline.
+//! Snapshot files (docs/reference.md §4): one heap graph, saved so it can be analysed offline.
 //!
 //! Two encodings of the same [`HeapGraph`]:
 //! - JSON `heaptui-snapshot` version 1 ([`json`]), for interchange, hand-written test graphs

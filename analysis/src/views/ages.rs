@@ -1,6 +1,6 @@
-//! Ages of live blocks (SPEC §8): how many snapshots each block survived, its wall-clock age
-//! when times are known, a histogram by age range per site and per thread, and the oldest
-//! survivors.
+//! Ages of live blocks (docs/reference.md §8): how many snapshots each block survived, its
+//! wall-clock age when times are known, a histogram by age range per site and per thread, and the
+//! oldest survivors.
 //!
 //! A snapshot boundary records the sequence number of the last allocation made before the
 //! snapshot; a block allocated with sequence number `s` survived every boundary `b` with

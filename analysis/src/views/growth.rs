@@ -1,5 +1,5 @@
-//! Leaks and growth by allocation site (SPEC §8 "Leaks"): unreachable bytes per site
-//! (definitely / indirectly lost, SPEC §3), and per-site live bytes across successive
+//! Leaks and growth by allocation site (docs/reference.md §8 "Leaks"): unreachable bytes per site
+//! (definitely / indirectly lost, docs/reference.md §3), and per-site live bytes across successive
 //! snapshots with the sites that keep growing or dominate the heap flagged.
 //!
 //! Sites are matched across snapshots by their frames (a snapshot's site indices are its own).

@@ -1,5 +1,5 @@
-//! Mark-and-count (SPEC §8): the live counters of a process and the rule that decides when to
-//! take an automatic snapshot so that the kept snapshot is close to the true peak.
+//! Mark-and-count (docs/reference.md §8): the live counters of a process and the rule that decides
+//! when to take an automatic snapshot so that the kept snapshot is close to the true peak.
 //!
 //! [`MarkAndCount`] is a plain state machine of a few integers, fed one allocation or free at a
 //! time. It owns the counters (live bytes and blocks, bytes allocated so far, true peak of live
@@ -51,7 +51,7 @@ pub enum SnapshotRule {
     Tolerance(u64),
 }
 
-/// The counters of one moment (SPEC §8 "Live counters").
+/// The counters of one moment (docs/reference.md §8 "Live counters").
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Counters {
     pub live_bytes: u64,

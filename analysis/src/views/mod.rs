@@ -1,5 +1,5 @@
-//! The views around the core attribution (SPEC §8): live counters with automatic snapshots
-//! ([`mark_and_count`]), allocation-site units ([`units`]), leaks and growth by site
+//! The views around the core attribution (docs/reference.md §8): live counters with automatic
+//! snapshots ([`mark_and_count`]), allocation-site units ([`units`]), leaks and growth by site
 //! ([`growth`]) and block ages ([`ages`]).
 //!
 //! This module also holds what they share: the [`StackTable`] of symbolized allocation stacks

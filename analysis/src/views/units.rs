@@ -1,5 +1,5 @@
-//! Allocation-site units (SPEC §8): live bytes, running min/max and call counts per library,
-//! per function or per thread, with the unit chosen at analysis time.
+//! Allocation-site units (docs/reference.md §8): live bytes, running min/max and call counts per
+//! library, per function or per thread, with the unit chosen at analysis time.
 //!
 //! [`Units`] is fed resolved heap events — an allocation with its stack and thread, a free or
 //! realloc together with the block it released (or the news that the pointer was unknown) —

@@ -6,7 +6,7 @@
 //! | `tid` | thread id |
 //! | `name` | thread name |
 //! | `state` | `stopped`, or `not-stoppable` when the agent could not stop it |
-//! | `proprietary` | bytes only this thread reaches (SPEC §3) |
+//! | `proprietary` | bytes only this thread reaches (docs/reference.md §3) |
 //! | `shared` | bytes this thread reaches along with another thread or the globals |
 //! | `total` | `proprietary + shared` |
 //! | `frames` | number of stack frames |

@@ -1,5 +1,5 @@
-//! Ages (SPEC §8): blocks per age range (snapshots survived: 0, 1, 2, 3, >3) per site or per
-//! thread (`t`), or the oldest survivors (`o`); Enter opens the site's objects, the thread's
+//! Ages (docs/reference.md §8): blocks per age range (snapshots survived: 0, 1, 2, 3, >3) per site
+//! or per thread (`t`), or the oldest survivors (`o`); Enter opens the site's objects, the thread's
 //! frames, or the object.
 
 use ratatui::Frame;

@@ -1,5 +1,5 @@
-//! Growth by allocation site (SPEC §8): each site's live bytes across snapshots as a small
-//! sparkline; the rows the source flagged (growing, or over 75% of the heap) stand out.
+//! Growth by allocation site (docs/reference.md §8): each site's live bytes across snapshots as a
+//! small sparkline; the rows the source flagged (growing, or over 75% of the heap) stand out.
 
 use ratatui::Frame;
 use ratatui::style::{Modifier, Style};

@@ -1,5 +1,5 @@
-//! Leaks by allocation site (SPEC §8): the kept snapshot's unreachable blocks, definitely and
-//! indirectly lost; Enter lists the site's objects.
+//! Leaks by allocation site (docs/reference.md §8): the kept snapshot's unreachable blocks,
+//! definitely and indirectly lost; Enter lists the site's objects.
 
 use ratatui::Frame;
 use ratatui::style::Style;

@@ -1,5 +1,5 @@
 //! Release ranking: what ending each thread alone frees, and what ending the marked set frees
-//! (asked of the engine: release(S) of SPEC §3 is not the sum of the single releases).
+//! (asked of the engine: release(S) of docs/reference.md §3 is not the sum of the single releases).
 
 use ratatui::Frame;
 use ratatui::style::Style;

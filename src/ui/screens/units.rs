@@ -1,5 +1,5 @@
-//! Allocation units (SPEC §8): live bytes, min/max and call counts per library, function or
-//! thread, under the query shown in the title (`f`, `p`, `c` change it).
+//! Allocation units (docs/reference.md §8): live bytes, min/max and call counts per library,
+//! function or thread, under the query shown in the title (`f`, `p`, `c` change it).
 
 use ratatui::Frame;
 use ratatui::style::Style;
