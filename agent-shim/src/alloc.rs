@@ -221,17 +221,16 @@ unsafe impl GlobalAlloc for AgentAlloc {
             if old_len == new_len {
                 return p;
             }
-            // SAFETY: p..p+old_len is our mapping; MREMAP_MAYMOVE keeps it page-aligned.
-            let q = unsafe { libc::mremap(p.cast(), old_len, new_len, libc::MREMAP_MAYMOVE) };
-            if q == libc::MAP_FAILED {
+            // SAFETY: p..p+old_len is our mapping (alloc_large), page-aligned.
+            let Some(q) = (unsafe { sys::remap(p, old_len, new_len) }) else {
                 return null_mut();
-            }
+            };
             if new_len > old_len {
                 self.mapped.fetch_add(new_len - old_len, Ordering::Relaxed);
             } else {
                 self.mapped.fetch_sub(old_len - new_len, Ordering::Relaxed);
             }
-            return q.cast();
+            return q;
         }
         // SAFETY: new_layout is valid (see above).
         let q = unsafe { self.alloc(new_layout) };

@@ -164,7 +164,7 @@ pub fn dump_once(prefix: &std::path::Path) -> Result<PathBuf, String> {
         return Err(e);
     }
     crate::agent_log!(
-        "snapshot {}: {} objects, {} bytes, {} threads; pause_ms={:.3} capture_ms={:.3} write_ms={:.3} (stop_ms={:.3}; in the scanning child: index_ms={:.3} roots_ms={:.3} blocks_ms={:.3})",
+        "snapshot {}: {} objects, {} bytes, {} threads; pause_ms={:.3} capture_ms={:.3} write_ms={:.3} (stop_ms={:.3}; in the scanning child: index_ms={:.3} roots_ms={:.3} blocks_ms={:.3} mapped_ms={:.3} mapped_bytes={})",
         path.display(),
         cap.graph.object_count(),
         cap.graph.total_bytes(),
@@ -176,6 +176,8 @@ pub fn dump_once(prefix: &std::path::Path) -> Result<PathBuf, String> {
         cap.phases.index.as_secs_f64() * 1e3,
         cap.phases.roots.as_secs_f64() * 1e3,
         cap.phases.blocks.as_secs_f64() * 1e3,
+        cap.phases.mapped.as_secs_f64() * 1e3,
+        cap.phases.mapped_bytes,
     );
     Ok(path)
 }

@@ -5,9 +5,9 @@
 //!
 //! Layout: `exports` (every exported symbol), `hooks` (the malloc family and
 //! pthread_create), `registry` (blocks, stacks, threads, counters), `alloc` (the agent's own
-//! mmap-backed allocator), `config`, `log`, `lifecycle` (constructor, fork, exec, exit),
-//! `sync` (the futex lock), `sys` (allocation-free system calls), `capture` (stop-the-world,
-//! unwind, scan).
+//! mmap-backed allocator), `own_memory` (the agent's mappings, never scanned), `config`,
+//! `log`, `lifecycle` (constructor, fork, exec, exit), `sync` (the futex lock), `sys`
+//! (allocation-free system calls), `capture` (stop-the-world, unwind, scan).
 
 #![deny(
     unsafe_op_in_unsafe_fn,
@@ -27,6 +27,7 @@ mod exports;
 pub mod hooks;
 pub mod lifecycle;
 pub mod log;
+pub mod own_memory;
 pub mod policy;
 pub mod record;
 pub mod registry;

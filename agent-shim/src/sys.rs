@@ -74,8 +74,9 @@ pub fn ts_ns(ts: &libc::timespec) -> i128 {
     i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec)
 }
 
-/// Maps `len` bytes of zeroed anonymous memory; `None` when the kernel refuses.
-/// `reserve_only` maps with MAP_NORESERVE: pages cost memory only once touched.
+/// Maps `len` bytes of zeroed anonymous memory for the agent (recorded in `own_memory`, so
+/// captures never scan it); `None` when the kernel refuses. `reserve_only` maps with
+/// MAP_NORESERVE: pages cost memory only once touched.
 pub fn map_anon(len: usize, reserve_only: bool) -> Option<*mut u8> {
     let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
     if reserve_only {
@@ -92,7 +93,11 @@ pub fn map_anon(len: usize, reserve_only: bool) -> Option<*mut u8> {
             0,
         )
     };
-    (p != libc::MAP_FAILED).then_some(p.cast())
+    if p == libc::MAP_FAILED {
+        return None;
+    }
+    crate::own_memory::add(p as u64..p as u64 + len as u64);
+    Some(p.cast())
 }
 
 /// Unmaps a region obtained from [`map_anon`].
@@ -101,9 +106,51 @@ pub fn map_anon(len: usize, reserve_only: bool) -> Option<*mut u8> {
 /// `ptr..ptr+len` must be a mapping (or the part of one) that nothing will touch again.
 pub unsafe fn unmap(ptr: *mut u8, len: usize) {
     // SAFETY: guaranteed by the caller.
-    unsafe {
-        libc::munmap(ptr.cast(), len);
+    let ok = unsafe { libc::munmap(ptr.cast(), len) } == 0;
+    if ok {
+        crate::own_memory::remove(ptr as u64..ptr as u64 + len as u64);
     }
+}
+
+/// Resizes a mapping obtained from [`map_anon`] (page multiples), keeping its contents:
+/// in place when the kernel can, else by moving its pages onto a fresh mapping that is
+/// recorded as the agent's before any agent data lands there. `None` when the kernel refuses
+/// (the old mapping is then untouched).
+///
+/// # Safety
+/// `ptr..ptr+old_len` must be a whole mapping from [`map_anon`]; on success it must not be
+/// used again unless the result is `ptr`.
+pub unsafe fn remap(ptr: *mut u8, old_len: usize, new_len: usize) -> Option<*mut u8> {
+    let start = ptr as u64;
+    // SAFETY: resizes our own mapping in place (no MREMAP_MAYMOVE: it stays where it is).
+    let q = unsafe { libc::mremap(ptr.cast(), old_len, new_len, 0) };
+    if q != libc::MAP_FAILED {
+        if new_len > old_len {
+            crate::own_memory::extend(start, start + old_len as u64, start + new_len as u64);
+        } else {
+            crate::own_memory::remove(start + new_len as u64..start + old_len as u64);
+        }
+        return Some(ptr);
+    }
+    let target = map_anon(new_len, false)?;
+    // SAFETY: moves our own mapping's pages onto `target`, our own fresh mapping of
+    // `new_len` bytes, which MREMAP_FIXED replaces atomically.
+    let q = unsafe {
+        libc::mremap(
+            ptr.cast(),
+            old_len,
+            new_len,
+            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+            target.cast::<libc::c_void>(),
+        )
+    };
+    if q == libc::MAP_FAILED {
+        // SAFETY: the fresh mapping was never handed out.
+        unsafe { unmap(target, new_len) };
+        return None;
+    }
+    crate::own_memory::remove(start..start + old_len as u64);
+    Some(q.cast())
 }
 
 /// A file opened read-only with open(2), closed on drop.

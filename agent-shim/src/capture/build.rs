@@ -6,8 +6,8 @@
 //!
 //! Owns the order of those steps and what happens inside the stop window and in the child.
 //! There: no libc malloc (the agent's allocator only, checked idle), no loader calls, no
-//! stdio, and every read of target memory goes through the pre-read memory map or a live,
-//! frozen block. Symbolization and graph assembly happen after the resume, in the parent.
+//! stdio, and every read of target memory goes through the pre-read memory map, the map
+//! re-read after the stop (the program's mapped memory, `mapped`) or a live, frozen block. Symbolization and graph assembly happen after the resume, in the parent.
 //!
 //! It does not know the block table's layout: the table is reached through [`Heap`], so the
 //! capture can be tested on any set of real memory blocks.
@@ -20,11 +20,16 @@ use heaptui_analysis::{
     Process, Site, SiteIndex, Thread, ThreadState,
 };
 
+use super::mapped::{self, Exclusions, MappedRoots};
 use super::modules::AddressSpace;
 use super::scan::{BlockIndex, Collector, scan_blocks};
 use super::stop::{self, Outcome, Timeouts};
 use super::symbolize::Symbolizer;
-use super::unwind::{FrameSort, RED_ZONE, THREAD_DESCRIPTOR, Unwinder, current_registers};
+use super::unwind::{
+    FrameSort, RED_ZONE, RSP, Registers, THREAD_DESCRIPTOR, Unwinder, current_registers,
+};
+use crate::own_memory;
+use crate::registry::threads;
 
 /// A live block as the block table records it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -75,6 +80,10 @@ pub trait Heap {
     /// have unmapped their memory, so the scan reads them with a checked copy. Called while
     /// stopped, like [`Heap::blocks`].
     fn moving(&self, _frozen: &Self::Frozen, _out: &mut Vec<u64>) {}
+    /// Appends the addresses of blocks the program freed but that are still allocated in
+    /// libc (held back): not live, but their memory is heap memory, never a mapped root.
+    /// Called while stopped, after [`Heap::blocks`].
+    fn held(&self, _frozen: &Self::Frozen, _out: &mut Vec<u64>) {}
 }
 
 /// A finished capture and how long it took.
@@ -128,6 +137,10 @@ pub struct Phases {
     pub index: Duration,
     pub roots: Duration,
     pub blocks: Duration,
+    /// Reading the program's mapped memory (inside `roots`), and how many bytes of it were
+    /// present and read.
+    pub mapped: Duration,
+    pub mapped_bytes: u64,
 }
 
 /// One thread's frames as found inside the stop window, not yet symbolized.
@@ -169,10 +182,8 @@ pub fn capture<H: Heap>(
     // The capturing thread's own descriptor: libc blocks it points at (its DTV) are the
     // agent's, not the program's, and are left out of the graph. (Not its static TLS below
     // the thread pointer: the top of its stack lies right under it.)
-    let own_tls = {
-        let fs = current_registers().fs_base;
-        space.clamp(fs..fs + THREAD_DESCRIPTOR)
-    };
+    let own = current_registers();
+    let own_tls = space.clamp(own.fs_base..own.fs_base + THREAD_DESCRIPTOR);
 
     // ---- stop window ----
     let frozen = heap.freeze();
@@ -201,7 +212,7 @@ pub fn capture<H: Heap>(
             &space,
             &mut unwinder,
             &globals_ranges,
-            &own_tls,
+            (&own_tls, &own),
             (&mut blocks, &mut scratch),
             process.pid,
         )
@@ -335,13 +346,41 @@ fn scan_stopped<H: Heap>(
     space: &AddressSpace,
     unwinder: &mut Unwinder<'_>,
     globals_ranges: &[(std::ops::Range<u64>, bool)],
-    own_tls: &[std::ops::Range<u64>],
+    (own_tls, own): (&[std::ops::Range<u64>], &Registers),
     (blocks, scratch): (&mut Vec<BlockInfo>, &mut Vec<BlockInfo>),
     pid: u32,
 ) -> Scanned {
     let mut phases = Phases::default();
     let mark = Instant::now();
     heap.blocks(frozen, blocks);
+    // What is not the program's mapped memory: every block's own mapping (the agent's
+    // blocks and held-back ones included), the agent's memory, the modules' data (scanned
+    // as module globals), and below, each thread's stack and TLS.
+    let maps = mapped::current_maps();
+    let mut exclude = Exclusions::with_capacity(blocks.len() / 64 + 4096);
+    let mut held = Vec::new();
+    heap.held(frozen, &mut held);
+    if heap.glibc_blocks() {
+        // SAFETY: the table's blocks, live or held back, are allocated glibc chunks; the map
+        // was read after the stop.
+        unsafe {
+            exclude.add_mmapped_chunks(blocks.iter().map(|b| (b.addr, Some(b.size))));
+            exclude.add_mmapped_chunks(held.iter().map(|&a| (a, None)));
+            exclude.add_arena_heaps(&maps);
+        }
+    }
+    exclude.add_modules(space);
+    let mut agent_threads = Vec::with_capacity(threads::MAX_AGENT_THREADS);
+    threads::agent_thread_pointers(&mut agent_threads);
+    for tp in agent_threads {
+        exclude.add_thread(&maps, space.static_tls, None, Some(tp));
+    }
+    exclude.add_thread(
+        &maps,
+        space.static_tls,
+        Some(own.gpr[RSP]),
+        Some(own.fs_base),
+    );
     blocks.retain(|b| !heap.agent_block(b));
     sort_by_address(blocks, scratch);
     drop_referenced(blocks, own_tls);
@@ -356,7 +395,9 @@ fn scan_stopped<H: Heap>(
             Outcome::NotStoppable(why) => {
                 // Not stopped, but maybe blocked in a system call: its stack from the
                 // blocked stack pointer up is what it holds (best effort: it may have moved).
-                let frames = stop::blocked_stack_pointer(pid, *tid)
+                let sp = stop::blocked_stack_pointer(pid, *tid);
+                exclude.add_thread(&maps, space.static_tls, sp, None);
+                let frames = sp
                     .and_then(|sp| space.mapping(sp).map(|m| (sp, m.end)))
                     .map(|(sp, end)| {
                         collector.begin();
@@ -371,6 +412,12 @@ fn scan_stopped<H: Heap>(
                 (ThreadState::NotStoppable((*why).into()), frames)
             }
             Outcome::Stopped(regs) => {
+                exclude.add_thread(
+                    &maps,
+                    space.static_tls,
+                    Some(regs.gpr[RSP]),
+                    Some(regs.fs_base),
+                );
                 let unwound = unwinder.unwind(regs);
                 let frames = unwound
                     .frames
@@ -416,6 +463,14 @@ fn scan_stopped<H: Heap>(
             unsafe { collector.range(&index, r.clone(), &[]) };
         }
     }
+    let mapped_mark = Instant::now();
+    // The agent's mappings as they are now, after the scan's own allocations (which hold
+    // copies of block addresses) were made.
+    let mut agent_mappings = Vec::with_capacity(own_memory::len_hint() + 64);
+    own_memory::ranges(&mut agent_mappings);
+    agent_mappings.into_iter().for_each(|r| exclude.add(r));
+    phases.mapped_bytes = MappedRoots::new(&maps, exclude).scan(&index, &mut collector);
+    phases.mapped = mapped_mark.elapsed();
     let globals = collector.take_sorted();
     phases.roots = mark.elapsed();
     let mark = Instant::now();
@@ -565,9 +620,15 @@ fn encode(s: &Scanned) -> Vec<u8> {
     for o in 0..s.blocks.len() as ObjectIndex {
         refs(s.edges.of(o), &mut out);
     }
-    for d in [s.phases.index, s.phases.roots, s.phases.blocks] {
+    for d in [
+        s.phases.index,
+        s.phases.roots,
+        s.phases.blocks,
+        s.phases.mapped,
+    ] {
         u64s(d.as_nanos() as u64, &mut out);
     }
+    u64s(s.phases.mapped_bytes, &mut out);
     out
 }
 
@@ -640,6 +701,8 @@ fn decode(bytes: &[u8]) -> Option<Scanned> {
         index: d()?,
         roots: d()?,
         blocks: d()?,
+        mapped: d()?,
+        mapped_bytes: u64_at(&mut at)?,
     };
     Some(Scanned {
         blocks,
@@ -805,6 +868,8 @@ mod tests {
                 index: Duration::from_nanos(5),
                 roots: Duration::from_nanos(6),
                 blocks: Duration::from_nanos(7),
+                mapped: Duration::from_nanos(3),
+                mapped_bytes: 4096,
             },
         };
         let bytes = encode(&scanned);
@@ -813,6 +878,8 @@ mod tests {
         assert_eq!(back.globals, scanned.globals);
         assert_eq!(back.edges, scanned.edges);
         assert_eq!(back.phases.blocks, Duration::from_nanos(7));
+        assert_eq!(back.phases.mapped, Duration::from_nanos(3));
+        assert_eq!(back.phases.mapped_bytes, 4096);
         for (a, b) in back.raw.iter().zip(&scanned.raw) {
             assert_eq!((a.tid, &a.state, &a.frames), (b.tid, &b.state, &b.frames));
         }

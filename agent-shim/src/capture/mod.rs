@@ -5,6 +5,7 @@
 //! never runs on a hook's path: only the agent thread captures.
 
 pub mod build;
+pub mod mapped;
 pub mod modules;
 pub mod scan;
 pub mod stop;
@@ -53,6 +54,10 @@ impl Heap for Registry {
 
     fn moving(&self, _frozen: &blocks::Frozen, out: &mut Vec<u64>) {
         out.append(&mut self.moving.borrow_mut());
+    }
+
+    fn held(&self, frozen: &blocks::Frozen, out: &mut Vec<u64>) {
+        frozen.held(out);
     }
 
     fn stack(&self, id: u32) -> Vec<u64> {

@@ -69,6 +69,8 @@ pub struct Mapping {
     pub end: u64,
     pub readable: bool,
     pub writable: bool,
+    /// `MAP_SHARED` (`s` in the permissions): its pages are shared with other mappings.
+    pub shared: bool,
     pub path: String,
 }
 
@@ -149,6 +151,7 @@ pub fn parse_maps(text: &str) -> Vec<Mapping> {
             end,
             readable: perms.first() == Some(&b'r'),
             writable: perms.get(1) == Some(&b'w'),
+            shared: perms.get(3) == Some(&b's'),
             path: path.unwrap_or_default(),
         });
     }

@@ -232,7 +232,7 @@ impl Collector {
 /// Scans the words of `range` that the kernel can copy (a checked read: `process_vm_readv`
 /// of this process, which fails with EFAULT instead of faulting on unmapped or inaccessible
 /// pages), 4 KiB at a time; parts it cannot copy are skipped.
-fn checked_range(index: &BlockIndex, range: Range<u64>, c: &mut Collector) {
+pub fn checked_range(index: &BlockIndex, range: Range<u64>, c: &mut Collector) {
     let mut buf = [0u64; 512];
     let mut at = range.start & !7;
     let end = range.end.next_multiple_of(8);

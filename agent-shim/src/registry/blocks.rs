@@ -719,6 +719,14 @@ impl Frozen {
         }
     }
 
+    /// Appends the blocks whose free `held_frees` holds back, as [`Frozen::for_each`] last
+    /// found them (call it after `for_each`): still allocated in libc, though not live.
+    pub fn held(&self, out: &mut Vec<u64>) {
+        // SAFETY: this thread holds every shard lock (`self`), the condition of HELD.
+        let held = unsafe { &*HELD.0.get() };
+        out.extend_from_slice(held.as_slice());
+    }
+
     /// Bytes of memory the table occupies (all shard mappings).
     pub fn table_bytes(&self) -> usize {
         self.tables().map(|t| t.mapped).sum()

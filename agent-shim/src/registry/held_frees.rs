@@ -303,6 +303,11 @@ impl HeldSet {
         self.len == 0
     }
 
+    /// The held blocks, sorted.
+    pub fn as_slice(&self) -> &[u64] {
+        &self.addrs[..self.len]
+    }
+
     #[inline]
     pub fn contains(&self, addr: u64) -> bool {
         if self.len == 0 {

@@ -27,9 +27,14 @@ struct Known {
 }
 
 static REGISTRY: SpinLock<Vec<Known>> = SpinLock::new(Vec::new());
-const MAX_AGENT_THREADS: usize = 64;
+pub const MAX_AGENT_THREADS: usize = 64;
 static AGENT_TIDS: [AtomicU32; MAX_AGENT_THREADS] =
     [const { AtomicU32::new(0) }; MAX_AGENT_THREADS];
+/// The thread pointer (`pthread_self`, glibc's thread descriptor at the top of the thread's
+/// stack mapping) of the agent thread in the same slot of `AGENT_TIDS`, 0 when unknown: a
+/// capture leaves the agent threads' stacks and TLS out of the program's mapped memory.
+static AGENT_POINTERS: [AtomicU64; MAX_AGENT_THREADS] =
+    [const { AtomicU64::new(0) }; MAX_AGENT_THREADS];
 
 /// Records the calling thread (started through pthread_create) with its pthread handle.
 pub fn register_current() {
@@ -45,8 +50,11 @@ pub fn register_current() {
 /// Forgets a thread that is ending.
 pub fn deregister(tid: u32) {
     REGISTRY.lock().retain(|k| k.tid != tid);
-    for slot in &AGENT_TIDS {
-        let _ = slot.compare_exchange(tid, 0, Ordering::Relaxed, Ordering::Relaxed);
+    for (slot, pointer) in AGENT_TIDS.iter().zip(&AGENT_POINTERS) {
+        if slot.load(Ordering::Relaxed) == tid {
+            pointer.store(0, Ordering::Relaxed);
+            let _ = slot.compare_exchange(tid, 0, Ordering::Relaxed, Ordering::Relaxed);
+        }
     }
 }
 
@@ -73,15 +81,27 @@ pub fn mark_current_as_agent() {
     if is_agent_thread(tid) {
         return;
     }
-    for slot in &AGENT_TIDS {
+    for (slot, pointer) in AGENT_TIDS.iter().zip(&AGENT_POINTERS) {
         if slot
             .compare_exchange(0, tid, Ordering::Relaxed, Ordering::Relaxed)
             .is_ok()
         {
+            pointer.store(pthread_self() as u64, Ordering::Relaxed);
             return;
         }
     }
     crate::agent_log!("more than {MAX_AGENT_THREADS} agent threads; thread {tid} is listed");
+}
+
+/// Appends the thread pointer of every agent thread (see `AGENT_POINTERS`). Allocation-free
+/// when `out` has room for [`MAX_AGENT_THREADS`] more.
+pub fn agent_thread_pointers(out: &mut Vec<u64>) {
+    out.extend(
+        AGENT_POINTERS
+            .iter()
+            .map(|p| p.load(Ordering::Relaxed))
+            .filter(|&p| p != 0),
+    );
 }
 
 pub fn is_agent_thread(tid: u32) -> bool {
@@ -132,8 +152,9 @@ pub(crate) fn reset_in_child() {
         pthread: pthread_self(),
     });
     drop(reg);
-    for slot in &AGENT_TIDS {
+    for (slot, pointer) in AGENT_TIDS.iter().zip(&AGENT_POINTERS) {
         slot.store(0, Ordering::Relaxed);
+        pointer.store(0, Ordering::Relaxed);
     }
 }
 

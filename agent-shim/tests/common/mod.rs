@@ -3,6 +3,8 @@
 //! the agent's exit summary from its log.
 #![allow(dead_code)]
 
+pub mod captured;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

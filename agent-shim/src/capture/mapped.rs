@@ -1,0 +1,480 @@
+//! The program's mapped memory, part of the process-wide root `globals` (docs/reference.md
+//! §3): every readable, writable mapping that is neither heap-block memory, nor a live
+//! thread's stack, TLS or descriptor, nor the agent's own memory — anonymous mmaps of
+//! language runtimes and custom allocators (pymalloc arenas, V8 pages), shared memory, the
+//! loader's own allocations, and glibc's cache of finished threads' stacks.
+//!
+//! Owns: which ranges those are ([`MappedRoots`]: the mappings, as the scanning process sees
+//! them, minus [`Exclusions`]) and reading only their pages that are present, so a process
+//! that maps gigabytes but touches little costs little: `/proc/self/pagemap` (present or
+//! swapped out) for private mappings, `mincore` (resident in the page cache) for shared ones.
+//! Anonymous private pages are read directly; file-backed and shared ones with a checked copy
+//! (another process may truncate a file or change shared memory while the scan runs).
+//!
+//! Heap memory is recognised without trusting the program: `[heap]` (the main arena), glibc's
+//! other arenas by their `heap_info` header at each 64 MiB boundary, and mmapped chunks by the
+//! chunk header of every tracked block (live or held back) big enough to be one.
+//!
+//! Runs while the world is stopped or in its copy-on-write child, after the stop: the map it
+//! reads is that of the frozen process. Never reads a page the kernel does not call present
+//! or mapped, and never reads device mappings.
+
+use std::ops::Range;
+
+use super::modules::{AddressSpace, Mapping, parse_maps};
+use super::scan::{BlockIndex, Collector, checked_range};
+use super::unwind::THREAD_DESCRIPTOR;
+
+const PAGE: u64 = 4096;
+/// glibc's `HEAP_MAX_SIZE` on 64-bit targets: every non-main arena heap starts at a multiple
+/// of it (`2 * DEFAULT_MMAP_THRESHOLD_MAX`).
+const ARENA_HEAP_ALIGN: u64 = 64 << 20;
+/// Bit of a chunk's size word: the chunk is a mapping of its own.
+const IS_MMAPPED: u64 = 2;
+
+/// Address ranges that are never part of the mapped-memory root, sorted and merged.
+#[derive(Default)]
+pub struct Exclusions {
+    ranges: Vec<Range<u64>>,
+}
+
+impl Exclusions {
+    pub fn with_capacity(n: usize) -> Exclusions {
+        Exclusions {
+            ranges: Vec::with_capacity(n),
+        }
+    }
+
+    pub fn add(&mut self, r: Range<u64>) {
+        if r.start < r.end {
+            self.ranges.push(r);
+        }
+    }
+
+    /// A thread's own memory: its stack mapping (the one holding `sp`; up to the end of its
+    /// thread descriptor when that lies in the same mapping, so a mapping merged above it
+    /// stays a root) and its static TLS and descriptor around the thread pointer `tp`. For a
+    /// thread whose stack pointer is unknown (the agent's threads), the mapping holding its
+    /// descriptor up to the descriptor's end.
+    pub fn add_thread(
+        &mut self,
+        maps: &[Mapping],
+        static_tls: u64,
+        sp: Option<u64>,
+        tp: Option<u64>,
+    ) {
+        let descriptor_end = tp.map(|tp| (tp + THREAD_DESCRIPTOR).next_multiple_of(PAGE));
+        match (sp.and_then(|sp| mapping_of(maps, sp)), tp) {
+            (Some(m), _) => {
+                let end = match (tp, descriptor_end) {
+                    (Some(tp), Some(end)) if m.start <= tp && tp < m.end => end.min(m.end),
+                    _ => m.end,
+                };
+                self.add(m.start..end);
+            }
+            (None, Some(tp)) => {
+                if let (Some(m), Some(end)) = (mapping_of(maps, tp), descriptor_end) {
+                    self.add(m.start..end.min(m.end));
+                }
+            }
+            (None, None) => {}
+        }
+        if let Some(tp) = tp.filter(|&tp| tp != 0) {
+            self.add(tp.saturating_sub(static_tls)..tp + THREAD_DESCRIPTOR);
+        }
+    }
+
+    /// Every module's writable data: the module part of `globals` (the agent's is never
+    /// scanned).
+    pub fn add_modules(&mut self, space: &AddressSpace) {
+        for m in &space.modules {
+            for r in &m.writable {
+                self.add(r.clone());
+            }
+        }
+    }
+
+    /// glibc's heaps: `[heap]` and every non-main arena heap found in `maps` (its
+    /// `heap_info`: arena pointer, previous heap, size, protected size).
+    ///
+    /// # Safety
+    /// `maps` must describe this process's memory as it is now (read after the stop).
+    pub unsafe fn add_arena_heaps(&mut self, maps: &[Mapping]) {
+        for m in maps.iter().filter(|m| m.readable && m.writable) {
+            if m.path == "[heap]" {
+                self.add(m.start..m.end);
+                continue;
+            }
+            if !m.path.is_empty() {
+                continue;
+            }
+            let mut at = m.start.next_multiple_of(ARENA_HEAP_ALIGN);
+            while at + 4 * 8 <= m.end {
+                // SAFETY: four words at the start of a readable mapping (per the contract).
+                let [ar_ptr, prev, size, protected] =
+                    unsafe { std::ptr::read_volatile(at as *const [u64; 4]) };
+                if looks_like_heap_info(ar_ptr, prev, size, protected) {
+                    self.add(at..(at + protected).min(m.end));
+                }
+                at += ARENA_HEAP_ALIGN;
+            }
+        }
+    }
+
+    /// The mapping of each mmapped chunk among `blocks` (`(address, size if known)`; live or
+    /// held back, the program's or the agent's): a block whose chunk header says it is a
+    /// mapping of its own.
+    ///
+    /// # Safety
+    /// Every address must be that of a block glibc has allocated and not freed.
+    pub unsafe fn add_mmapped_chunks(&mut self, blocks: impl Iterator<Item = (u64, Option<u64>)>) {
+        for (addr, size) in blocks {
+            // An mmapped chunk spans whole pages: smaller blocks are never one.
+            if size.is_some_and(|size| size + 16 < PAGE) {
+                continue;
+            }
+            let chunk = addr - 16;
+            // SAFETY: a live glibc block has its chunk's two header words right below it.
+            let [prev_size, head] = unsafe { std::ptr::read_volatile(chunk as *const [u64; 2]) };
+            if head & IS_MMAPPED != 0 {
+                // prev_size is the offset of the chunk in its mapping (memalign).
+                self.add(chunk.wrapping_sub(prev_size)..chunk + (head & !7));
+            }
+        }
+    }
+
+    fn finish(&mut self) {
+        self.ranges.sort_unstable_by_key(|r| r.start);
+        let mut merged: Vec<Range<u64>> = Vec::with_capacity(self.ranges.len());
+        for r in self.ranges.drain(..) {
+            match merged.last_mut() {
+                Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+                _ => merged.push(r),
+            }
+        }
+        self.ranges = merged;
+    }
+}
+
+/// The mapping of `maps` (sorted) containing `addr`.
+fn mapping_of(maps: &[Mapping], addr: u64) -> Option<&Mapping> {
+    let i = maps.partition_point(|m| m.end <= addr);
+    maps.get(i).filter(|m| m.start <= addr)
+}
+
+/// Whether the four words at a 64 MiB boundary are a glibc `heap_info`: its arena lives right
+/// after the first heap's header (so the arena pointer is 32 or 48 bytes past a boundary,
+/// depending on the glibc version), the previous heap is at a boundary too, and the sizes are
+/// whole pages within the heap's reservation.
+fn looks_like_heap_info(ar_ptr: u64, prev: u64, size: u64, protected: u64) -> bool {
+    let offset = ar_ptr % ARENA_HEAP_ALIGN;
+    (offset == 32 || offset == 48)
+        && prev.is_multiple_of(ARENA_HEAP_ALIGN)
+        && size.is_multiple_of(PAGE)
+        && protected.is_multiple_of(PAGE)
+        && size > 0
+        && size <= protected
+        && protected <= ARENA_HEAP_ALIGN
+}
+
+/// Special mappings that are never read: the kernel's, and devices (reading a device's
+/// registers can have effects). Shared memory through `/dev/zero` and `/dev/shm` is memory.
+fn never_read(path: &str) -> bool {
+    matches!(
+        path,
+        "[vvar]" | "[vvar_vclock]" | "[vdso]" | "[vsyscall]" | "[uprobes]"
+    ) || (path.starts_with("/dev/")
+        && !path.starts_with("/dev/zero")
+        && !path.starts_with("/dev/shm/"))
+}
+
+/// One range of the mapped-memory root.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Root {
+    pub range: Range<u64>,
+    /// Anonymous and private: present pages can be read directly.
+    pub anonymous_private: bool,
+    pub shared: bool,
+}
+
+/// The mapped-memory root of the process as it is now.
+pub struct MappedRoots {
+    pub roots: Vec<Root>,
+}
+
+impl MappedRoots {
+    /// The readable, writable mappings of `maps` minus `exclude`.
+    pub fn new(maps: &[Mapping], mut exclude: Exclusions) -> MappedRoots {
+        exclude.finish();
+        let holes = &exclude.ranges;
+        let mut roots = Vec::new();
+        for m in maps
+            .iter()
+            .filter(|m| m.readable && m.writable && !never_read(&m.path))
+        {
+            let mut at = m.start;
+            let mut i = holes.partition_point(|h| h.end <= m.start);
+            while at < m.end {
+                let next_hole = holes.get(i).filter(|h| h.start < m.end);
+                let end = next_hole.map_or(m.end, |h| h.start.max(at));
+                if at < end {
+                    roots.push(Root {
+                        range: at..end,
+                        anonymous_private: !m.shared && m.path.is_empty(),
+                        shared: m.shared,
+                    });
+                }
+                match next_hole {
+                    Some(h) => {
+                        at = at.max(h.end);
+                        i += 1;
+                    }
+                    None => break,
+                }
+            }
+        }
+        MappedRoots { roots }
+    }
+
+    /// Scans the present pages of every root into the current holder of `c`. Returns how many
+    /// bytes were read.
+    pub fn scan(&self, index: &BlockIndex, c: &mut Collector) -> u64 {
+        let pagemap = Pagemap::open();
+        let mut scanned = 0;
+        for root in &self.roots {
+            for_each_present_run(root, pagemap.as_ref(), |run| {
+                scanned += run.end - run.start;
+                if root.anonymous_private {
+                    // SAFETY: present pages of a private anonymous mapping of the frozen
+                    // process (or of its copy-on-write child): readable, and nobody else can
+                    // unmap or truncate them.
+                    unsafe { c.range(index, run, &[]) };
+                } else {
+                    checked_range(index, run, c);
+                }
+            });
+        }
+        scanned
+    }
+}
+
+/// Reads this process's memory map now (after the stop: the map of the frozen process).
+pub fn current_maps() -> Vec<Mapping> {
+    std::fs::read_to_string("/proc/self/maps")
+        .map(|t| parse_maps(&t))
+        .unwrap_or_default()
+}
+
+/// `/proc/self/pagemap`, read with `pread`.
+struct Pagemap(i32);
+
+impl Pagemap {
+    fn open() -> Option<Pagemap> {
+        // SAFETY: a NUL-terminated path; the descriptor is closed on drop.
+        let fd = unsafe {
+            libc::open(
+                c"/proc/self/pagemap".as_ptr(),
+                libc::O_RDONLY | libc::O_CLOEXEC,
+            )
+        };
+        (fd >= 0).then_some(Pagemap(fd))
+    }
+
+    /// Fills `out` with the entries of the pages from `first_page` on; false on failure.
+    fn read(&self, first_page: u64, out: &mut [u64]) -> bool {
+        let bytes = std::mem::size_of_val(out);
+        // SAFETY: pread into our own buffer of `bytes` bytes.
+        let n = unsafe {
+            libc::pread(
+                self.0,
+                out.as_mut_ptr().cast(),
+                bytes,
+                (first_page * 8) as libc::off_t,
+            )
+        };
+        n == bytes as isize
+    }
+}
+
+impl Drop for Pagemap {
+    fn drop(&mut self) {
+        // SAFETY: our own descriptor.
+        unsafe { libc::close(self.0) };
+    }
+}
+
+/// Page table entry bits of `/proc/pid/pagemap`: present in memory, swapped out.
+const PM_PRESENT: u64 = 1 << 63;
+const PM_SWAPPED: u64 = 1 << 62;
+/// Pages looked up per system call.
+const BATCH: usize = 512;
+
+/// Calls `f` with each maximal run of `root.range` whose pages hold data: present or swapped
+/// out (pagemap) for a private mapping, resident (mincore) for a shared one or when pagemap
+/// cannot be read.
+fn for_each_present_run(root: &Root, pagemap: Option<&Pagemap>, mut f: impl FnMut(Range<u64>)) {
+    let range = root.range.start.next_multiple_of(8)..root.range.end & !7;
+    if range.start >= range.end {
+        return;
+    }
+    let first = range.start / PAGE;
+    let last = (range.end - 1) / PAGE;
+    let mut run: Option<u64> = None; // first page of the current run
+    let mut entries = [0u64; BATCH];
+    let mut resident = [0u8; BATCH];
+    let mut page = first;
+    while page <= last {
+        let n = ((last - page + 1) as usize).min(BATCH);
+        let from_pagemap = match pagemap.filter(|_| !root.shared) {
+            Some(pm) if pm.read(page, &mut entries[..n]) => {
+                for (r, e) in resident[..n].iter_mut().zip(&entries[..n]) {
+                    *r = u8::from(e & (PM_PRESENT | PM_SWAPPED) != 0);
+                }
+                true
+            }
+            _ => false,
+        };
+        if !from_pagemap {
+            // SAFETY: mincore on whole pages of a mapping, into a buffer of n bytes.
+            let failed = unsafe {
+                libc::mincore(
+                    (page * PAGE) as *mut libc::c_void,
+                    n * PAGE as usize,
+                    resident.as_mut_ptr(),
+                )
+            } != 0;
+            if failed {
+                resident[..n].iter_mut().for_each(|r| *r = 0);
+            }
+        }
+        for (k, &r) in resident[..n].iter().enumerate() {
+            let p = page + k as u64;
+            match (r & 1 != 0, run) {
+                (true, None) => run = Some(p),
+                (false, Some(start)) => {
+                    f((start * PAGE).max(range.start)..(p * PAGE).min(range.end));
+                    run = None;
+                }
+                _ => {}
+            }
+        }
+        page += n as u64;
+    }
+    if let Some(start) = run {
+        f((start * PAGE).max(range.start)..range.end);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mapping(start: u64, end: u64, path: &str) -> Mapping {
+        Mapping {
+            start,
+            end,
+            readable: true,
+            writable: true,
+            shared: false,
+            path: path.into(),
+        }
+    }
+
+    #[test]
+    fn roots_are_writable_mappings_minus_the_exclusions() {
+        let maps = vec![
+            mapping(0x1000, 0x9000, ""),
+            mapping(0x10000, 0x12000, "[heap]"),
+            mapping(0x20000, 0x21000, "[vvar]"),
+            mapping(0x30000, 0x31000, "/dev/dri/card0"),
+            Mapping {
+                writable: false,
+                ..mapping(0x40000, 0x41000, "/usr/lib/libc.so.6")
+            },
+            Mapping {
+                shared: true,
+                ..mapping(0x50000, 0x52000, "/dev/zero (deleted)")
+            },
+        ];
+        let mut ex = Exclusions::default();
+        ex.add(0x2000..0x3000);
+        ex.add(0x2800..0x4000); // overlapping: merged
+        ex.add(0x8000..0xa000); // reaches past the mapping
+        ex.add(0x10000..0x12000);
+        let roots = MappedRoots::new(&maps, ex);
+        let ranges: Vec<(Range<u64>, bool, bool)> = roots
+            .roots
+            .iter()
+            .map(|r| (r.range.clone(), r.anonymous_private, r.shared))
+            .collect();
+        assert_eq!(
+            ranges,
+            vec![
+                (0x1000..0x2000, true, false),
+                (0x4000..0x8000, true, false),
+                (0x50000..0x52000, false, true),
+            ]
+        );
+    }
+
+    #[test]
+    fn heap_info_is_recognised_by_its_shape() {
+        let heap = 0x7f00_0400_0000u64;
+        assert!(looks_like_heap_info(heap + 32, 0, 0x21000, 0x21000));
+        assert!(looks_like_heap_info(
+            heap + 48,
+            heap - ARENA_HEAP_ALIGN,
+            4096,
+            8192
+        ));
+        assert!(!looks_like_heap_info(heap + 40, 0, 4096, 4096));
+        assert!(!looks_like_heap_info(heap + 32, 0x1234, 4096, 4096));
+        assert!(!looks_like_heap_info(heap + 32, 0, 4097, 8192));
+        assert!(!looks_like_heap_info(heap + 32, 0, 8192, 4096));
+        assert!(!looks_like_heap_info(heap + 32, 0, 0, 4096));
+        assert!(!looks_like_heap_info(
+            heap + 32,
+            0,
+            4096,
+            2 * ARENA_HEAP_ALIGN
+        ));
+    }
+
+    #[test]
+    fn only_present_pages_are_visited() {
+        // A fresh private anonymous mapping of 64 pages, three of them touched.
+        let len = 64 * PAGE as usize;
+        let p = crate::sys::map_anon(len, true).expect("map");
+        let base = p as u64;
+        for k in [3u64, 4, 40] {
+            // SAFETY: inside our own fresh mapping.
+            unsafe { *((base + k * PAGE) as *mut u64) = 1 };
+        }
+        let root = Root {
+            range: base + 8..base + len as u64,
+            anonymous_private: true,
+            shared: false,
+        };
+        let mut runs = Vec::new();
+        for_each_present_run(&root, Pagemap::open().as_ref(), |r| runs.push(r));
+        assert_eq!(
+            runs,
+            vec![
+                base + 3 * PAGE..base + 5 * PAGE,
+                base + 40 * PAGE..base + 41 * PAGE
+            ]
+        );
+        // mincore (the fallback) finds the same pages resident.
+        let mut runs = Vec::new();
+        for_each_present_run(&root, None, |r| runs.push(r));
+        assert_eq!(
+            runs,
+            vec![
+                base + 3 * PAGE..base + 5 * PAGE,
+                base + 40 * PAGE..base + 41 * PAGE
+            ]
+        );
+        // SAFETY: our own mapping, no longer used.
+        unsafe { crate::sys::unmap(p, len) };
+    }
+}
