@@ -26,6 +26,8 @@ fn main() {
         "agent-shim/Cargo.toml",
         "analysis/src",
         "analysis/Cargo.toml",
+        "capture/src",
+        "capture/Cargo.toml",
         "protocol/src",
         "protocol/Cargo.toml",
         "Cargo.lock",

@@ -14,10 +14,11 @@
 //! anything that does not look like a frame.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 use std::ops::Range;
 
 use gimli::{CfaRule, EhFrame, Register, RegisterRule, UnwindContext, UnwindSection};
+use heaptui_capture::FxHasher;
 
 use super::modules::{AddressSpace, Bytes};
 
@@ -118,23 +119,6 @@ enum Rule {
     Offset(i64),
     ValOffset(i64),
     Register(u16),
-}
-
-#[derive(Default)]
-pub struct FxHasher(u64);
-
-impl Hasher for FxHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
 }
 
 type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;

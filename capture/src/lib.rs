@@ -1,0 +1,15 @@
+//! The parts of a heap capture that do not depend on where the capture runs: inside the
+//! target (the agent, reading its own memory) or outside it (`heaptui` with ptrace, reading a
+//! copy of the target's memory).
+//!
+//! A crate of its own, rather than a module of the agent or of `heaptui-analysis`: the `heaptui`
+//! binary must not link the agent (its exported `malloc` would replace the binary's own), and
+//! the analysis crate holds the model and the engine, not the way a process is read. Imports go
+//! one way: the agent and the binary import this crate; it imports only `heaptui-analysis`
+//! (for the object indices it hands out). Safe code only, like every crate but the agent.
+//!
+//! - [`blocks`]: the lookup from any word to the live block that contains it.
+
+pub mod blocks;
+
+pub use blocks::{BlockIndex, FxHasher};
