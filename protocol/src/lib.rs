@@ -6,10 +6,14 @@
 //! - [`handshake`]: the hello/welcome exchange that must open every connection;
 //! - [`message`] and [`ids`]: the requests, answers and pushes;
 //! - [`answer`]: pure functions building every snapshot answer from a heap graph and its
-//!   analysis, so that the live agent and the offline `heaptui open` answer identically.
+//!   analysis, so that the live agent and the offline `heaptui open` answer identically;
+//! - [`token_file`] and [`token_dir`]: where an agent's token file and record live, and which
+//!   files of the token directory belong to processes that are gone.
 //!
-//! No I/O policy lives here (no sockets, threads, timeouts or async runtime): the agent uses
-//! the blocking helpers from its own threads, the tokio client feeds the [`FrameDecoder`].
+//! No I/O policy lives here (no sockets, threads or async runtime): the agent uses the blocking
+//! helpers from its own threads, the tokio client feeds the [`FrameDecoder`]. The one exception
+//! is the token directory's housekeeping ([`token_dir::sweep`], file I/O only), kept here so the
+//! agent and the client run the same one.
 //!
 //! A client with any I/O model — write the hello, feed whatever bytes arrive to a decoder
 //! limited to the handshake size, check the welcome, then accept full-size frames:
@@ -42,6 +46,7 @@ pub mod handshake;
 pub mod ids;
 pub mod message;
 pub mod stream;
+pub mod token_dir;
 pub mod token_file;
 pub mod views;
 
