@@ -50,6 +50,11 @@ pub struct Config {
     pub log_path: Option<String>,
     /// `HEAPTUI_FOLLOW_EXEC=1`: exec'd children keep the agent in `LD_PRELOAD`.
     pub follow_exec: bool,
+    /// `HEAPTUI_FOLLOW_FORK=1`: each fork child gets a server of its own, on its per-process
+    /// socket. Off by default: it costs every child a thread, two files and a few
+    /// milliseconds inside `fork()`, which a pre-fork pool of hundreds of workers, or a
+    /// program that forks only to exec, pays for nothing.
+    pub follow_fork: bool,
     /// `HEAPTUI_HOLD_FREES=0`: every free reaches libc at once instead of in a thread's batch
     /// (`registry::held_frees`), at the cost of the speed batches bring.
     pub hold_frees: bool,
@@ -69,6 +74,7 @@ impl Default for Config {
             auto_snapshot: SnapshotRule::Off,
             log_path: None,
             follow_exec: false,
+            follow_fork: false,
             hold_frees: true,
         }
     }
@@ -85,6 +91,7 @@ const KNOWN: &[&str] = &[
     "HEAPTUI_METRICS",
     "HEAPTUI_LOG",
     "HEAPTUI_FOLLOW_EXEC",
+    "HEAPTUI_FOLLOW_FORK",
     "HEAPTUI_AUTO_SNAPSHOT",
     "HEAPTUI_HOLD_FREES",
 ];
@@ -127,6 +134,10 @@ impl Config {
                 },
                 "HEAPTUI_FOLLOW_EXEC" => match parse_bool(value) {
                     Some(b) => cfg.follow_exec = b,
+                    None => problems.push(bad("not 0 or 1")),
+                },
+                "HEAPTUI_FOLLOW_FORK" => match parse_bool(value) {
+                    Some(b) => cfg.follow_fork = b,
                     None => problems.push(bad("not 0 or 1")),
                 },
                 "HEAPTUI_HOLD_FREES" => match parse_bool(value) {
@@ -264,6 +275,7 @@ mod tests {
             ("HEAPTUI_DUMP", "/tmp/snap"),
             ("HEAPTUI_LOG", "/tmp/log"),
             ("HEAPTUI_FOLLOW_EXEC", "1"),
+            ("HEAPTUI_FOLLOW_FORK", "1"),
             ("HEAPTUI_POLICY", "/p.toml"),
             ("HEAPTUI_AUDIT", "/a.log"),
             ("HEAPTUI_RECORD", "/r"),
@@ -276,6 +288,7 @@ mod tests {
         assert_eq!(cfg.dump_prefix.as_deref(), Some("/tmp/snap"));
         assert_eq!(cfg.log_path.as_deref(), Some("/tmp/log"));
         assert!(cfg.follow_exec);
+        assert!(cfg.follow_fork);
         assert!(!cfg.hold_frees);
         assert_eq!(cfg.policy_path, Some("/p.toml".into()));
         assert_eq!(cfg.audit_path, Some("/a.log".into()));

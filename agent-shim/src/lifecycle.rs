@@ -6,8 +6,8 @@
 //! shards, agent allocator), so the child never inherits a lock held by a thread that does
 //! not exist there; the parent releases them; the child releases them, forgets the cached
 //! tid and keeps a working agent with only the forking thread registered. The child has no
-//! agent threads (no dump, no server): its `SIGUSR2` goes back to the program's disposition
-//! and its exit writes no snapshot.
+//! agent threads (no dump, no server unless `HEAPTUI_FOLLOW_FORK=1`, see `server`): its
+//! `SIGUSR2` goes back to the program's disposition and its exit writes no snapshot.
 
 use std::ffi::{CStr, c_char, c_void};
 
@@ -96,6 +96,9 @@ extern "C" fn child() {
     stacks::unlock();
     threads::reset_in_child();
     held_frees::adopt_in_child();
+    // Last: with the agent's locks released and the registry reset, the child's own server
+    // (HEAPTUI_FOLLOW_FORK) can start.
+    crate::server::after_fork_in_child();
 }
 
 unsafe extern "C" {

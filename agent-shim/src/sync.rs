@@ -5,11 +5,12 @@
 //! can still be stopped by the capture signal. It must never be held across a call to libc
 //! malloc/free (the fork handlers take every lock, then glibc takes its arena locks).
 //!
-//! Beside it, the two cache helpers of the hooks' shared data: [`CacheLine`] and [`prefetch`].
+//! Beside it, the two cache helpers of the hooks' shared data: [`CacheLine`] and [`prefetch`],
+//! and [`PerProcess`], for the agent threads' state that a fork child must start afresh.
 
 use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 
 const UNLOCKED: u32 = 0;
 const LOCKED: u32 = 1;
@@ -124,6 +125,48 @@ impl<T> Deref for CacheLine<T> {
     }
 }
 
+/// A value of which each process has its own: a fork child that serves clients
+/// (`HEAPTUI_FOLLOW_FORK`) calls [`PerProcess::renew`] from its fork handler and starts from a
+/// fresh value, whatever state the parent's copy was in (a `std` mutex held by an agent
+/// thread that does not exist in the child would otherwise stay locked there forever).
+///
+/// The renewed value is leaked, never freed: a reference handed out before a renewal stays
+/// valid, so renewing is safe even if someone still uses the old value.
+pub struct PerProcess<T: 'static> {
+    first: T,
+    renewed: AtomicPtr<T>,
+}
+
+impl<T> PerProcess<T> {
+    pub const fn new(first: T) -> Self {
+        Self {
+            first,
+            renewed: AtomicPtr::new(std::ptr::null_mut()),
+        }
+    }
+
+    /// Replaces the value by `fresh` for everyone who asks from now on. The old value is
+    /// left as it is, never dropped (in a fork child it may be mid-update by a thread that
+    /// is gone).
+    pub fn renew(&self, fresh: T) {
+        self.renewed
+            .store(Box::into_raw(Box::new(fresh)), Ordering::Release);
+    }
+}
+
+impl<T> Deref for PerProcess<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        let renewed = self.renewed.load(Ordering::Acquire);
+        if renewed.is_null() {
+            return &self.first;
+        }
+        // SAFETY: a non-null pointer comes from `Box::into_raw` in `renew` and is never freed,
+        // so it points at a live `T` for the rest of the process.
+        unsafe { &*renewed }
+    }
+}
+
 /// Data guarded by a [`RawLock`].
 pub struct SpinLock<T> {
     raw: RawLock,
@@ -199,6 +242,17 @@ mod tests {
             t.join().unwrap();
         }
         assert_eq!(*lock.lock(), 160_000);
+    }
+
+    #[test]
+    fn a_renewed_value_replaces_the_first_and_old_references_stay_valid() {
+        static VALUE: PerProcess<std::sync::Mutex<u32>> = PerProcess::new(std::sync::Mutex::new(1));
+        let old = VALUE.lock().unwrap();
+        // A lock held by someone else (a thread gone in a fork child) does not hold up the
+        // renewed value.
+        VALUE.renew(std::sync::Mutex::new(2));
+        assert_eq!(*VALUE.lock().unwrap(), 2);
+        assert_eq!(*old, 1);
     }
 
     #[test]

@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use heaptui_analysis::FrameKind;
 
 use super::modules::AddressSpace;
+use crate::sync::PerProcess;
 
 /// A function symbol: link-time address, size, mangled name.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -147,9 +148,24 @@ pub fn demangle(name: &str) -> String {
     name.to_string()
 }
 
-fn tables() -> &'static Mutex<HashMap<String, Arc<SymbolTable>>> {
-    static TABLES: OnceLock<Mutex<HashMap<String, Arc<SymbolTable>>>> = OnceLock::new();
+/// The symbol tables read so far, by file path.
+type Tables = Mutex<HashMap<String, Arc<SymbolTable>>>;
+
+static TABLES: PerProcess<OnceLock<Tables>> = PerProcess::new(OnceLock::new());
+
+fn tables() -> &'static Tables {
     TABLES.get_or_init(Default::default)
+}
+
+/// In a fork child that serves (`HEAPTUI_FOLLOW_FORK`): the parent's cache when its lock was
+/// free at the fork (the tables are the same files, and reading them again costs each child's
+/// first capture most of its time), else an empty one (the lock's holder is a thread the
+/// child does not have).
+pub fn renew_in_child() {
+    let free = TABLES.get().is_none_or(|tables| tables.try_lock().is_ok());
+    if !free {
+        TABLES.renew(OnceLock::new());
+    }
 }
 
 /// The symbol table of the file at `path`, read once and cached.

@@ -19,7 +19,20 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value, json};
 
-static FILE: Mutex<Option<File>> = Mutex::new(None);
+use crate::sync::PerProcess;
+
+static FILE: PerProcess<Mutex<Option<File>>> = PerProcess::new(Mutex::new(None));
+
+/// In a fork child: the same audit log through a lock of its own (a copy of the parent's
+/// descriptor; none when the parent's lock was held at the fork, and the child then says so at
+/// its first decision).
+pub fn renew_in_child() {
+    let file = FILE
+        .try_lock()
+        .ok()
+        .and_then(|f| f.as_ref().and_then(|f| f.try_clone().ok()));
+    FILE.renew(Mutex::new(file));
+}
 static FAILED: AtomicBool = AtomicBool::new(false);
 
 /// Opens (creates, 0600, append) the audit log.

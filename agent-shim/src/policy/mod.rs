@@ -28,6 +28,7 @@ use heaptui_protocol::{CancelVerdict, Mechanism, PolicyAnswer, Verdict};
 use serde_json::json;
 
 use crate::registry::threads;
+use crate::sync::PerProcess;
 use decide::Refusal;
 use parse::{Policy, mechanism_name};
 
@@ -164,7 +165,16 @@ pub struct Fresh {
 
 /// Tids seen in the agent's snapshots, so a thread that has ended is told apart from a tid
 /// that never was ours.
-static SEEN: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+static SEEN: PerProcess<Mutex<Vec<u32>>> = PerProcess::new(Mutex::new(Vec::new()));
+
+/// In a fork child that serves (`HEAPTUI_FOLLOW_FORK`): the policy's state starts afresh (the
+/// parent's locks may have been held by threads the child does not have); the audit log stays
+/// the same file.
+pub fn renew_in_child() {
+    SEEN.renew(Mutex::new(Vec::new()));
+    trigger::renew_in_child();
+    audit::renew_in_child();
+}
 
 /// Records the threads of a snapshot taken elsewhere (the server's), so that a cancel of a
 /// thread the operator saw there, and that has ended since, is refused as "already gone".

@@ -30,6 +30,7 @@ use super::parse::{Policy, TriggerRule};
 use super::{Fresh, Outcome, Who, audit, cancel, decide, fresh_snapshot, record};
 use crate::registry::{counters, threads};
 use crate::server::events;
+use crate::sync::PerProcess;
 
 /// The thread's period.
 pub const TICK: Duration = Duration::from_millis(100);
@@ -45,7 +46,12 @@ struct FollowUp {
     since: Instant,
 }
 
-static FOLLOW_UPS: Mutex<Vec<FollowUp>> = Mutex::new(Vec::new());
+static FOLLOW_UPS: PerProcess<Mutex<Vec<FollowUp>>> = PerProcess::new(Mutex::new(Vec::new()));
+
+/// In a fork child: no follow-ups of the parent's decisions.
+pub fn renew_in_child() {
+    FOLLOW_UPS.renew(Mutex::new(Vec::new()));
+}
 
 /// Schedules the measured-release line of decision `id` (threads `tids`, predicted release
 /// `predicted`; `before` = heap bytes of the snapshot it was decided on).

@@ -31,7 +31,9 @@ use std::time::{Duration, Instant};
 use heaptui_protocol::{CounterHistory, LiveCounters, MAX_COUNTER_SAMPLES, SnapshotRule};
 
 use super::state;
+use crate::config::config;
 use crate::registry::{counters, threads};
+use crate::sync::PerProcess;
 
 /// How often the rule is checked while it is on.
 pub const POLL: Duration = Duration::from_millis(5);
@@ -97,11 +99,21 @@ impl PolledRule {
     }
 }
 
-static RULE: Mutex<PolledRule> = Mutex::new(PolledRule::new(SnapshotRule::Off));
-static SAMPLES: Mutex<VecDeque<LiveCounters>> = Mutex::new(VecDeque::new());
+static RULE: PerProcess<Mutex<PolledRule>> =
+    PerProcess::new(Mutex::new(PolledRule::new(SnapshotRule::Off)));
+static SAMPLES: PerProcess<Mutex<VecDeque<LiveCounters>>> =
+    PerProcess::new(Mutex::new(VecDeque::new()));
 /// `(sequence number, unix ms)` readings, ascending in both: a block with sequence number
 /// `s` was allocated before the time of the first reading whose number is at least `s`.
-static CLOCK: Mutex<Vec<(u64, u64)>> = Mutex::new(Vec::new());
+static CLOCK: PerProcess<Mutex<Vec<(u64, u64)>>> = PerProcess::new(Mutex::new(Vec::new()));
+
+/// In a fork child that serves (`HEAPTUI_FOLLOW_FORK`): the rule starts over, and there are no
+/// samples or clock readings (the child has no watch thread to take them).
+pub fn renew_in_child() {
+    RULE.renew(Mutex::new(PolledRule::new(config().auto_snapshot)));
+    SAMPLES.renew(Mutex::new(VecDeque::new()));
+    CLOCK.renew(Mutex::new(Vec::new()));
+}
 /// Set by the watch thread once it runs.
 static WATCHING: AtomicBool = AtomicBool::new(false);
 

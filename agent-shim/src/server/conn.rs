@@ -39,8 +39,8 @@ pub const PUSH_INTERVAL: Duration = Duration::from_secs(1);
 const TICK: Duration = Duration::from_millis(100);
 
 /// Serves one connection to its end and logs why it ended.
-pub fn serve(mut stream: Stream, peer: String, token: &str) {
-    let reason = match run(&mut stream, &peer, token) {
+pub fn serve(stream: &mut Stream, peer: String, token: &str) {
+    let reason = match run(stream, &peer, token) {
         Ok(()) => "the client closed the connection".to_string(),
         Err(reason) => reason,
     };

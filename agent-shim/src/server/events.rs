@@ -17,6 +17,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use heaptui_protocol::Push;
 
+use crate::sync::PerProcess;
+
 /// Most events kept for connections that have not forwarded them yet.
 pub const RING: usize = 64;
 
@@ -25,9 +27,16 @@ struct Ring {
     events: VecDeque<(u64, Push)>,
 }
 
-static EVENTS: Mutex<Ring> = Mutex::new(Ring {
+static EVENTS: PerProcess<Mutex<Ring>> = PerProcess::new(Mutex::new(Ring {
     events: VecDeque::new(),
-});
+}));
+
+/// In a fork child that serves (`HEAPTUI_FOLLOW_FORK`): none of the parent's events.
+pub fn renew_in_child() {
+    EVENTS.renew(Mutex::new(Ring {
+        events: VecDeque::new(),
+    }));
+}
 
 /// The sequence number the next published event gets (the first is 1).
 static NEXT: AtomicU64 = AtomicU64::new(1);

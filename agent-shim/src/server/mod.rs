@@ -1,18 +1,27 @@
-//! The agent's protocol server (docs/reference.md §6): listens on `HEAPTUI_LISTEN`, admits clients
-//! that present the token, and answers the protocol's requests from the live counters and the kept
-//! snapshot.
+//! The agent's protocol server (docs/reference.md §6): listens on `HEAPTUI_LISTEN`, admits
+//! clients that present the token, and answers the protocol's requests from the live counters
+//! and the kept snapshot.
 //!
 //! Owns: the listening socket (TCP on loopback unless `HEAPTUI_LISTEN_PUBLIC=1`, or a Unix
-//! socket, mode 0600, whose peers must have our uid), the token file (`token`), the accept
-//! thread and one thread per connection (`conn`), all marked as the agent's own so a capture
-//! never stops them; the kept snapshot (`state`); the events pushed to clients (`events`).
-//! Plain blocking std sockets with timeouts:
-//! no async runtime in the target, and every byte of the server's memory comes from the
-//! agent's allocator.
+//! socket, mode 0600, whose peers must have our uid or be root), the token file and the
+//! agent's record in the token directory (`token`), the accept thread and one thread per
+//! connection (`conn`), all marked as the agent's own so a capture never stops them; the kept
+//! snapshot (`state`); the events pushed to clients (`events`). Plain blocking std sockets with
+//! timeouts: no async runtime in the target, and every byte of the server's memory comes from
+//! the agent's allocator.
+//!
+//! Where it listens: a process that cannot take `HEAPTUI_LISTEN` (the port is in use, e.g. by
+//! the parent of a child exec'd under `HEAPTUI_FOLLOW_EXEC`) listens on its per-process socket
+//! `pid-<PID>.sock` in the token directory instead, and says so in its one `listening on`
+//! line; a fork child under `HEAPTUI_FOLLOW_FORK=1` starts a server of its own there, with its
+//! own token, from the fork handler, silently. Either way `heaptui` finds it as `pid:PID`
+//! through the record. The agent sweeps the files of dead agents from the token directory when
+//! it loads, and removes its own at exit. A fork child always closes its parent's server
+//! descriptors (listeners, connections): it must not hold a port or a client it does not serve.
 //!
 //! Must never: run on a hook's path, stop the program when something goes wrong (a port in
-//! use, an unwritable token directory: one line on stderr, the program runs on without the
-//! server), or let one client hold up another.
+//! use, an unwritable token directory: one line, the program runs on without the server), or
+//! let one client hold up another.
 
 pub mod auto;
 pub mod conn;
@@ -23,14 +32,15 @@ pub mod token;
 
 use std::io;
 use std::net::TcpListener;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use heaptui_protocol::stream::Stream;
+use heaptui_protocol::token_dir;
 use heaptui_protocol::{Refusal, RefusalReason, Welcome};
 
 use crate::config::{Listen, config};
@@ -40,16 +50,63 @@ use crate::config::{Listen, config};
 pub const MAX_CLIENTS: usize = 32;
 
 static ACTIVE: AtomicUsize = AtomicUsize::new(0);
-/// The process that owns the server's files (a fork child must not remove them).
-static OWNER_PID: AtomicI32 = AtomicI32::new(0);
 /// Set by the server thread just before it first blocks in accept().
 static SERVING: AtomicBool = AtomicBool::new(false);
-/// Files to remove at exit: the token file and the Unix socket.
-static FILES: OnceLock<(PathBuf, Option<PathBuf>)> = OnceLock::new();
+
+/// The files one process's server made, removed when that process exits.
+struct Files {
+    pid: i32,
+    token: PathBuf,
+    record: Option<PathBuf>,
+    socket: Option<PathBuf>,
+}
+
+/// This process's files (leaked, never freed: a fork child replaces the pointer with its own,
+/// and the exit handler it inherited then removes the child's, never its parent's).
+static FILES: AtomicPtr<Files> = AtomicPtr::new(std::ptr::null_mut());
+
+/// The descriptors of this process's servers: listeners (kept for the process's life) and
+/// client connections (forgotten before they close). `-1`: a free slot.
+static OWN_FDS: [AtomicI32; MAX_CLIENTS + 4] = [const { AtomicI32::new(-1) }; MAX_CLIENTS + 4];
+
+/// Remembers `fd` as a server descriptor that a fork child must close; returns its slot (none
+/// when all are taken: the child then keeps a copy, as it did before slots existed).
+pub(crate) fn own_fd(fd: i32) -> Option<usize> {
+    OWN_FDS.iter().position(|slot| {
+        slot.compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    })
+}
+
+/// Forgets the descriptor of `slot`, before it is closed (a fork child must never close a
+/// number the program may have reused).
+fn forget_fd(slot: Option<usize>) {
+    if let Some(slot) = slot {
+        OWN_FDS[slot].store(-1, Ordering::Release);
+    }
+}
+
+/// Why a process starts a server.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// The agent was loaded into it: the configured address, else its per-process socket.
+    Loaded,
+    /// A fork child under `HEAPTUI_FOLLOW_FORK=1`: its per-process socket.
+    ForkChild,
+}
 
 enum Listener {
     Tcp(TcpListener),
     Unix(UnixListener),
+}
+
+impl Listener {
+    fn fd(&self) -> i32 {
+        match self {
+            Listener::Tcp(l) => l.as_raw_fd(),
+            Listener::Unix(l) => l.as_raw_fd(),
+        }
+    }
 }
 
 /// Starts the server from the agent's constructor. Any failure is one line on stderr and the
@@ -61,44 +118,93 @@ pub fn start() {
     if let Some(addr) = cfg.metrics {
         metrics::start(addr);
     }
-    let (listener, bound) = match bind(&cfg.listen, cfg.listen_public) {
-        Ok(x) => x,
-        Err(e) => {
-            crate::log::to_stderr(format_args!("{e}; the program runs on without it"));
-            return;
-        }
-    };
-    let token = match token::random_token() {
-        Ok(t) => t,
-        Err(e) => {
-            crate::log::to_stderr(format_args!(
-                "heaptui server off: cannot make a token ({e}); the program runs on without it"
-            ));
-            return;
-        }
-    };
-    let token_path = match token::write(&bound, &token) {
-        Ok(p) => p,
-        Err(e) => {
-            crate::log::to_stderr(format_args!(
-                "heaptui server off: {e}; the program runs on without it"
-            ));
-            return;
-        }
-    };
-    let socket_path = match &bound {
-        Listen::Unix(p) => Some(p.clone()),
-        Listen::Tcp(_) => None,
-    };
-    let _ = FILES.set((token_path.clone(), socket_path));
-    // SAFETY: getpid cannot fail.
-    OWNER_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
-    // SAFETY: `remove_files` is a plain function that only unlinks two paths.
-    unsafe { libc::atexit(remove_files) };
     state::mark_started();
+    // Once, here: a fork child inherits it and `remove_files` removes that process's files.
+    // SAFETY: `remove_files` is a plain function that only unlinks paths.
+    unsafe { libc::atexit(remove_files) };
+    if let Err(e) = serve(Origin::Loaded) {
+        crate::log::to_stderr(format_args!(
+            "heaptui server off: {e}; the program runs on without it"
+        ));
+    }
+}
+
+/// In a fork child, from the fork handler: closes the parent's server descriptors, and under
+/// `HEAPTUI_FOLLOW_FORK=1` starts the child's own server on its per-process socket. The child
+/// has a single thread here, so the state its parent's agent threads may have held locked is
+/// renewed before anything uses it.
+pub fn after_fork_in_child() {
+    for slot in &OWN_FDS {
+        let fd = slot.swap(-1, Ordering::AcqRel);
+        if fd >= 0 {
+            // SAFETY: the descriptor was the parent's server's (remembered while open, and
+            // forgotten before it closed); the child has no thread that uses it.
+            unsafe { libc::close(fd) };
+        }
+    }
+    ACTIVE.store(0, Ordering::Relaxed);
+    SERVING.store(false, Ordering::Relaxed);
+    if !config().follow_fork {
+        return;
+    }
+    state::renew_in_child();
+    auto::renew_in_child();
+    events::renew_in_child();
+    crate::capture::symbolize::renew_in_child();
+    crate::policy::renew_in_child();
+    if let Err(e) = serve(Origin::ForkChild) {
+        crate::agent_log!("fork child without a server: {e}");
+    }
+}
+
+/// Binds, writes the token file and the record (holding the token directory's lock, so a sweep
+/// never sees half of it), starts the accept thread and says where it listens.
+fn serve(origin: Origin) -> Result<(), String> {
+    let cfg = config();
+    let (dir, lock) = token::open_directory()?;
+    if origin == Origin::Loaded && lock.is_some() {
+        token_dir::sweep(dir);
+    }
+    // SAFETY: getpid cannot fail.
+    let pid = unsafe { libc::getpid() };
+    let own = Listen::Unix(dir.join(token_dir::pid_socket_name(pid as u32)));
+    let (listener, bound, fell_back) = match origin {
+        Origin::ForkChild => {
+            let (listener, bound) = bind(&own, false)?;
+            (listener, bound, None)
+        }
+        Origin::Loaded => match bind(&cfg.listen, cfg.listen_public) {
+            Ok((listener, bound)) => (listener, bound, None),
+            Err(why) => {
+                let (listener, bound) = bind(&own, false).map_err(|e| format!("{why}; {e}"))?;
+                (listener, bound, Some(why))
+            }
+        },
+    };
+    let token = token::random_token().map_err(|e| format!("cannot make a token ({e})"))?;
+    let unlink_socket = |bound: &Listen| {
+        if let Listen::Unix(path) = bound {
+            let _ = std::fs::remove_file(path);
+        }
+    };
+    let token_path = token::write(dir, &bound, &token).inspect_err(|_| unlink_socket(&bound))?;
     let shown = describe(&bound);
-    // The libc blocks of the server thread's creation (its DTV) are allocated here, on the
-    // program's main thread: their sequence numbers are kept so the capture leaves them out.
+    let record = token::write_record(dir, &shown);
+    drop(lock);
+    let files = Files {
+        pid,
+        token: token_path.clone(),
+        record: record.as_ref().ok().cloned(),
+        socket: match &bound {
+            Listen::Unix(p) => Some(p.clone()),
+            Listen::Tcp(_) => None,
+        },
+    };
+    FILES.store(Box::into_raw(Box::new(files)), Ordering::Release);
+    let listener_fd = listener.fd();
+    // The libc blocks of the server thread's creation (its DTV) are allocated here, while no
+    // program thread runs (the constructor; a fork child's handler): their sequence numbers
+    // are kept so the capture leaves them out.
     let first = crate::registry::blocks::current_seq();
     let launched = std::thread::Builder::new()
         .name("heaptui-server".into())
@@ -114,15 +220,25 @@ pub fn start() {
         }
     }
     crate::registry::threads::note_agent_spawn(first);
-    match launched {
-        Ok(_) => crate::agent_log!("listening on {shown} (token file {})", token_path.display()),
-        Err(e) => {
-            remove_files();
-            crate::log::to_stderr(format_args!(
-                "heaptui server off: cannot start its thread ({e}); the program runs on without it"
-            ));
-        }
+    if let Err(e) = launched {
+        remove_files();
+        return Err(format!("cannot start its thread ({e})"));
     }
+    own_fd(listener_fd);
+    if let Err(e) = record {
+        crate::agent_log!("{e}: heaptui ps and pid:{pid} will not find this process");
+    }
+    match (origin, fell_back) {
+        (Origin::Loaded, None) => {
+            crate::agent_log!("listening on {shown} (token file {})", token_path.display())
+        }
+        (Origin::Loaded, Some(why)) => crate::agent_log!(
+            "{why}; per-process socket for pid:{pid}: listening on {shown} (token file {})",
+            token_path.display()
+        ),
+        (Origin::ForkChild, _) => {}
+    }
+    Ok(())
 }
 
 /// How an address is written for users: `127.0.0.1:8000` or `unix:/path`.
@@ -140,15 +256,12 @@ fn bind(listen: &Listen, public: bool) -> Result<(Listener, Listen), String> {
         Listen::Tcp(addr) => {
             if !addr.ip().is_loopback() && !public {
                 return Err(format!(
-                    "heaptui server off: HEAPTUI_LISTEN={addr} is not a loopback address \
+                    "HEAPTUI_LISTEN={addr} is not a loopback address \
                      (set HEAPTUI_LISTEN_PUBLIC=1 to listen on it)"
                 ));
             }
-            let l = TcpListener::bind(addr)
-                .map_err(|e| format!("heaptui server off: cannot listen on {addr}: {e}"))?;
-            let bound = l
-                .local_addr()
-                .map_err(|e| format!("heaptui server off: {addr}: {e}"))?;
+            let l = TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+            let bound = l.local_addr().map_err(|e| format!("{addr}: {e}"))?;
             Ok((Listener::Tcp(l), Listen::Tcp(bound)))
         }
         Listen::Unix(path) => {
@@ -162,13 +275,11 @@ fn bind(listen: &Listen, public: bool) -> Result<(Listener, Listen), String> {
                 let _ = std::fs::remove_file(&path);
             }
             let l = UnixListener::bind(&path)
-                .map_err(|e| format!("heaptui server off: cannot listen on unix:{shown}: {e}"))?;
+                .map_err(|e| format!("cannot listen on unix:{shown}: {e}"))?;
             if let Err(e) = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
             {
                 let _ = std::fs::remove_file(&path);
-                return Err(format!(
-                    "heaptui server off: cannot make unix:{shown} private: {e}"
-                ));
+                return Err(format!("cannot make unix:{shown} private: {e}"));
             }
             Ok((Listener::Unix(l), Listen::Unix(path)))
         }
@@ -176,21 +287,30 @@ fn bind(listen: &Listen, public: bool) -> Result<(Listener, Listen), String> {
 }
 
 extern "C" fn remove_files() {
-    // SAFETY: getpid cannot fail.
-    if unsafe { libc::getpid() } != OWNER_PID.load(Ordering::Relaxed) {
+    let files = FILES.load(Ordering::Acquire);
+    if files.is_null() {
         return;
     }
-    if let Some((token, socket)) = FILES.get() {
-        let _ = std::fs::remove_file(token);
-        if let Some(socket) = socket {
-            let _ = std::fs::remove_file(socket);
-        }
+    // SAFETY: FILES holds null or a pointer from `Box::into_raw`, never freed.
+    let files = unsafe { &*files };
+    // SAFETY: getpid cannot fail.
+    if unsafe { libc::getpid() } != files.pid {
+        return;
+    }
+    for path in [
+        Some(&files.token),
+        files.record.as_ref(),
+        files.socket.as_ref(),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        let _ = std::fs::remove_file(path);
     }
 }
 
 /// The uid of a Unix socket's peer (SO_PEERCRED).
 fn peer_uid(s: &UnixStream) -> io::Result<u32> {
-    use std::os::fd::AsRawFd;
     let mut cred = libc::ucred {
         pid: 0,
         uid: 0,
@@ -249,7 +369,11 @@ fn accept_loop(listener: Listener, token: String) {
             .name("heaptui-client".into())
             .spawn(move || {
                 crate::registry::threads::mark_current_as_agent();
-                conn::serve(stream, peer, token);
+                let mut stream = stream;
+                let slot = own_fd(stream_fd(&stream));
+                conn::serve(&mut stream, peer, token);
+                forget_fd(slot);
+                drop(stream);
                 ACTIVE.fetch_sub(1, Ordering::AcqRel);
             });
         if let Err(e) = spawned {
@@ -259,15 +383,23 @@ fn accept_loop(listener: Listener, token: String) {
     }
 }
 
+fn stream_fd(stream: &Stream) -> i32 {
+    match stream {
+        Stream::Tcp(s) => s.as_raw_fd(),
+        Stream::Unix(s) => s.as_raw_fd(),
+    }
+}
+
+/// Our own uid, and root (who may read the token anyway, e.g. `heaptui ps` as root).
 fn check_uid(uid: u32) -> io::Result<()> {
     // SAFETY: geteuid cannot fail.
     let ours = unsafe { libc::geteuid() };
-    if uid == ours {
+    if uid == ours || uid == 0 {
         Ok(())
     } else {
         Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
-            format!("unix peer uid {uid} is not the agent's uid {ours}"),
+            format!("unix peer uid {uid} is neither the agent's uid {ours} nor root"),
         ))
     }
 }

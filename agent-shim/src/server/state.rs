@@ -38,6 +38,7 @@ use super::auto;
 use crate::alloc::AGENT_ALLOC;
 use crate::config::config;
 use crate::registry::{counters, threads};
+use crate::sync::PerProcess;
 
 /// Snapshots in a row over which a site must grow to be flagged.
 pub const GROWTH_RUN: usize = views::growth::DEFAULT_GROWTH_RUN;
@@ -118,12 +119,24 @@ struct History {
     growth: views::growth::Growth,
 }
 
-static KEPT: Mutex<Option<Arc<Kept>>> = Mutex::new(None);
-static PEAK: Mutex<Option<Arc<Kept>>> = Mutex::new(None);
-static HISTORY: Mutex<Option<History>> = Mutex::new(None);
-static CAPTURING: Mutex<()> = Mutex::new(());
+static KEPT: PerProcess<Mutex<Option<Arc<Kept>>>> = PerProcess::new(Mutex::new(None));
+static PEAK: PerProcess<Mutex<Option<Arc<Kept>>>> = PerProcess::new(Mutex::new(None));
+static HISTORY: PerProcess<Mutex<Option<History>>> = PerProcess::new(Mutex::new(None));
+static CAPTURING: PerProcess<Mutex<()>> = PerProcess::new(Mutex::new(()));
 static NEXT_SNAPSHOT: AtomicU64 = AtomicU64::new(1);
 static TAKEN: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+
+/// In a fork child that serves (`HEAPTUI_FOLLOW_FORK`): no snapshot yet, no history, and no
+/// capture under way (the parent's may have been, on a thread the child does not have).
+pub fn renew_in_child() {
+    KEPT.renew(Mutex::new(None));
+    PEAK.renew(Mutex::new(None));
+    HISTORY.renew(Mutex::new(None));
+    CAPTURING.renew(Mutex::new(()));
+    for taken in &TAKEN {
+        taken.store(0, Ordering::Relaxed);
+    }
+}
 
 /// The latest snapshot, if any.
 pub fn kept() -> Option<Arc<Kept>> {

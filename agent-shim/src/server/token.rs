@@ -1,30 +1,40 @@
-//! The token file of docs/reference.md §6: a random token, written where only this user can read
-//! it, named after the port or socket the agent listens on, so that a local client finds it from
-//! the address alone.
+//! The token file of docs/reference.md §6: a random token, written where only this user can
+//! read it, named after the port or socket the agent listens on, so that a local client finds
+//! it from the address alone; and beside it the agent's record (`pid-<PID>.agent`, see
+//! `heaptui_protocol::token_dir`), so a client finds the agent of a pid.
 //!
 //! Directory: `$XDG_RUNTIME_DIR/heaptui/` when `XDG_RUNTIME_DIR` is an absolute path, else
-//! `/tmp/heaptui-$UID/`; created 0700 and refused when it belongs to someone else or others
-//! may enter it. File: `tcp-<port>.token` or `unix-<escaped absolute socket path>.token`,
-//! mode 0600, written under a temporary name and renamed, so a client never reads half a
-//! token. `heaptui`'s client applies the same rule (`src/client/token.rs`); the live tests
-//! check that the two agree.
+//! `/tmp/heaptui-$UID/`, decided once when the agent loads (a fork child uses its parent's);
+//! created 0700 and refused when it belongs to someone else or others may enter it. File:
+//! `tcp-<port>.token` or `unix-<escaped absolute socket path>.token`, mode 0600, written under
+//! a temporary name and renamed, so a client never reads half a token. `heaptui`'s client
+//! applies the same rule (`src/client/token.rs`); the live tests check that the two agree.
 //!
 //! Never: write the token anywhere else, or leave a file readable by others.
 
+use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
 
+use heaptui_protocol::token_dir::{self, Record};
 use heaptui_protocol::token_file;
 
 use crate::config::Listen;
 
-/// The directory holding this user's token files.
-pub fn directory() -> PathBuf {
-    let xdg = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from);
-    // SAFETY: getuid cannot fail.
-    let uid = unsafe { libc::getuid() };
-    token_file::directory(xdg.as_deref(), uid)
+/// The directory holding this user's token files, as the environment said when the agent
+/// loaded (read once: a fork child must not read the environment, whose lock a thread of its
+/// parent may have held).
+pub fn directory() -> &'static Path {
+    static DIRECTORY: OnceLock<PathBuf> = OnceLock::new();
+    DIRECTORY.get_or_init(|| {
+        let xdg = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from);
+        // SAFETY: getuid cannot fail.
+        let uid = unsafe { libc::getuid() };
+        token_file::directory(xdg.as_deref(), uid)
+    })
 }
 
 /// The token file's name for a listening address.
@@ -78,27 +88,67 @@ fn private_directory(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Writes `token` to the token file of `listen`; returns its path.
-pub fn write(listen: &Listen, token: &str) -> Result<PathBuf, String> {
+/// How long an agent waits for the directory's lock (a sweep by `heaptui ps` holds it for a
+/// directory listing and a few `/proc` reads) before going on without it.
+const LOCK_PATIENCE: Duration = Duration::from_secs(2);
+
+/// The token directory, made private, and its lock: held while the agent binds and writes
+/// its files, so a sweep never sees it half-started. `None` for the lock when it could not be
+/// had in time (the agent goes on: the lock only narrows races).
+pub fn open_directory() -> Result<(&'static Path, Option<File>), String> {
     let dir = directory();
-    private_directory(&dir)?;
-    let path = dir.join(file_name(listen));
-    let tmp = dir.join(format!(".{}.{}.tmp", file_name(listen), std::process::id()));
+    private_directory(dir)?;
+    Ok((dir, token_dir::lock(dir, LOCK_PATIENCE)))
+}
+
+/// Writes `contents` to `dir/name`, mode 0600, through a temporary file renamed over it; the
+/// error names the file as `what`.
+fn write_private(dir: &Path, name: &str, contents: &str, what: &str) -> Result<PathBuf, String> {
+    let path = dir.join(name);
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
     let written = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .open(&tmp)
-        .and_then(|mut f| f.write_all(format!("{token}\n").as_bytes()))
+        .and_then(|mut f| f.write_all(contents.as_bytes()))
         .and_then(|()| std::fs::rename(&tmp, &path));
     if let Err(e) = written {
         let _ = std::fs::remove_file(&tmp);
-        return Err(format!(
-            "cannot write the token file {}: {e}",
-            path.display()
-        ));
+        return Err(format!("cannot write {what} {}: {e}", path.display()));
     }
     Ok(path)
+}
+
+/// Writes `token` to the token file of `listen`; returns its path.
+pub fn write(dir: &Path, listen: &Listen, token: &str) -> Result<PathBuf, String> {
+    write_private(
+        dir,
+        &file_name(listen),
+        &format!("{token}\n"),
+        "the token file",
+    )
+}
+
+/// Writes this process's record (`pid-<PID>.agent`): its agent listens at `address`.
+pub fn write_record(dir: &Path, address: &str) -> Result<PathBuf, String> {
+    let pid = std::process::id();
+    let start = std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .as_deref()
+        .and_then(token_dir::start_of)
+        .ok_or("cannot read the process start time from /proc/self/stat")?;
+    let record = Record {
+        pid,
+        start,
+        address: address.to_string(),
+    };
+    write_private(
+        dir,
+        &token_dir::record_name(pid),
+        &record.to_text(),
+        "the agent record",
+    )
 }
 
 #[cfg(test)]
