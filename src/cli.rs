@@ -37,11 +37,24 @@ pub enum Command {
     /// Ask a running agent to cancel a thread under its memory-shortage policy (HEAPTUI_POLICY)
     /// and print the verdict, then the release it measured; exits 1 when the agent refuses.
     Cancel(CancelArgs),
+    /// List the processes whose agent answers (this user's; root: everyone's): pid, uptime,
+    /// live heap, address, command. Files left in the token directory by dead processes are
+    /// removed on the way.
+    Ps(PsArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct PsArgs {
+    /// Print the list as JSON: an array of {pid, command, address, token_file, uptime_s,
+    /// live_bytes, live_blocks, agent_version}.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, clap::Args)]
 pub struct CancelArgs {
-    /// The agent's address: :PORT, HOST:PORT or unix:PATH.
+    /// The agent's address: :PORT, HOST:PORT, unix:PATH, or pid:PID (the agent of that
+    /// process, found through its token directory).
     #[arg(value_name = "ADDR")]
     pub address: String,
     /// The thread to cancel (its kernel thread id, as the ranking shows it).
@@ -67,7 +80,8 @@ pub struct CancelArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct SnapshotArgs {
-    /// The agent's address: :PORT, HOST:PORT or unix:PATH.
+    /// The agent's address: :PORT, HOST:PORT, unix:PATH, or pid:PID (the agent of that
+    /// process, found through its token directory).
     #[arg(value_name = "ADDR")]
     pub address: String,
     /// The snapshot file to write.
@@ -107,7 +121,8 @@ pub struct DemoArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct AttachArgs {
-    /// The agent's address: :PORT, HOST:PORT or unix:PATH.
+    /// The agent's address: :PORT, HOST:PORT, unix:PATH, or pid:PID (the agent of that
+    /// process, found through its token directory).
     #[arg(value_name = "ADDR")]
     pub address: String,
     /// The agent's token file (needed for agents on other machines).
@@ -129,7 +144,8 @@ pub struct OpenArgs {
 #[derive(Debug, clap::Args)]
 pub struct ReportArgs {
     /// A snapshot file (JSON `heaptui-snapshot` or the binary form, told apart by content), a
-    /// recording (HEAPTUI_RECORD), or a live agent's address (:PORT, HOST:PORT or unix:PATH).
+    /// recording (HEAPTUI_RECORD), or a live agent's address (:PORT, HOST:PORT, unix:PATH, or
+    /// pid:PID for the agent of that process).
     #[arg(value_name = "SOURCE")]
     pub source: PathBuf,
     /// Print the report as JSON (`heaptui-report` version 1) instead of text tables; the same

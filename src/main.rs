@@ -50,6 +50,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo(&args),
         Command::Open(args) => tui::open(&args.file),
         Command::Attach(args) => tui::attach(&args),
+        Command::Ps(args) => client::ps::ps(args.json, &mut stdout, &mut std::io::stderr()),
         Command::AgentPath => {
             embedded::agent_path().and_then(|path| Ok(writeln!(stdout, "{}", path.display())?))
         }
@@ -80,37 +81,20 @@ fn report(args: &cli::ReportArgs, out: &mut impl Write) -> anyhow::Result<()> {
     let Some(address) = live else {
         return offline::report::run(args, out);
     };
-    let address = client::Address::parse(address).map_err(anyhow::Error::msg)?;
-    client::commands::report(
-        &address,
-        &token_source(args.token_file.as_deref()),
-        args,
-        out,
-    )
-}
-
-fn token_source(file: Option<&std::path::Path>) -> client::TokenSource {
-    file.map_or(client::TokenSource::Discover, |f| {
-        client::TokenSource::File(f.to_path_buf())
-    })
+    let (address, token) = client::locate::resolve(address, args.token_file.as_deref())?;
+    client::commands::report(&address, &token, args, out)
 }
 
 fn snapshot(args: &cli::SnapshotArgs, out: &mut impl Write) -> anyhow::Result<()> {
-    let address = client::Address::parse(&args.address).map_err(anyhow::Error::msg)?;
-    client::commands::snapshot(
-        &address,
-        &token_source(args.token_file.as_deref()),
-        &args.output,
-        args.peak,
-        out,
-    )
+    let (address, token) = client::locate::resolve(&args.address, args.token_file.as_deref())?;
+    client::commands::snapshot(&address, &token, &args.output, args.peak, out)
 }
 
 fn cancel(args: &cli::CancelArgs, out: &mut impl Write) -> anyhow::Result<client::cancel::Outcome> {
-    let address = client::Address::parse(&args.address).map_err(anyhow::Error::msg)?;
+    let (address, token) = client::locate::resolve(&args.address, args.token_file.as_deref())?;
     client::cancel::cancel(
         &address,
-        &token_source(args.token_file.as_deref()),
+        &token,
         args.tid,
         args.dry_run,
         std::time::Duration::from_secs(args.wait),
@@ -122,7 +106,7 @@ fn cancel(args: &cli::CancelArgs, out: &mut impl Write) -> anyhow::Result<client
 /// the report, then the program's own exit status.
 fn run(args: &cli::RunArgs, out: &mut impl Write) -> anyhow::Result<ExitCode> {
     let listen = match &args.listen {
-        Some(a) => Some(client::Address::parse(a).map_err(anyhow::Error::msg)?),
+        Some(a) => Some(client::Address::parse(a).map_err(offline::views::UsageError)?),
         None => None,
     };
     let status = if std::io::stdout().is_terminal() {

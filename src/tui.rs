@@ -36,16 +36,19 @@ pub enum Event {
 /// How often the clock ticks (snapshot age, auto-refresh).
 const TICK: Duration = Duration::from_secs(1);
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Options {
     /// Interval of `a` (automatic snapshots).
     pub refresh: Duration,
+    /// The agent's address, shown in the header (live sources).
+    pub address: Option<String>,
 }
 
 impl Default for Options {
     fn default() -> Self {
         Options {
             refresh: Duration::from_secs(5),
+            address: None,
         }
     }
 }
@@ -85,13 +88,7 @@ fn open_recording(file: &Path) -> anyhow::Result<()> {
 /// one line, before the screen opens; later losses show as a banner while the client
 /// reattaches.
 pub fn attach(args: &AttachArgs) -> anyhow::Result<()> {
-    let address = client::Address::parse(&args.address).map_err(anyhow::Error::msg)?;
-    let token = args
-        .token_file
-        .as_ref()
-        .map_or(client::TokenSource::Discover, |f| {
-            client::TokenSource::File(f.clone())
-        });
+    let (address, token) = client::locate::resolve(&args.address, args.token_file.as_deref())?;
     // Below half a second the agent would spend its time stopping the world.
     let refresh = Duration::from_secs_f64(args.refresh.max(0.5));
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -99,7 +96,11 @@ pub fn attach(args: &AttachArgs) -> anyhow::Result<()> {
         .build()?;
     runtime.block_on(async {
         let (handle, events) = client::live::connect(&address, token).await?;
-        run(handle, events, address.to_string(), Options { refresh }).await
+        let options = Options {
+            refresh,
+            address: Some(address.to_string()),
+        };
+        run(handle, events, address.to_string(), options).await
     })
 }
 
@@ -127,7 +128,11 @@ pub fn run_program(
             runtime.block_on(async {
                 let (handle, events) =
                     client::live::connect(&address, client::TokenSource::Discover).await?;
-                run(handle, events, description, Options { refresh }).await
+                let options = Options {
+                    refresh,
+                    address: Some(address.to_string()),
+                };
+                run(handle, events, description, options).await
             })
         });
     // The program was started for this session: it ends with it, whatever happened.
@@ -189,6 +194,7 @@ async fn event_loop(
         Rect::new(0, 0, size.width, size.height),
     );
     app.refresh_interval = options.refresh;
+    app.address = options.address;
     app.tick(now_ms());
     let mut input = EventStream::new();
     let mut tick = tokio::time::interval(TICK);

@@ -200,7 +200,8 @@ fn errors_are_one_sentence_and_exit_1() {
         .args(["snapshot", "nohost", "-o", "x"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    // A malformed address is a usage error.
+    assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("invalid agent address \"nohost\""), "{err}");
 }

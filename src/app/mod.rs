@@ -101,6 +101,8 @@ pub struct App {
     source: SourceHandle,
     pub live: bool,
     pub description: String,
+    /// The live agent's address, for the header.
+    pub address: Option<String>,
     pub connection: Connection,
     /// The data shown is from before a disconnect.
     pub stale: bool,
@@ -150,6 +152,7 @@ impl App {
             recording: source.is_recording(),
             source,
             description,
+            address: None,
             connection: Connection::Connecting,
             stale: false,
             process: None,

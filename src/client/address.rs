@@ -1,4 +1,6 @@
-//! Agent addresses as users write them (docs/reference.md §2): `:PORT`, `HOST:PORT` or `unix:PATH`.
+//! Agent addresses as users write them (docs/reference.md §2): `:PORT`, `HOST:PORT` or
+//! `unix:PATH`; and `pid:PID`, which names a process whose agent is found through the token
+//! directory (`locate`).
 
 use std::fmt;
 use std::net::IpAddr;
@@ -17,9 +19,12 @@ impl Address {
     pub fn parse(text: &str) -> Result<Address, String> {
         let bad = |why: &str| {
             format!(
-                "invalid agent address {text:?}: {why} (expected :PORT, HOST:PORT or unix:PATH)"
+                "invalid agent address {text:?}: {why} (expected :PORT, HOST:PORT, unix:PATH or pid:PID)"
             )
         };
+        if text.starts_with("pid:") {
+            return Err(bad("a process is not an address here"));
+        }
         if let Some(path) = text.strip_prefix("unix:") {
             if path.is_empty() {
                 return Err(bad("the socket path is empty"));
@@ -50,7 +55,7 @@ impl Address {
 
     /// Whether `text` is written like an address rather than a file name.
     pub fn looks_like(text: &str) -> bool {
-        if text.starts_with("unix:") {
+        if text.starts_with("unix:") || text.starts_with("pid:") {
             return true;
         }
         match text.rsplit_once(':') {

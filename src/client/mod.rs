@@ -1,5 +1,6 @@
-//! The protocol client: agent addresses, token discovery, a blocking session for the one-shot
-//! commands, and the commands that work on a live agent (`report ADDR`, `snapshot`, `run`).
+//! The protocol client: agent addresses, token discovery, finding an agent by process
+//! (`pid:PID`, `heaptui ps`), a blocking session for the one-shot commands, and the commands
+//! that work on a live agent (`report ADDR`, `snapshot`, `run`).
 //!
 //! Owns everything between an address on the command line and protocol answers. It never
 //! computes figures (the agent's analysis, or `heaptui_analysis` over a fetched graph, does)
@@ -11,6 +12,8 @@ pub mod cancel;
 pub mod commands;
 #[allow(dead_code)]
 pub mod live;
+pub mod locate;
+pub mod ps;
 mod session;
 pub mod token;
 

@@ -41,7 +41,7 @@ pub fn connect_error(address: &Address, e: &io::Error) -> ClientError {
     ))
 }
 
-fn open(address: &Address) -> Result<Stream, ClientError> {
+fn open(address: &Address, answer_timeout: Duration) -> Result<Stream, ClientError> {
     match address {
         Address::Tcp { host, port } => {
             let addrs: Vec<_> = (host.as_str(), *port)
@@ -53,8 +53,8 @@ fn open(address: &Address) -> Result<Stream, ClientError> {
                 match TcpStream::connect_timeout(&a, CONNECT_TIMEOUT) {
                     Ok(s) => {
                         let _ = s.set_nodelay(true);
-                        s.set_read_timeout(Some(ANSWER_TIMEOUT))
-                            .and_then(|()| s.set_write_timeout(Some(ANSWER_TIMEOUT)))
+                        s.set_read_timeout(Some(answer_timeout))
+                            .and_then(|()| s.set_write_timeout(Some(answer_timeout)))
                             .map_err(|e| connect_error(address, &e))?;
                         return Ok(Stream::Tcp(s));
                     }
@@ -65,8 +65,8 @@ fn open(address: &Address) -> Result<Stream, ClientError> {
         }
         Address::Unix(path) => {
             let s = UnixStream::connect(path).map_err(|e| connect_error(address, &e))?;
-            s.set_read_timeout(Some(ANSWER_TIMEOUT))
-                .and_then(|()| s.set_write_timeout(Some(ANSWER_TIMEOUT)))
+            s.set_read_timeout(Some(answer_timeout))
+                .and_then(|()| s.set_write_timeout(Some(answer_timeout)))
                 .map_err(|e| connect_error(address, &e))?;
             Ok(Stream::Unix(s))
         }
@@ -81,8 +81,19 @@ pub fn hello(token: String) -> Hello {
 impl Session {
     /// Connects and shakes hands.
     pub fn connect(address: &Address, token: &TokenSource) -> Result<Session, ClientError> {
+        Self::connect_within(address, token, ANSWER_TIMEOUT)
+    }
+
+    /// [`Session::connect`], giving up on any answer (the handshake's included) that takes
+    /// longer than `answer_timeout`: for quick questions to many agents (`heaptui ps`), where
+    /// a stopped process must not hold up the rest.
+    pub fn connect_within(
+        address: &Address,
+        token: &TokenSource,
+        answer_timeout: Duration,
+    ) -> Result<Session, ClientError> {
         // Connect first: "connection refused" says more than a missing token file.
-        let mut stream = open(address)?;
+        let mut stream = open(address, answer_timeout)?;
         let token = token::read(address, token).map_err(ClientError::new)?;
         let agent = client_handshake(&mut stream, &hello(token))
             .map_err(|e| ClientError::new(format!("{address}: {e}")))?;

@@ -24,7 +24,7 @@ pub fn directory() -> PathBuf {
 }
 
 /// The real uid, from /proc (the crate forbids the unsafe a libc call would need).
-fn uid() -> u32 {
+pub fn uid() -> u32 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {

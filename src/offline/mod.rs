@@ -7,7 +7,7 @@
 pub mod export;
 pub mod recording;
 pub mod report;
-mod table;
+pub mod table;
 mod text;
 pub mod views;
 

@@ -1,7 +1,7 @@
-//! The header: what is being looked at (process, source, snapshot), the heap's figures with
-//! the kept peak snapshot and the automatic-snapshot rule, and the live counters (utilization
-//! included) beside a chart of live vs allocated bytes (the agent's counter history, then its
-//! pushes; a recording's recorded counters).
+//! The header: what is being looked at (process, the agent's address, source, snapshot), the
+//! heap's figures with the kept peak snapshot and the automatic-snapshot rule, and the live
+//! counters (utilization included) beside a chart of live vs allocated bytes (the agent's
+//! counter history, then its pushes; a recording's recorded counters).
 
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -22,6 +22,9 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
     match &app.process {
         Some(p) if p.pid != 0 => line.push(Span::raw(format!("· pid {} {} ", p.pid, p.command))),
         _ => line.push(Span::raw(format!("· {} ", app.description))),
+    }
+    if let Some(address) = &app.address {
+        line.push(Span::raw(format!("· {address} ")));
     }
     line.push(Span::styled(
         match (&app.connection, app.live) {
@@ -186,5 +189,30 @@ pub fn age(ms: u64) -> String {
         0..120 => format!("{s} s"),
         120..7200 => format!("{} min", s / 60),
         _ => format!("{} h", s / 3600),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::app::testing::{Harness, fixture};
+
+    #[test]
+    fn the_header_names_the_address_attached_to() {
+        let mut h = Harness::live(fixture());
+        h.pump();
+        let first = |h: &Harness| {
+            crate::ui::tests::screen(h)
+                .lines()
+                .next()
+                .unwrap()
+                .to_string()
+        };
+        assert!(!first(&h).contains("unix:"), "{}", first(&h));
+        h.app.address = Some("unix:/run/user/1000/heaptui/pid-42.sock".into());
+        let line = first(&h);
+        assert!(
+            line.contains("· unix:/run/user/1000/heaptui/pid-42.sock ·"),
+            "{line}"
+        );
     }
 }
