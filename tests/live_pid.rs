@@ -6,6 +6,7 @@
 //! a token directory of its own (`XDG_RUNTIME_DIR`), so what it finds there is its own.
 
 mod live_common;
+mod tmux_common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -20,8 +21,9 @@ use serde_json::Value;
 /// - `fork`: forks a child that starts threads `kid-0` and `kid-1` (each holding a block of
 ///   3000 + i bytes), holds a 7000-byte block on its main frame, and answers `child PID`
 ///   itself once all of that is in place; it lives until the target's input ends;
-/// - `exec`: forks a child that execs this program as `forks child`: it holds a 4321-byte
-///   block and answers `exec PID`;
+/// - `exec`: forks a child that execs this program as `forks relay`, which execs it again as
+///   `forks child` (as `sh -c 'exec prog'` does): that holds a 4321-byte block and answers
+///   `exec PID`;
 /// - `big N`: allocates N 64-byte nodes kept in a list (a heap that takes a while to
 ///   capture); answers `ok`;
 /// - end of input: the children end, are waited for, and the target prints `done`.
@@ -72,6 +74,10 @@ static void child(void) {
 struct node { struct node *next; char pad[56]; };
 
 int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "relay") == 0) {
+        execl("/proc/self/exe", "forks", "child", (char *)0);
+        _exit(127);
+    }
     if (argc > 1) {
         char *volatile held = malloc(4321);
         memset(held, 3, 4321);
@@ -99,7 +105,7 @@ int main(int argc, char **argv) {
             if (fork() == 0) {
                 dup2(exec_in[0], 0);
                 close(exec_in[1]);
-                execl("/proc/self/exe", "forks", "child", (char *)0);
+                execl("/proc/self/exe", "forks", "relay", (char *)0);
                 _exit(127);
             }
             children++;
@@ -427,6 +433,7 @@ fn an_exec_child_that_cannot_take_the_address_falls_back_to_its_pid_socket_and_s
     );
     // The parent still answers on the configured address.
     assert_eq!(t.report(&listen)["process"]["pid"], parent);
+    // Two programs ran in that process under the agent (relay, then child): one line.
     let log = target.log_text();
     let said: Vec<&str> = log
         .lines()
@@ -666,4 +673,37 @@ fn bad_pid_arguments_get_one_line_and_the_documented_exit_code() {
             && err.contains("belongs to uid 0: only that user or root can reach its agent"),
         "{err}"
     );
+}
+
+#[test]
+fn attach_pid_opens_the_tui_with_the_address_in_its_header() {
+    let t = Isolated::new("attach-pid");
+    let exe = shapes(t.path());
+    let target = t.start(&exe, "127.0.0.1:0", &[]);
+    let tmux = tmux_common::Tmux::start();
+    tmux.literal(&format!(
+        "XDG_RUNTIME_DIR={} {} attach pid:{}",
+        t.xdg().display(),
+        env!("CARGO_BIN_EXE_heaptui"),
+        target.child.id()
+    ));
+    tmux.keys(&["Enter"]);
+    let screen = tmux.wait_within("the live ranking", Duration::from_secs(30), |s| {
+        s.contains("live (agent") && s.contains("worker-3")
+    });
+    let header = screen.lines().next().unwrap();
+    assert!(
+        header.contains(&format!("pid {}", target.child.id()))
+            && header.contains(&format!("· {} ", target.address)),
+        "{header}"
+    );
+    tmux.keys(&["q"]);
+    tmux.wait_for("the shell", |s| {
+        s.lines()
+            .last()
+            .is_some_and(|l| l.contains(tmux_common::PROMPT.trim_end()))
+            || s.trim_end().ends_with(tmux_common::PROMPT.trim_end())
+    });
+    let (out, _) = target.finish();
+    assert_eq!(out.status.code(), Some(0));
 }

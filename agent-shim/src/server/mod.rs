@@ -162,6 +162,8 @@ pub fn after_fork_in_child() {
 fn serve(origin: Origin) -> Result<(), String> {
     let cfg = config();
     let (dir, lock) = token::open_directory()?;
+    // Read before the sweep removes it (its socket closed at the exec).
+    let before_exec = token::address_before_exec(dir);
     if origin == Origin::Loaded && lock.is_some() {
         token_dir::sweep(dir);
     }
@@ -232,6 +234,9 @@ fn serve(origin: Origin) -> Result<(), String> {
         (Origin::Loaded, None) => {
             crate::agent_log!("listening on {shown} (token file {})", token_path.display())
         }
+        // Said once per process: a program exec'd from one that fell back already (`sh -c
+        // 'exec prog'`) is at the same place.
+        (Origin::Loaded, Some(_)) if before_exec.as_deref() == Some(shown.as_str()) => {}
         (Origin::Loaded, Some(why)) => crate::agent_log!(
             "{why}; per-process socket for pid:{pid}: listening on {shown} (token file {})",
             token_path.display()

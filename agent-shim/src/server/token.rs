@@ -133,11 +133,7 @@ pub fn write(dir: &Path, listen: &Listen, token: &str) -> Result<PathBuf, String
 /// Writes this process's record (`pid-<PID>.agent`): its agent listens at `address`.
 pub fn write_record(dir: &Path, address: &str) -> Result<PathBuf, String> {
     let pid = std::process::id();
-    let start = std::fs::read_to_string("/proc/self/stat")
-        .ok()
-        .as_deref()
-        .and_then(token_dir::start_of)
-        .ok_or("cannot read the process start time from /proc/self/stat")?;
+    let start = own_start().ok_or("cannot read the process start time from /proc/self/stat")?;
     let record = Record {
         pid,
         start,
@@ -149,6 +145,24 @@ pub fn write_record(dir: &Path, address: &str) -> Result<PathBuf, String> {
         &record.to_text(),
         "the agent record",
     )
+}
+
+/// This process's start time (field 22 of `/proc/self/stat`).
+fn own_start() -> Option<u64> {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .as_deref()
+        .and_then(token_dir::start_of)
+}
+
+/// Where this very process listened before an `exec` replaced its program, when the agent
+/// was there too: its record (same pid, same start time) is still in the directory.
+pub fn address_before_exec(dir: &Path) -> Option<String> {
+    let text =
+        std::fs::read_to_string(dir.join(token_dir::record_name(std::process::id()))).ok()?;
+    let record = Record::parse(&text)?;
+    (record.pid == std::process::id() && Some(record.start) == own_start())
+        .then_some(record.address)
 }
 
 #[cfg(test)]

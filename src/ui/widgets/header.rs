@@ -23,9 +23,6 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
         Some(p) if p.pid != 0 => line.push(Span::raw(format!("· pid {} {} ", p.pid, p.command))),
         _ => line.push(Span::raw(format!("· {} ", app.description))),
     }
-    if let Some(address) = &app.address {
-        line.push(Span::raw(format!("· {address} ")));
-    }
     line.push(Span::styled(
         match (&app.connection, app.live) {
             (Connection::Connecting, _) => "· connecting… ".to_string(),
@@ -45,6 +42,10 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
             theme::dim()
         },
     ));
+    // After the state: a long path must not push "live"/"STALE" off the line.
+    if let Some(address) = &app.address {
+        line.push(Span::raw(format!("· {address} ")));
+    }
     if let Some(s) = &app.snapshot {
         let when = if s.taken_unix_ms == 0 {
             "from the file".to_string()
@@ -210,9 +211,9 @@ mod tests {
         assert!(!first(&h).contains("unix:"), "{}", first(&h));
         h.app.address = Some("unix:/run/user/1000/heaptui/pid-42.sock".into());
         let line = first(&h);
-        assert!(
-            line.contains("· unix:/run/user/1000/heaptui/pid-42.sock ·"),
-            "{line}"
-        );
+        let at = line
+            .find("· unix:/run/user/1000/heaptui/pid-42.sock")
+            .unwrap_or_else(|| panic!("{line}"));
+        assert!(line.find("· live").is_some_and(|live| live < at), "{line}");
     }
 }
