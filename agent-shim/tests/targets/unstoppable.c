@@ -1,8 +1,9 @@
-/* Threads the agent cannot stop (prepended with sync.h): "rawmask" blocks every signal with
- * the raw system call (no wrapper sees it) and waits in read(2); "vforker" vforks a child
- * that sleeps 5 s (room for two snapshots on a loaded machine), so the thread waits in the
- * kernel, in uninterruptible sleep, until the child exits. Snapshot 1: rawmask only; snapshot 2: the vfork parent too, seen for the
- * first time; snapshot 3: the vfork parent again. Beside them, "sigwaiter" blocks every
+/* Threads the agent cannot stop (prepended with sync.h and proc_state.h): "rawmask" blocks
+ * every signal with the raw system call (no wrapper sees it) and waits in read(2); "vforker"
+ * vforks a child that sleeps 5 s (room for two snapshots on a loaded machine, each waiting the
+ * 1 s deadline for one newcomer at most), so the thread waits in the kernel, in uninterruptible
+ * sleep, until the child exits. Snapshot 1: rawmask only; snapshot 2: the vfork parent too,
+ * seen for the first time; snapshot 3: the vfork parent again. Beside them, "sigwaiter" blocks every
  * signal and waits for all of them in sigwait(3), the usual signal-thread pattern: it must be
  * stopped like any thread, and receive only the program's SIGUSR1. Prints what sigwait
  * returned, then "done". */
@@ -12,14 +13,15 @@
 #include <sys/wait.h>
 
 static int gate[2];
-static pid_t vfork_tid;
-static atomic_int vforking;
+static pid_t vfork_tid, sigwaiter_tid;
+static atomic_int vforking, rawmask_ready, sigwaiter_named;
 
 static void *rawmask(void *unused) {
     pthread_setname_np(pthread_self(), "rawmask");
     sigset_t all;
     sigfillset(&all);
     syscall(SYS_rt_sigprocmask, SIG_BLOCK, &all, 0, 8);
+    rawmask_ready = 1;
     char c;
     if (read(gate[0], &c, 1) != 1) abort();
     return unused;
@@ -29,6 +31,8 @@ static int sigwait_got;
 
 static void *sigwaiter(void *unused) {
     pthread_setname_np(pthread_self(), "sigwaiter");
+    sigwaiter_tid = (pid_t)syscall(SYS_gettid);
+    sigwaiter_named = 1;
     sigset_t all;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, NULL);
@@ -58,7 +62,9 @@ int main(void) {
     pthread_t r, v, w;
     pthread_create(&r, NULL, rawmask, NULL);
     pthread_create(&w, NULL, sigwaiter, NULL);
-    usleep(100000);
+    /* Snapshot 1 finds rawmask blocked and sigwaiter named and waiting in sigwait. */
+    while (!rawmask_ready || !sigwaiter_named) usleep(1000);
+    while (state_of(sigwaiter_tid) != 'S') usleep(1000);
     snapshot_and_wait(1);
     pthread_create(&v, NULL, vforker, NULL);
     while (!vforking) usleep(1000);
