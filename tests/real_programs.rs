@@ -73,56 +73,63 @@ struct Ended {
 /// A stream read to its end on a thread of its own, so the program never waits on us; the
 /// bytes so far are visible while it runs.
 struct Drain {
-    bytes: Arc<(Mutex<(Vec<u8>, bool)>, Condvar)>,
+    shared: Arc<Received>,
     thread: JoinHandle<()>,
+}
+
+/// What a [`Drain`] has read so far, and whether the stream ended.
+#[derive(Default)]
+struct Received {
+    got: Mutex<(Vec<u8>, bool)>,
+    changed: Condvar,
 }
 
 impl Drain {
     fn new(mut from: impl Read + Send + 'static) -> Drain {
-        let bytes = Arc::new((Mutex::new((Vec::new(), false)), Condvar::new()));
-        let shared = bytes.clone();
+        let shared = Arc::new(Received::default());
+        let sink = shared.clone();
         let thread = std::thread::spawn(move || {
             let mut buf = [0u8; 65536];
             loop {
                 let n = from.read(&mut buf).unwrap_or(0);
-                let (lock, changed) = &*shared;
-                let mut got = lock.lock().unwrap();
+                let mut got = sink.got.lock().unwrap();
                 if n == 0 {
                     got.1 = true;
                 } else {
                     got.0.extend_from_slice(&buf[..n]);
                 }
-                changed.notify_all();
+                sink.changed.notify_all();
                 if n == 0 {
                     return;
                 }
             }
         });
-        Drain { bytes, thread }
+        Drain { shared, thread }
     }
 
-    /// Waits until a whole line equal to `line` has been read (false: the stream ended first).
-    fn wait_for_line(&self, line: &str) -> bool {
-        let (lock, changed) = &*self.bytes;
-        let mut got = lock.lock().unwrap();
+    /// Waits until a whole line for which `wanted` holds has been read, and returns it (None:
+    /// the stream ended first).
+    fn wait_for_line(&self, wanted: impl Fn(&str) -> bool) -> Option<String> {
+        let mut got = self.shared.got.lock().unwrap();
         let started = Instant::now();
         loop {
-            if got.0.split(|&b| b == b'\n').any(|l| l == line.as_bytes()) {
-                return true;
+            let complete = got.0.rsplitn(2, |&b| b == b'\n').nth(1).unwrap_or_default();
+            let text = String::from_utf8_lossy(complete);
+            if let Some(line) = text.lines().find(|l| wanted(l)) {
+                return Some(line.to_string());
             }
             if got.1 {
-                return false;
+                return None;
             }
             let left = LIMIT.saturating_sub(started.elapsed());
-            assert!(!left.is_zero(), "no line {line:?} within {LIMIT:?}");
-            got = changed.wait_timeout(got, left).unwrap().0;
+            assert!(!left.is_zero(), "no such line within {LIMIT:?}: {text}");
+            got = self.shared.changed.wait_timeout(got, left).unwrap().0;
         }
     }
 
     fn finish(self) -> Vec<u8> {
         self.thread.join().unwrap();
-        let (lock, _) = &*self.bytes;
-        std::mem::take(&mut lock.lock().unwrap().0)
+        std::mem::take(&mut self.shared.got.lock().unwrap().0)
     }
 }
 
@@ -180,7 +187,7 @@ impl Running {
         self.stdin = Some(std::thread::spawn(move || stdin));
         if let Some(marker) = &w.marker {
             assert!(
-                self.stdout.wait_for_line(marker),
+                self.stdout.wait_for_line(|l| l == marker).is_some(),
                 "{} ended before printing {marker:?}",
                 self.what
             );
@@ -260,6 +267,12 @@ fn run_under_agent(
     run.wait_for_peak(w);
     if let Some(check) = at_peak {
         let peak = report(&address, &format!("{} at its peak", run.what));
+        assert_eq!(
+            peak["process"]["pid"],
+            run.child.id(),
+            "{}",
+            peak["process"]
+        );
         check(&peak);
     }
     run.go_on(w);
