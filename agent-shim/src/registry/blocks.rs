@@ -344,9 +344,15 @@ fn trackable(addr: u64, size: u64, op: Op) -> bool {
     true
 }
 
+/// Rounds spent in [`wait_for_mover`], for the test that checks an insert really waits.
+#[cfg(test)]
+static MOVER_WAITS: AtomicU64 = AtomicU64::new(0);
+
 /// Waits a little for a realloc in progress on another thread (see the module docs).
 #[cold]
 fn wait_for_mover(round: u32) {
+    #[cfg(test)]
+    MOVER_WAITS.fetch_add(1, Ordering::Relaxed);
     if round < 64 {
         std::hint::spin_loop();
     } else {
@@ -831,8 +837,16 @@ mod tests {
         assert_eq!(seen, [(OLD, 100, true)]);
         // libc moved the block and gave its old address to another thread, whose insert must
         // wait until the realloc recorded the new address.
+        let waits = MOVER_WAITS.load(Ordering::Relaxed);
         let reuser = std::thread::spawn(|| insert(OLD, 40, 8, 0, Op::Malloc));
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        // The reuser found the moving entry and waits (as long as the realloc goes on).
+        while MOVER_WAITS.load(Ordering::Relaxed) < waits + 100 {
+            assert!(
+                !reuser.is_finished(),
+                "the insert did not wait for the move"
+            );
+            std::thread::yield_now();
+        }
         assert_eq!(lookup(OLD).map(|r| (r.size, r.tid)), Some((100, 7)));
         assert!(finish_move(&old, NEW, 300, 7, 0, Op::Realloc));
         assert!(reuser.join().unwrap());
