@@ -72,7 +72,8 @@ fn operator_cancels_refusals_and_audit() {
     assert_eq!(v.verdict, Verdict::DryRun, "{v:?}");
     assert_eq!(v.mechanism, Some(Mechanism::Cooperative));
     let dry_predicted = v.predicted_release.unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // It looked for a cancel request twice since, and went on.
+    t.wait_rounds("runaway", 2);
     assert!(t.thread_alive(runaway));
     assert!(!t.lines().iter().any(|l| l.starts_with("runaway:")));
 
@@ -253,14 +254,17 @@ fn a_policy_dry_run_decides_and_logs_but_never_acts() {
     let dir = TempDir::new("policy-dry");
     let exe = compile_c(&dir, "policy_threads", POLICY_C, &[&include_flag()]);
     let policy = format!("dry_run = true\n{POLICY}");
-    let t = Target::start(&dir, &exe, &[], Some(&policy));
+    let mut t = Target::start(&dir, &exe, &[], Some(&policy));
     let tids = t.tids();
     let mut c = t.client();
     for name in ["runaway", "legacy"] {
         let v = c.cancel(tids[name], false);
         assert_eq!(v.verdict, Verdict::DryRun, "{v:?}");
     }
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // Each went twice through the point where a cancel would act (runaway's request check,
+    // legacy's cancellation point) and went on.
+    t.wait_rounds("runaway", 2);
+    t.wait_rounds("legacy", 2);
     assert!(t.thread_alive(tids["runaway"]) && t.thread_alive(tids["legacy"]));
     let audit = t.audit();
     assert_eq!(audit.len(), 2, "{audit:#?}");
@@ -291,6 +295,7 @@ const CPP: &str = r#"
 #include <vector>
 
 static std::atomic<int> stopping{0};
+static std::atomic<int> named{0};
 
 struct Loud {
     ~Loud() { printf("cpp: destructor ran\n"); fflush(stdout); }
@@ -303,6 +308,7 @@ __attribute__((noinline)) static void work() {
     pthread_setname_np(pthread_self(), "cpp-worker");
     printf("tid cpp-worker %ld\n", (long)syscall(SYS_gettid));
     fflush(stdout);
+    named = 1;
     while (!stopping.load()) usleep(5000);
     printf("cpp-worker %s\n", rows.size() == 64 && rows[63][0] == 'x' ? "ok" : "CORRUPT");
 }
@@ -312,7 +318,7 @@ static void *run(void *) { work(); return nullptr; }
 int main() {
     pthread_t t;
     pthread_create(&t, nullptr, run, nullptr);
-    usleep(100000);
+    while (!named.load()) usleep(1000);
     printf("ready\n");
     fflush(stdout);
     char line[64];

@@ -20,14 +20,16 @@ static CANCEL: AtomicBool = AtomicBool::new(false);
 static STOP: AtomicBool = AtomicBool::new(false);
 
 fn main() {
+    let (named, is_named) = std::sync::mpsc::channel();
     let worker = std::thread::Builder::new()
         .name("rs-runaway".into())
-        .spawn(|| {
+        .spawn(move || {
             let rows: Vec<Vec<u8>> = (0..64).map(|i| vec![i as u8; 64 << 10]).collect();
             let registered = heaptui::on_cancel_set(&CANCEL);
             println!("registered {registered} agent {}", heaptui::agent_present());
             println!("tid rs-runaway {}", std::fs::read_link("/proc/thread-self").unwrap()
                 .file_name().unwrap().to_str().unwrap());
+            named.send(()).unwrap();
             while !STOP.load(Ordering::SeqCst) {
                 if heaptui::cancel_requested() && CANCEL.load(Ordering::SeqCst) {
                     let n: usize = rows.iter().map(|r| r.len()).sum();
@@ -40,7 +42,7 @@ fn main() {
             println!("rs: not cancelled, {} rows", rows.len());
         })
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(100));
+    is_named.recv().unwrap();
     println!("ready");
     for line in std::io::stdin().lock().lines() {
         if line.unwrap().starts_with("quit") { break; }
@@ -81,7 +83,6 @@ fn without_the_agent_the_wrapper_says_so_and_the_program_runs() {
         .env_remove("LD_PRELOAD")
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(300));
     use std::io::Write;
     writeln!(child.stdin.as_mut().unwrap(), "quit").unwrap();
     let out = child.wait_with_output().unwrap();

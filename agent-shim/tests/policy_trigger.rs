@@ -76,8 +76,9 @@ fn the_trigger_cancels_the_thread_that_covers_the_need() {
     assert_eq!(m.decision, d["decision"].as_u64().unwrap());
     assert_eq!((m.tids, m.predicted), (vec![tids["grow-b"]], predicted));
     assert_eq!(m.measured, measured["measured_release"].as_u64());
-    // Back under the limit: nothing else is cancelled.
-    std::thread::sleep(std::time::Duration::from_millis(700));
+    // Back under the limit: three more rounds of the policy thread (the trigger needs two in
+    // a row over the limit) cancel nothing else.
+    t.wait_agent_rounds("heaptui-policy", 3);
     assert_eq!(
         t.audit()
             .iter()
@@ -132,8 +133,8 @@ fn a_shortage_is_reported_and_nothing_cancelled_when_no_permitted_set_suffices()
         "{}",
         t.agent_log()
     );
-    // Reported once per episode, and nothing cancelled.
-    std::thread::sleep(std::time::Duration::from_millis(700));
+    // Reported once per episode, and nothing cancelled, three rounds of the policy thread on.
+    t.wait_agent_rounds("heaptui-policy", 3);
     let audit = t.audit();
     assert_eq!(audit.len(), 1, "{audit:#?}");
     assert!(t.thread_alive(tids["grow-a"]) && t.thread_alive(tids["grow-b"]));

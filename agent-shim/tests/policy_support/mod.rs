@@ -9,6 +9,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use heaptui_agent::config::Listen;
@@ -28,6 +29,8 @@ pub struct Target {
     pub child: Child,
     stdin: Option<ChildStdin>,
     lines: Arc<Mutex<Vec<String>>>,
+    /// Reads stdout into `lines` until the target closes it.
+    reader: Option<JoinHandle<()>>,
     pub socket: PathBuf,
     pub log: PathBuf,
     pub audit: PathBuf,
@@ -75,7 +78,7 @@ impl Target {
         let stdout = child.stdout.take().unwrap();
         let lines = Arc::new(Mutex::new(Vec::new()));
         let sink = lines.clone();
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
                 sink.lock().unwrap().push(line);
@@ -86,6 +89,7 @@ impl Target {
             child,
             stdin,
             lines,
+            reader: Some(reader),
             socket,
             log,
             audit,
@@ -102,9 +106,20 @@ impl Target {
 
     /// Waits (up to 30 s) for a stdout line starting with `prefix`; returns it.
     pub fn wait_line(&self, prefix: &str) -> String {
+        self.wait_line_after(0, prefix)
+    }
+
+    /// Waits (up to 30 s) for a stdout line starting with `prefix` among the lines after the
+    /// first `skip`; returns it.
+    fn wait_line_after(&self, skip: usize, prefix: &str) -> String {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if let Some(l) = self.lines().into_iter().find(|l| l.starts_with(prefix)) {
+            if let Some(l) = self
+                .lines()
+                .into_iter()
+                .skip(skip)
+                .find(|l| l.starts_with(prefix))
+            {
                 return l;
             }
             assert!(
@@ -132,6 +147,83 @@ impl Target {
         let stdin = self.stdin.as_mut().expect("stdin open");
         writeln!(stdin, "{text}").unwrap();
         stdin.flush().unwrap();
+    }
+
+    /// Sends `text` and returns the first line starting with `prefix` printed after it.
+    pub fn ask(&mut self, text: &str, prefix: &str) -> String {
+        let skip = self.lines().len();
+        self.command(text);
+        self.wait_line_after(skip, prefix)
+    }
+
+    /// Waits until the target's thread `name` has been through `more` more rounds of its loop
+    /// (policy_threads.c: "rounds NAME"), so whatever a decision was going to do to it, it
+    /// would have done.
+    pub fn wait_rounds(&mut self, name: &str, more: u64) {
+        let prefix = format!("rounds {name} ");
+        let mut rounds = || -> u64 {
+            let line = self.ask(&format!("rounds {name}"), &prefix);
+            line[prefix.len()..]
+                .parse()
+                .unwrap_or_else(|_| panic!("no thread {name}: {line}"))
+        };
+        let first = rounds();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while rounds() < first + more {
+            assert!(Instant::now() < deadline, "thread {name} does not go round");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Waits until the agent's thread `name` (`heaptui-policy`, `heaptui-watch`) has run at
+    /// least `more` whole rounds of its loop from now, seen in `/proc`: it sleeps once a round
+    /// (nanosleep), so a round is over each time it is found sleeping again after one more
+    /// context switch than before.
+    pub fn wait_agent_rounds(&self, name: &str, more: u64) {
+        let task = std::fs::read_dir(format!("/proc/{}/task", self.child.id()))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|t| std::fs::read_to_string(t.join("comm")).is_ok_and(|c| c.trim_end() == name))
+            .unwrap_or_else(|| panic!("the agent has no thread {name}"));
+        let sleeping = || {
+            let call = std::fs::read_to_string(task.join("syscall")).unwrap_or_default();
+            let nr: i64 = call
+                .split(' ')
+                .next()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(-1);
+            nr == libc::SYS_nanosleep || nr == libc::SYS_clock_nanosleep
+        };
+        let switches = || -> u64 {
+            let status = std::fs::read_to_string(task.join("status")).unwrap();
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap()
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let wait_until = |what: &str, done: &mut dyn FnMut() -> bool| {
+            while !done() {
+                assert!(Instant::now() < deadline, "agent thread {name}: {what}");
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        };
+        // Between two rounds first: the round after this sleep starts from now.
+        wait_until("never sleeps", &mut || sleeping());
+        let mut seen = switches();
+        for _ in 0..more {
+            let from = seen;
+            wait_until("does not go round", &mut || {
+                let now = switches();
+                if now > from && sleeping() {
+                    seen = now;
+                    true
+                } else {
+                    false
+                }
+            });
+        }
     }
 
     /// Whether thread `tid` of the target still exists.
@@ -163,8 +255,8 @@ impl Target {
             }
             std::thread::sleep(Duration::from_millis(20));
         };
-        // Let the reader thread drain stdout.
-        std::thread::sleep(Duration::from_millis(100));
+        // Every line the target wrote.
+        self.reader.take().unwrap().join().unwrap();
         assert!(
             status.success(),
             "target exited with {status}; stdout {:?}; stderr {}",

@@ -8,14 +8,16 @@
  *   holder-1  1 MiB, holder-2 1 MiB: never permitted; check their memory at the end.
  *   small     4 KiB: permitted, below any sensible min_release.
  *   short     ends when main reads "end-short" (holds nothing).
- *   grow-a    2 MiB, grow-b 6 MiB, one block each (only with the argument "grow"), 100 ms
- *             apart: for the autonomous trigger. With the argument "grow-late" grow-a
- *             starts at once and grow-b only on the stdin command "grow-b" (so a client can
- *             subscribe to the agent's pushes first). Holders free their memory in a
- *             pthread_cleanup_push handler when cancelled.
+ *   grow-a    2 MiB, grow-b 6 MiB, one block each (only with the argument "grow-late"), for
+ *             the autonomous trigger: grow-a starts at once, grow-b on the stdin command
+ *             "grow-b" (so a client can subscribe to the agent's pushes first). Holders free
+ *             their memory in a pthread_cleanup_push handler when cancelled.
  *
- * stdin commands: "end-short" (short ends, main joins it and prints "short ended"), "quit"
- * (holders stop; every remaining thread is stopped and joined; "exit ok"). */
+ * "ready" comes once every thread started at once has printed its tid. stdin commands:
+ * "end-short" (short ends, main joins it and prints "short ended"), "rounds NAME" (prints
+ * "rounds NAME N": how many times thread NAME has looked at its stop condition, and runaway at
+ * its cancel request, so a test can tell it went on after a decision), "quit" (holders stop;
+ * every remaining thread is stopped and joined; "exit ok"). */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdatomic.h>
@@ -91,9 +93,40 @@ static size_t free_list(struct node *head) {
     return total;
 }
 
-static void named(const char *name) {
+/* The threads that printed their tids, with the rounds of their loops. */
+static pthread_mutex_t named_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t named_cond = PTHREAD_COND_INITIALIZER;
+static int named_count;
+static struct {
+    const char *name;
+    atomic_int rounds;
+} seen[8];
+
+/* Names the calling thread, prints its tid; returns its round counter. */
+static atomic_int *named(const char *name) {
     pthread_setname_np(pthread_self(), name);
     say("tid %s %ld", name, (long)syscall(SYS_gettid));
+    pthread_mutex_lock(&named_lock);
+    int i = named_count++;
+    seen[i].name = name;
+    pthread_cond_broadcast(&named_cond);
+    pthread_mutex_unlock(&named_lock);
+    return &seen[i].rounds;
+}
+
+static void wait_named(int n) {
+    pthread_mutex_lock(&named_lock);
+    while (named_count < n) pthread_cond_wait(&named_cond, &named_lock);
+    pthread_mutex_unlock(&named_lock);
+}
+
+static int rounds_of(const char *name) {
+    int rounds = -1;
+    pthread_mutex_lock(&named_lock);
+    for (int i = 0; i < named_count; i++)
+        if (strcmp(seen[i].name, name) == 0) rounds = atomic_load(&seen[i].rounds);
+    pthread_mutex_unlock(&named_lock);
+    return rounds;
 }
 
 /* ---- runaway: cooperative ---- */
@@ -108,13 +141,14 @@ static void *runaway(void *arg) {
     (void)arg;
     struct node *rows = make_list(128, 64 << 10, 0x5a);
     if (heaptui_on_cancel) heaptui_on_cancel(on_cancel, &runaway_flag);
-    named("runaway");
+    atomic_int *rounds = named("runaway");
     while (!atomic_load(&stopping)) {
         if (cancel_requested() && atomic_load(&runaway_flag)) {
             size_t freed = free_list(rows);
             say("runaway: cancelled, handler ran, freed %zu bytes", freed);
             return NULL;
         }
+        atomic_fetch_add(rounds, 1);
         nap(5);
     }
     free_list(rows);
@@ -136,8 +170,12 @@ static void *legacy(void *arg) {
     struct node *rows = make_list(32, 64 << 10, 0x6b);
     pthread_cleanup_push(legacy_cleanup, &rows);
     pthread_cleanup_push(legacy_note, NULL);
-    named("legacy");
-    while (!atomic_load(&stopping)) nap(5);
+    atomic_int *rounds = named("legacy");
+    /* nap is a cancellation point: a round went by, a pending pthread_cancel would have acted. */
+    while (!atomic_load(&stopping)) {
+        nap(5);
+        atomic_fetch_add(rounds, 1);
+    }
     pthread_cleanup_pop(0);
     pthread_cleanup_pop(0);
     free_list(rows);
@@ -165,8 +203,11 @@ static void *holder(void *arg) {
     struct held d = {arg, NULL};
     d.rows = make_list(d.h->blocks, d.h->size, d.h->fill);
     pthread_cleanup_push(holder_cancelled, &d);
-    named(d.h->name);
-    while (!atomic_load(&stopping)) nap(5);
+    atomic_int *rounds = named(d.h->name);
+    while (!atomic_load(&stopping)) {
+        nap(5);
+        atomic_fetch_add(rounds, 1);
+    }
     pthread_cleanup_pop(0);
     say("%s %s", d.h->name, check_list(d.rows, d.h->fill) ? "ok" : "CORRUPT");
     free_list(d.rows);
@@ -174,13 +215,15 @@ static void *holder(void *arg) {
 }
 static void *shortlived(void *arg) {
     (void)arg;
-    named("short");
-    while (!atomic_load(&short_end)) nap(5);
+    atomic_int *rounds = named("short");
+    while (!atomic_load(&short_end)) {
+        nap(5);
+        atomic_fetch_add(rounds, 1);
+    }
     return NULL;
 }
 
 int main(int argc, char **argv) {
-    int grow = argc > 1 && strcmp(argv[1], "grow") == 0;
     int grow_late = argc > 1 && strcmp(argv[1], "grow-late") == 0;
     static struct holder h1 = {"holder-1", 16, 64 << 10, 0x11};
     static struct holder h2 = {"holder-2", 16, 64 << 10, 0x22};
@@ -192,11 +235,7 @@ int main(int argc, char **argv) {
     int n = 0;
     pthread_create(&t[n++], NULL, holder, &h1);
     pthread_create(&t[n++], NULL, holder, &h2);
-    if (grow) {
-        pthread_create(&t[n++], NULL, holder, &ga);
-        nap(100);
-        pthread_create(&t[n++], NULL, holder, &gb);
-    } else if (grow_late) {
+    if (grow_late) {
         pthread_create(&t[n++], NULL, holder, &ga);
     } else {
         pthread_create(&t[n++], NULL, runaway, NULL);
@@ -206,7 +245,7 @@ int main(int argc, char **argv) {
     pthread_t sh;
     pthread_create(&sh, NULL, shortlived, NULL);
     int short_joined = 0;
-    nap(100);
+    wait_named(n + 1);
     say("ready");
     char line[64];
     while (fgets(line, sizeof line, stdin)) {
@@ -218,6 +257,9 @@ int main(int argc, char **argv) {
         } else if (grow_late && strncmp(line, "grow-b", 6) == 0) {
             pthread_create(&t[n++], NULL, holder, &gb);
             say("grow-b started");
+        } else if (strncmp(line, "rounds ", 7) == 0) {
+            line[strcspn(line, "\n")] = 0;
+            say("rounds %s %d", line + 7, rounds_of(line + 7));
         } else if (strncmp(line, "quit", 4) == 0) {
             break;
         }
