@@ -5,9 +5,9 @@
 #   bash bench/signals.sh
 #
 # 1. The target of the agent's test (agent-shim/tests/targets/unstoppable.c): snapshot 1 with
-#    a thread that blocked every signal with the raw system call; snapshot 2 with a vfork
-#    parent seen for the first time (waited the full 1 s deadline); snapshot 3 with the same
-#    vfork parent again. pause_ms from the agent's log.
+#    a thread that blocked every signal with the raw system call (waited the full 1 s deadline
+#    the first time); snapshot 2 with a vfork parent seen for the first time (the same);
+#    snapshot 3 with both again. pause_ms from the agent's log.
 # 2. bench/signals_overhead.c bare and preloaded: ns per poll(NULL, 0, 0) and per select with
 #    a zero timeout (each a real system call), best of 5 runs of 1M calls.
 set -euo pipefail
@@ -27,9 +27,9 @@ printf '| snapshot | threads that cannot be stopped | pause ms |\n|---:|---|---:
 for n in 1 2 3; do
     pause=$(grep -m1 "\.$n\.hsnap:" "$WORK/agent.log" | sed -n 's/.*pause_ms=\([0-9.]*\).*/\1/p')
     case $n in
-    1) what="stop signal blocked" ;;
-    2) what="stop signal blocked; vfork parent (first time)" ;;
-    3) what="stop signal blocked; vfork parent (again)" ;;
+    1) what="stop signal blocked (first time)" ;;
+    2) what="stop signal blocked (again); vfork parent (first time)" ;;
+    3) what="stop signal blocked; vfork parent (both again)" ;;
     esac
     printf '| %s | %s | %s |\n' "$n" "$what" "$pause"
 done
