@@ -25,13 +25,12 @@ fn process_info(c: &mut Client) -> ProcessInfo {
     }
 }
 
-/// Rises to 64 steps of 256 KiB (one step every 25 ms, slower than the agent's 5 ms poll),
-/// holds, falls to 16 steps, rises again to 40 and waits for `quit`.
+/// Steps of 256 KiB on command: `up` allocates one more, `down` frees the top one, each
+/// answered with `step N` (N counts the commands); `quit` ends.
 const PEAK_C: &str = r#"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #define STEP (256 * 1024)
 __attribute__((noinline)) static void *step_alloc(void) {
     void *p = malloc(STEP);
@@ -42,18 +41,15 @@ int main(void) {
     char line[64];
     /* On main's stack: the blocks are the main thread's in the per-thread figures. */
     void *blocks[64] = {0};
+    int held = 0, steps = 0;
     setvbuf(stdout, NULL, _IOLBF, 0);
     printf("ready\n");
-    if (!fgets(line, sizeof line, stdin)) return 1;
-    for (int i = 0; i < 64; i++) { blocks[i] = step_alloc(); usleep(25000); }
-    printf("top\n");
-    usleep(300000);
-    for (int i = 63; i >= 16; i--) { free(blocks[i]); blocks[i] = NULL; usleep(5000); }
-    printf("low\n");
-    usleep(100000);
-    for (int i = 16; i < 40; i++) { blocks[i] = step_alloc(); usleep(25000); }
-    printf("done\n");
-    while (fgets(line, sizeof line, stdin)) if (!strncmp(line, "quit", 4)) break;
+    while (fgets(line, sizeof line, stdin)) {
+        if (!strncmp(line, "up", 2) && held < 64) blocks[held++] = step_alloc();
+        else if (!strncmp(line, "down", 4) && held > 0) { free(blocks[--held]); blocks[held] = NULL; }
+        else if (!strncmp(line, "quit", 4)) break;
+        printf("step %d\n", ++steps);
+    }
     for (int i = 0; i < 64; i++) free(blocks[i]);
     return 0;
 }
@@ -130,12 +126,23 @@ fn automatic_snapshots_keep_the_peak_and_metrics_show_it() {
     assert_eq!(before.snapshot_rule, SnapshotRule::Tolerance(tolerance));
     assert!(before.peak_snapshot.is_none());
 
-    t.command("go");
-    t.wait_line("top");
-    t.wait_line("low");
-    let at_low = process_info(&mut c);
-    let peak = at_low.peak_snapshot.clone().expect("a peak snapshot");
-    let true_peak = at_low.counters.peak_live_bytes;
+    // Rise to 64 steps, one at a time, each seen by a round of the agent's watch thread (which
+    // takes a due snapshot within its round): T = 4.4 steps fires at every fifth step, so the
+    // last automatic snapshot of the rise holds 60 steps.
+    let mut steps = 0;
+    let mut step = |t: &mut Target, command: &str, watched: bool| {
+        steps += 1;
+        t.ask(command, &format!("step {steps}"));
+        if watched {
+            t.wait_agent_rounds("heaptui-watch", 1);
+        }
+    };
+    for _ in 0..64 {
+        step(&mut t, "up", true);
+    }
+    let at_top = process_info(&mut c);
+    let peak = at_top.peak_snapshot.clone().expect("a peak snapshot");
+    let true_peak = at_top.counters.peak_live_bytes;
     let bytes = peak.totals.bytes;
     assert!(true_peak >= 64 * STEP, "{true_peak}");
     // The graph leaves out what the agent's own threads hold; the counters do not.
@@ -148,23 +155,21 @@ fn automatic_snapshots_keep_the_peak_and_metrics_show_it() {
         "peak snapshot {bytes} more than {tolerance} below the true peak {true_peak}\n{}",
         t.agent_log()
     );
-
-    t.wait_line("done");
-    // The second rise makes the rule due once more (X > T from the last snapshot); that
-    // snapshot is lower, so the peak stays.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let p = process_info(&mut c);
-        if p.snapshot.as_ref().map(|s| s.snapshot) > Some(peak.snapshot) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "no snapshot in the second rise");
-        std::thread::sleep(Duration::from_millis(50));
+    // Down to 16 steps (frees never make the rule due), then up again to 40: the first step
+    // up makes it due once more (X > T from the last snapshot); that snapshot, 17 steps, is
+    // lower, so the peak stays, and nothing else is due before 40.
+    for _ in 0..48 {
+        step(&mut t, "down", false);
     }
-    // A few more polls for a late capture to land.
-    std::thread::sleep(Duration::from_millis(200));
+    for _ in 0..24 {
+        step(&mut t, "up", true);
+    }
     let after = process_info(&mut c);
     let latest = after.snapshot.clone().unwrap();
+    assert!(
+        latest.snapshot > peak.snapshot,
+        "no snapshot in the second rise"
+    );
     assert_eq!(
         after.peak_snapshot.as_ref().unwrap().snapshot,
         peak.snapshot
@@ -182,38 +187,41 @@ fn automatic_snapshots_keep_the_peak_and_metrics_show_it() {
     let in_graph: u64 = graph.objects().size.iter().sum();
     assert_eq!(in_graph, bytes);
 
-    // The counter history: one sample a second, allocated bytes never going down.
-    let history = match c.request(RequestBody::CounterHistory) {
-        Response::CounterHistory(h) => h,
-        other => panic!("counter history answered {other:?}"),
+    // The counter history: one sample a second, allocated bytes never going down; the first
+    // sample taken after the top saw the peak (waited for: samples come once a second).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let history = loop {
+        let history = match c.request(RequestBody::CounterHistory) {
+            Response::CounterHistory(h) => h,
+            other => panic!("counter history answered {other:?}"),
+        };
+        if history.samples.len() >= 2
+            && history.samples.last().unwrap().peak_live_bytes >= 64 * STEP
+        {
+            break history;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no sample after the top: {history:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
     };
     assert_eq!(history.interval_ms, 1000);
-    assert!(history.samples.len() >= 2, "{history:?}");
     assert!(
         history
             .samples
             .windows(2)
             .all(|w| w[0].unix_ms < w[1].unix_ms && w[0].allocated_bytes <= w[1].allocated_bytes)
     );
-    // More than a second passed between the top and now: a sample saw the peak.
-    let last = history.samples.last().unwrap();
-    assert!(last.peak_live_bytes >= 64 * STEP, "{last:?}");
 
     // The metrics agree with the protocol.
     let (status, body, m) = scrape(&metrics, "text/plain");
     assert_eq!(status, "HTTP/1.1 200 OK");
     assert!(body.contains("# TYPE heaptui_allocated_bytes_total counter"));
     let rule = m["heaptui_snapshots_total{cause=\"rule\"}"] as u64;
-    // Rising 64 steps with T = 4.4 steps fires every fifth step (12 snapshots) if every step
-    // is seen, the second rise once more: 13. A slow capture skips decisions, never adds
-    // any: each firing needs more than T allocated since the last snapshot.
-    println!(
-        "{rule} automatic snapshots; peak snapshot {bytes} bytes, true peak {true_peak}, tolerance {tolerance}"
-    );
-    assert!(
-        (6..=13).contains(&rule),
-        "{rule} automatic snapshots\n{body}"
-    );
+    // Rising 64 steps with T = 4.4 steps fires every fifth step (12 snapshots), every step
+    // seen; the second rise once more: 13.
+    assert_eq!(rule, 13, "automatic snapshots\n{body}");
     assert_eq!(m["heaptui_snapshots_total{cause=\"request\"}"], 0.0);
     assert_eq!(m["heaptui_peak_snapshot_bytes"] as u64, bytes);
     assert_eq!(m["heaptui_snapshot_heap_bytes"] as u64, latest.totals.bytes);
@@ -232,7 +240,7 @@ fn automatic_snapshots_keep_the_peak_and_metrics_show_it() {
         })
         .map(|(_, v)| *v as u64)
         .unwrap_or_else(|| panic!("no main thread row:\n{body}"));
-    // The latest snapshot is the second rise's (21 steps or a few more).
+    // The latest snapshot is the second rise's (17 steps).
     assert!(
         total >= 16 * STEP && total <= latest.totals.bytes,
         "{total} of {}",
