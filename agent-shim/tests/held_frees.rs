@@ -201,8 +201,9 @@ int main(void) {
 }
 
 /// Two producers allocate messages that two consumers free (every free crosses threads),
-/// while the main thread has the agent capture snapshots now and then: held frees in flight
-/// on every thread, captured repeatedly. The counters are read through the C API around the
+/// while the main thread has the agent capture a snapshot after each sixth of the messages
+/// went through (sync.h: it waits for the file; the workers go on meanwhile): held frees in
+/// flight on every thread, captured repeatedly. The counters are read through the C API around the
 /// work alone (threads already started, not yet ended): glibc's own allocations for thread
 /// start and end vary from run to run with its stack cache.
 const CROSS_THREAD: &str = r#"
@@ -222,6 +223,13 @@ static long head, tail, consumed;
 static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t not_full = PTHREAD_COND_INITIALIZER, not_empty = PTHREAD_COND_INITIALIZER;
 static pthread_barrier_t start, done, leave;
+
+static long progress(void) {
+    pthread_mutex_lock(&m);
+    long n = consumed;
+    pthread_mutex_unlock(&m);
+    return n;
+}
 
 static void *producer(void *arg) {
     long id = (long)arg;
@@ -270,7 +278,10 @@ int main(void) {
     struct heaptui_counters before, after;
     heaptui_counters(&before);
     pthread_barrier_wait(&start);
-    for (int i = 0; i < 5; i++) { usleep(20000); raise(SIGUSR2); }
+    for (int i = 1; i <= 5; i++) {
+        while (progress() < i * 2 * MESSAGES / 6) usleep(1000);
+        snapshot_and_wait(i);
+    }
     pthread_barrier_wait(&done);
     heaptui_counters(&after);
     pthread_barrier_wait(&leave);
@@ -291,7 +302,7 @@ fn cross_thread_frees_under_repeated_captures_end_exact() {
     let exe = compile_c(
         &dir,
         "cross",
-        CROSS_THREAD,
+        &format!("{SYNC}\n{CROSS_THREAD}"),
         &["-pthread", "-fno-builtin", &include_flag()],
     );
     let run = run_dumping(&dir, &exe);
@@ -320,5 +331,6 @@ fn cross_thread_frees_under_repeated_captures_end_exact() {
                 .ends_with(".hsnap")
         })
         .count();
-    assert!(snapshots >= 2, "{snapshots} snapshots:\n{}", run.log);
+    // Five during the work, one at exit.
+    assert_eq!(snapshots, 6, "{}", run.log);
 }

@@ -130,13 +130,19 @@ static void *worker(void *arg) {
     return NULL;
 }
 
-/* Waits until every worker is inside its call of round `round` (1 or 2). */
+/* Waits until every worker is inside its call of round `round` (1 or 2): it said it entered
+ * and /proc shows it asleep (nothing else between its word and its call sleeps). */
 static void wait_blocked(int round) {
     for (int i = 0; i < N; i++) {
         while (entered[i] != round) usleep(1000);
-        for (int k = 0; k < 5000 && state_of(tids[i]) != 'S'; k++) usleep(200);
+        for (int k = 0; state_of(tids[i]) != 'S'; k++) {
+            if (k == 150000) {
+                fprintf(stderr, "%s never blocked\n", names[i]);
+                exit(5);
+            }
+            usleep(200);
+        }
     }
-    usleep(50000);
 }
 
 int main(void) {
