@@ -9,6 +9,7 @@ pub mod dominators;
 pub mod figures;
 pub mod graph;
 mod groups;
+pub mod labels;
 pub mod recording;
 pub mod snapshot;
 pub mod synthetic;
