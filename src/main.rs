@@ -10,6 +10,7 @@ mod embedded;
 mod figures;
 mod launch;
 mod offline;
+mod outside;
 mod size;
 mod source;
 mod tui;
@@ -22,20 +23,9 @@ use anyhow::Context;
 use clap::Parser;
 
 use cli::{Cli, Command};
-use heaptui_analysis::labels::{self, Wrappers};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Some(pattern) = cli.command.wrappers() {
-        match Wrappers::with_pattern(pattern) {
-            // The first and only call: no graph exists yet.
-            Ok(wrappers) => drop(labels::configure(wrappers)),
-            Err(why) => {
-                eprintln!("heaptui: --wrappers (or HEAPTUI_ALLOC_WRAPPERS): {why}");
-                return ExitCode::from(2);
-            }
-        }
-    }
     let mut stdout = std::io::stdout().lock();
     let result = match cli.command {
         Command::Report(args) => report(&args, &mut stdout),
@@ -92,13 +82,25 @@ fn report(args: &cli::ReportArgs, out: &mut impl Write) -> anyhow::Result<()> {
     let Some(address) = live else {
         return offline::report::run(args, out);
     };
-    let (address, token) = client::locate::resolve(address, args.token_file.as_deref())?;
-    client::commands::report(&address, &token, args, out)
+    match client::locate::resolve_source(address, args.token_file.as_deref())? {
+        client::locate::Source::Agent(address, token) => {
+            client::commands::report(&address, &token, args, out)
+        }
+        client::locate::Source::Outside(pid) => outside::commands::report(pid, args, out),
+    }
 }
 
 fn snapshot(args: &cli::SnapshotArgs, out: &mut impl Write) -> anyhow::Result<()> {
-    let (address, token) = client::locate::resolve(&args.address, args.token_file.as_deref())?;
-    client::commands::snapshot(&address, &token, &args.output, args.peak, out)
+    match client::locate::resolve_source(&args.address, args.token_file.as_deref())? {
+        client::locate::Source::Agent(address, token) => {
+            client::commands::snapshot(&address, &token, &args.output, args.peak, out)
+        }
+        client::locate::Source::Outside(pid) if args.peak => anyhow::bail!(
+            "pid:{pid} has no agent, so no peak snapshot: the agent keeps it \
+             (HEAPTUI_AUTO_SNAPSHOT); without --peak heaptui captures it from outside"
+        ),
+        client::locate::Source::Outside(pid) => outside::commands::snapshot(pid, &args.output, out),
+    }
 }
 
 fn cancel(args: &cli::CancelArgs, out: &mut impl Write) -> anyhow::Result<client::cancel::Outcome> {
@@ -128,19 +130,13 @@ fn run(args: &cli::RunArgs, out: &mut impl Write) -> anyhow::Result<ExitCode> {
             output_log: Some(program_log("run")?),
             record: None,
             ready_line: None,
-            wrappers: args.labels.wrappers.clone(),
         };
         tui::run_program(&args.program, &launch, args.refresh)?
     } else {
         if args.policy.is_some() {
             anyhow::bail!("--policy needs the terminal UI: run heaptui run from a terminal");
         }
-        client::commands::run(
-            listen.as_ref(),
-            args.labels.wrappers.as_deref(),
-            &args.program,
-            out,
-        )?
+        client::commands::run(listen.as_ref(), &args.program, out)?
     };
     Ok(exit_code_of(status))
 }
@@ -170,7 +166,6 @@ fn demo(args: &cli::DemoArgs) -> anyhow::Result<()> {
         // The workload prints it once every thread holds its first data: the TUI's first
         // snapshot then shows all of them (auto-refresh is off by default).
         ready_line: Some("demo: ready".into()),
-        wrappers: args.labels.wrappers.clone(),
     };
     let status = tui::run_program(&[embedded::demo_path()?.into()], &launch, args.refresh)?;
     eprintln!(

@@ -44,6 +44,7 @@ pub struct SourceHandle {
     next_id: Arc<AtomicU64>,
     live: bool,
     recording: bool,
+    outside: bool,
 }
 
 pub type SourceEvents = mpsc::UnboundedReceiver<SourceEvent>;
@@ -57,6 +58,7 @@ impl SourceHandle {
             next_id: Arc::new(AtomicU64::new(1)),
             live,
             recording: false,
+            outside: false,
         }
     }
 
@@ -64,6 +66,18 @@ impl SourceHandle {
     pub fn for_recording(mut self) -> Self {
         self.recording = true;
         self
+    }
+
+    /// The same handle, marked as an outside capture's (a process without an agent: snapshots
+    /// can be taken again, nothing else that needs the agent can be asked).
+    pub fn for_outside(mut self) -> Self {
+        self.outside = true;
+        self
+    }
+
+    /// Whether this source captures a process without an agent, from outside.
+    pub fn is_outside(&self) -> bool {
+        self.outside
     }
 
     /// Whether this source is a replayed recording.

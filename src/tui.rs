@@ -88,9 +88,13 @@ fn open_recording(file: &Path) -> anyhow::Result<()> {
 /// one line, before the screen opens; later losses show as a banner while the client
 /// reattaches.
 pub fn attach(args: &AttachArgs) -> anyhow::Result<()> {
-    let (address, token) = client::locate::resolve(&args.address, args.token_file.as_deref())?;
     // Below half a second the agent would spend its time stopping the world.
     let refresh = Duration::from_secs_f64(args.refresh.max(0.5));
+    let (address, token) =
+        match client::locate::resolve_source(&args.address, args.token_file.as_deref())? {
+            client::locate::Source::Agent(address, token) => (address, token),
+            client::locate::Source::Outside(pid) => return attach_outside(pid, refresh),
+        };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -101,6 +105,27 @@ pub fn attach(args: &AttachArgs) -> anyhow::Result<()> {
             address: Some(address.to_string()),
         };
         run(handle, events, address.to_string(), options).await
+    })
+}
+
+/// `heaptui attach pid:PID` of a process started without the agent: the first capture from
+/// outside before the screen opens (a refusal is one line on the terminal), then the TUI on
+/// it; `r` and `a` capture again.
+fn attach_outside(pid: u32, refresh: Duration) -> anyhow::Result<()> {
+    let first = crate::outside::capture(pid).map_err(|e| anyhow::anyhow!("{e}"))?;
+    for w in &first.warnings {
+        eprintln!("heaptui: note: {w}");
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let (handle, events) = crate::outside::source::source(pid, first);
+        let options = Options {
+            refresh,
+            address: Some(format!("pid:{pid}")),
+        };
+        run(handle, events, format!("pid:{pid}"), options).await
     })
 }
 

@@ -43,10 +43,9 @@ pub struct Site {
 }
 
 impl Site {
-    /// A one-line label: the first frame outside the allocator and its wrappers (the
-    /// process-wide [`Wrappers`](crate::labels::Wrappers)), or `?` for an empty stack.
+    /// A one-line label: the innermost frame, or `?` for an empty stack.
     pub fn label(&self) -> &str {
-        crate::labels::Wrappers::process().label(&self.frames)
+        self.frames.first().map_or("?", String::as_str)
     }
 }
 

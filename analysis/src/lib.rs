@@ -9,7 +9,6 @@ pub mod dominators;
 pub mod figures;
 pub mod graph;
 mod groups;
-pub mod labels;
 pub mod recording;
 pub mod snapshot;
 pub mod synthetic;

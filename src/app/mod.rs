@@ -113,6 +113,9 @@ pub struct App {
     pub chart: chart::Chart,
     /// The source is a recording: no heap graph, the other views only.
     pub recording: bool,
+    /// The source captures a process without an agent from outside: snapshots, but no
+    /// counters, policy or cancel.
+    pub outside: bool,
     pub stack: Vec<View>,
     pub help: bool,
     /// Rows the help is scrolled by, when it is taller than the terminal.
@@ -150,6 +153,7 @@ impl App {
         let mut app = App {
             live: source.is_live(),
             recording: source.is_recording(),
+            outside: source.is_outside(),
             source,
             description,
             address: None,
@@ -292,11 +296,11 @@ impl App {
                 }
                 self.snapshot_asked = None;
                 self.ask(Target::Process, RequestBody::ProcessInfo);
-                if self.live {
+                if self.agent() {
                     self.ask(Target::Subscribe, RequestBody::Subscribe);
                     self.ask(Target::Policy, RequestBody::Policy);
                 }
-                if self.live || self.recording {
+                if self.agent() || self.recording {
                     self.ask(Target::History, RequestBody::CounterHistory);
                 }
             }
@@ -661,10 +665,23 @@ impl App {
         }
     }
 
+    /// Whether the source is a live agent (counters, policy, peak snapshot, cancel).
+    fn agent(&self) -> bool {
+        self.live && !self.outside
+    }
+
     // ----- cancel --------------------------------------------------------------------------
 
     /// `c`: the confirmation for the selected thread, with the agent's dry run asked for.
     fn open_cancel(&mut self) {
+        if self.outside {
+            let pid = self.process.as_ref().map_or(0, |p| p.pid);
+            self.status = Some(format!(
+                "cancelling a thread needs the agent: process {pid} was started without it \
+                 (restart it with LD_PRELOAD=$(heaptui agent-path))"
+            ));
+            return;
+        }
         if !self.live {
             self.status = Some(
                 "a snapshot file has no running threads: cancelling needs a live agent (`heaptui attach`)"
@@ -1344,7 +1361,7 @@ impl App {
             self.take_snapshot();
         }
         // The agent replaces its peak snapshot on its own (HEAPTUI_AUTO_SNAPSHOT).
-        if self.live
+        if self.agent()
             && self.connection == Connection::Connected
             && now_ms.saturating_sub(self.peak_asked) >= PEAK_EVERY_MS
         {

@@ -59,6 +59,7 @@ fn live_report(
         pause_ms: ms(live.info.pause_us),
         capture_ms: ms(live.info.capture_us),
         analysis_ms: ms(live.info.analysis_us),
+        outside: false,
     };
     // Leaks and ages are the agent's: it knows the snapshot boundaries the ages count.
     let mut ask = |body| Ok(session.request(body)?);
@@ -106,15 +107,7 @@ pub fn snapshot(
     } else {
         live_snapshot(&mut session)?
     };
-    let mut tmp = output.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    std::fs::write(&tmp, &live.file)
-        .and_then(|()| std::fs::rename(&tmp, output))
-        .map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            anyhow::anyhow!("cannot write {}: {e}", output.display())
-        })?;
+    crate::offline::write_atomically(output, &live.file)?;
     let agent = session.agent();
     writeln!(
         out,
@@ -135,13 +128,11 @@ pub fn snapshot(
 /// the report, and waits for PROG to end (its exit status is returned).
 pub fn run(
     listen: Option<&Address>,
-    wrappers: Option<&str>,
     program: &[std::ffi::OsString],
     out: &mut impl Write,
 ) -> anyhow::Result<ExitStatus> {
     let launch = crate::launch::Launch {
         listen: listen.cloned(),
-        wrappers: wrappers.map(str::to_owned),
         ..Default::default()
     };
     let mut target = crate::launch::start(program, &launch)?;
@@ -156,7 +147,6 @@ pub fn run(
         units: None,
         position: None,
         charge: None,
-        labels: Default::default(),
     };
     let result = live_report(&mut target.session, &args, out).and_then(|()| {
         writeln!(

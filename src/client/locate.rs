@@ -198,7 +198,8 @@ pub fn locate(pid: u32) -> Result<Located, ClientError> {
     let me = token::uid();
     if process.uid != me && me != 0 {
         return Err(ClientError::new(format!(
-            "pid:{pid} ({}) belongs to uid {}: only that user or root can reach its agent",
+            "pid:{pid} ({}) belongs to uid {}: only that user or root can reach it (its agent, \
+             or a capture from outside) — run heaptui as that user, or with sudo",
             short(&process.command),
             process.uid
         )));
@@ -275,6 +276,31 @@ pub fn resolve(text: &str, token_file: Option<&Path>) -> anyhow::Result<(Address
             } => Err(ClientError::new(no_agent(pid, &command, agent_loaded)).into()),
         },
     }
+}
+
+/// Where an address argument leads: an agent, or a process without one, which is captured
+/// from outside (`crate::outside`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    Agent(Address, TokenSource),
+    Outside(u32),
+}
+
+/// As [`resolve`], but a process started without the agent is a source too: `report`,
+/// `snapshot` and `attach` capture it from outside. A process that has the agent loaded but
+/// no server is still refused (its agent's memory and held frees would be counted as the
+/// program's).
+pub fn resolve_source(text: &str, token_file: Option<&Path>) -> anyhow::Result<Source> {
+    if let Ok(Named::Pid(pid)) = Named::parse(text)
+        && let Located::NoAgent {
+            agent_loaded: false,
+            ..
+        } = locate(pid)?
+    {
+        return Ok(Source::Outside(pid));
+    }
+    let (address, token) = resolve(text, token_file)?;
+    Ok(Source::Agent(address, token))
 }
 
 /// A command line short enough for a one-line error.

@@ -21,3 +21,17 @@ use heaptui_analysis::snapshot;
 pub fn load(source: &Path) -> anyhow::Result<HeapGraph> {
     Ok(snapshot::read_file(source)?)
 }
+
+/// Writes `bytes` to `path` under a temporary name first, then renames it, so `path` is never
+/// half written (`heaptui snapshot`).
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = std::path::PathBuf::from(tmp);
+    std::fs::write(&tmp, bytes)
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            anyhow::anyhow!("cannot write {}: {e}", path.display())
+        })
+}

@@ -51,12 +51,24 @@ pub fn write_asking(
     ask: Option<&mut super::views::Ask<'_>>,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
-    let analysis = Analysis::new(graph);
+    write_analysed(graph, &Analysis::new(graph), args, timing, ask, out)
+}
+
+/// [`write_asking`] of a graph already analysed (the outside capture analyses once, for its
+/// timing and its answers).
+pub fn write_analysed(
+    graph: &HeapGraph,
+    analysis: &Analysis,
+    args: &ReportArgs,
+    timing: Option<Timing>,
+    ask: Option<&mut super::views::Ask<'_>>,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
     let release = match &args.release {
-        Some(tids) => Some(release(graph, &analysis, tids)?),
+        Some(tids) => Some(release(graph, analysis, tids)?),
         None => None,
     };
-    let mut report = Report::build(graph, &analysis, release);
+    let mut report = Report::build(graph, analysis, release);
     report.timing = timing;
     report.views = match ask {
         Some(ask) => super::views::gather(args, ask)?,
@@ -64,7 +76,7 @@ pub fn write_asking(
             let answerer = heaptui_protocol::answer::Answerer::new(
                 crate::source::OFFLINE_SNAPSHOT,
                 graph,
-                &analysis,
+                analysis,
             );
             super::views::gather(args, &mut |body| {
                 answerer.answer(&body).ok_or_else(|| {
@@ -134,6 +146,9 @@ pub struct Timing {
     pub pause_ms: f64,
     pub capture_ms: f64,
     pub analysis_ms: f64,
+    /// Captured from outside (a process without an agent): `"outside": true`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub outside: bool,
 }
 
 #[derive(Debug, Serialize)]

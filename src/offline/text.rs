@@ -46,8 +46,15 @@ fn header(report: &Report, source: &Path, out: &mut impl Write) -> io::Result<()
     if let Some(t) = &report.timing {
         writeln!(
             out,
-            "snapshot live: pause {:.1} ms, capture {:.1} ms, analysis {:.1} ms",
-            t.pause_ms, t.capture_ms, t.analysis_ms
+            "snapshot {}: pause {:.1} ms, capture {:.1} ms, analysis {:.1} ms",
+            if t.outside {
+                "from outside (no agent)"
+            } else {
+                "live"
+            },
+            t.pause_ms,
+            t.capture_ms,
+            t.analysis_ms
         )?;
     }
     let t = &report.totals;

@@ -1,0 +1,253 @@
+//! The heap graph of an outside capture, built from the copy of the stopped process.
+//!
+//! Owns turning the walked blocks, the threads' registers and the copied memory into a
+//! [`HeapGraph`] the same shape as the agent's, so every consumer (report, TUI, snapshot
+//! files) works unchanged:
+//! - objects: the live blocks, identified by their address (stable from one capture to the
+//!   next), with their usable size; no allocating thread, no sequence number, and one site
+//!   that says why: [`UNKNOWN_SITE`];
+//! - threads: each with its registers, its stack from the stack pointer (less the red zone)
+//!   up, and its static TLS and thread descriptor;
+//! - globals: every other readable, writable mapping (modules' data, mapped memory), less
+//!   the heap's own memory and glibc's malloc state;
+//! - edges: every aligned word of a block that points into a live block.
+//!
+//! Reads only the copy; never the live process.
+
+use std::ops::Range;
+
+use heaptui_analysis::{
+    Edges, Frame, FrameKind, HeapGraph, NO_SEQ, NO_THREAD, ObjectIndex, ObjectRecord, Objects,
+    Process, Site, Thread, ThreadState,
+};
+use heaptui_capture::BlockIndex;
+
+use super::arenas::{self, Block};
+use super::glibc::Glibc;
+use super::memory::Image;
+use super::ptrace::Stop;
+use super::{CaptureError, RED_ZONE, Stopped};
+
+/// The allocation site of every block of an outside capture: only hooks see allocations.
+pub const UNKNOWN_SITE: &str = "unknown: started without the agent";
+
+/// Size of glibc's thread descriptor (`struct pthread`) that the thread pointer points at.
+const THREAD_DESCRIPTOR: u64 = 2304;
+
+/// The references of one holder: sorted, without duplicates.
+fn refs_of(index: &BlockIndex, words: impl Iterator<Item = u64>) -> Vec<ObjectIndex> {
+    let mut cache = (u64::MAX, 0);
+    let mut out: Vec<ObjectIndex> = words
+        .filter_map(|w| index.lookup_cached(w, &mut cache))
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// The aligned words of the copied parts of `range`.
+fn words<'a>(image: &'a Image, range: Range<u64>) -> impl Iterator<Item = u64> + 'a {
+    let start = range.start.next_multiple_of(8);
+    let end = range.end & !7;
+    image.pieces(start..end.max(start)).flat_map(|(at, bytes)| {
+        // A piece starts where its segment or the range starts: both 8-aligned here.
+        debug_assert!(at.is_multiple_of(8));
+        bytes
+            .chunks_exact(8)
+            .map(|w| u64::from_le_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]))
+    })
+}
+
+/// Subtracts the sorted, disjoint `holes` from `range`.
+fn subtract(range: Range<u64>, holes: &[Range<u64>]) -> Vec<Range<u64>> {
+    let mut out = Vec::new();
+    let mut at = range.start;
+    let first = holes.partition_point(|h| h.end <= range.start);
+    for h in &holes[first..] {
+        if h.start >= range.end {
+            break;
+        }
+        if h.start > at {
+            out.push(at..h.start);
+        }
+        at = at.max(h.end);
+    }
+    if at < range.end {
+        out.push(at..range.end);
+    }
+    out
+}
+
+fn merge(mut ranges: Vec<Range<u64>>) -> Vec<Range<u64>> {
+    ranges.sort_by_key(|r| r.start);
+    let mut out: Vec<Range<u64>> = Vec::with_capacity(ranges.len());
+    for r in ranges {
+        match out.last_mut() {
+            Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+            _ => out.push(r),
+        }
+    }
+    out
+}
+
+fn command_line(pid: u32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| {
+            b.split(|&c| c == 0)
+                .filter(|s| !s.is_empty())
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default()
+}
+
+fn thread_name(pid: u32, tid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+        .map(|n| n.trim_end().to_string())
+        .unwrap_or_default()
+}
+
+/// The general registers of a stopped thread, in the order the kernel gives them.
+fn register_values(r: &nix::libc::user_regs_struct) -> [u64; 16] {
+    [
+        r.rax, r.rbx, r.rcx, r.rdx, r.rsi, r.rdi, r.rbp, r.rsp, r.r8, r.r9, r.r10, r.r11, r.r12,
+        r.r13, r.r14, r.r15,
+    ]
+}
+
+/// Builds the graph of a stopped process (module docs).
+pub(super) fn build(
+    pid: u32,
+    glibc: &Glibc,
+    stopped: &Stopped,
+    warnings: &mut Vec<String>,
+) -> Result<HeapGraph, CaptureError> {
+    let image = &stopped.image;
+    let fs_bases: Vec<u64> = stopped
+        .threads
+        .iter()
+        .filter_map(|t| t.regs.as_ref().map(|r| r.fs_base))
+        .collect();
+    let heap = arenas::walk(image, &stopped.maps, glibc, &fs_bases)
+        .map_err(|e| CaptureError::Walk(pid, e))?;
+    warnings.extend(heap.warnings.iter().cloned());
+    let blocks: &[Block] = &heap.blocks;
+    let index = BlockIndex::new(blocks.iter().map(|b| (b.addr, b.size)));
+
+    // Memory that is never a root of its own: the heap's chunks, glibc's malloc state, and
+    // each live thread's stack and TLS (those are the thread's).
+    let mut not_globals: Vec<Range<u64>> = heap.regions.clone();
+    not_globals.push(glibc.main_arena..glibc.main_arena + glibc.layout.arena_size);
+    not_globals.push(glibc.mp..glibc.mp + glibc.layout.par_size);
+    let mut threads = Vec::with_capacity(stopped.threads.len());
+    for t in &stopped.threads {
+        let name = thread_name(pid, t.tid);
+        let (state, frames) = match (&t.stop, &t.regs) {
+            (Stop::Gone, _) => continue,
+            (Stop::Trap | Stop::Signal(_), Some(regs)) => {
+                let stack = stopped
+                    .maps
+                    .find(regs.rsp)
+                    .map_or(0..0, |m| regs.rsp.saturating_sub(RED_ZONE)..m.end);
+                let tls =
+                    regs.fs_base.saturating_sub(glibc.static_tls)..regs.fs_base + THREAD_DESCRIPTOR;
+                let owned = merge(vec![stack, tls]);
+                not_globals.extend(owned.iter().cloned());
+                let mut words_of_thread: Vec<u64> = register_values(regs).to_vec();
+                for r in &owned {
+                    words_of_thread.extend(words(image, r.clone()));
+                }
+                let refs = refs_of(&index, words_of_thread.into_iter());
+                (
+                    ThreadState::Stopped,
+                    vec![Frame {
+                        function: "<thread>".into(),
+                        module: String::new(),
+                        kind: FrameKind::System,
+                        refs,
+                    }],
+                )
+            }
+            (Stop::NotStopped(_), _) | (Stop::Trap | Stop::Signal(_), None) => {
+                let why = match &t.stop {
+                    Stop::NotStopped(s) => format!("did not stop within 1 s (state {s})"),
+                    _ => "its registers could not be read".to_string(),
+                };
+                (ThreadState::NotStoppable(why), Vec::new())
+            }
+        };
+        threads.push(Thread {
+            tid: t.tid,
+            name,
+            state,
+            frames,
+        });
+    }
+    let not_globals = merge(not_globals);
+    let globals_ranges: Vec<Range<u64>> = image
+        .ranges()
+        .flat_map(|r| subtract(r, &not_globals))
+        .collect();
+    let globals = refs_of(
+        &index,
+        globals_ranges.iter().flat_map(|r| words(image, r.clone())),
+    );
+
+    let mut objects = Objects::with_capacity(blocks.len());
+    let mut edges = Edges::with_capacity(blocks.len(), blocks.len() * 2);
+    for (i, b) in blocks.iter().enumerate() {
+        objects.push(ObjectRecord {
+            id: b.addr,
+            addr: b.addr,
+            size: b.size,
+            site: 0,
+            thread: NO_THREAD,
+            seq: NO_SEQ,
+        });
+        let mut refs = refs_of(&index, words(image, b.addr..b.addr + b.size));
+        refs.retain(|&o| o as usize != i);
+        edges.push(refs);
+    }
+    let sites = vec![Site {
+        id: 1,
+        frames: vec![UNKNOWN_SITE.to_string()],
+    }];
+    let process = Process {
+        pid,
+        command: command_line(pid),
+    };
+    HeapGraph::new(process, sites, objects, edges, threads, globals)
+        .map_err(|e| CaptureError::Graph(pid, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holes_are_cut_out_of_ranges() {
+        assert_eq!(
+            subtract(0..100, &[10..20, 30..40]),
+            vec![0..10, 20..30, 40..100]
+        );
+        let whole = vec![0..50u64, 50..100];
+        assert_eq!(subtract(0..100, &whole), Vec::<Range<u64>>::new());
+        assert_eq!(subtract(50..60, &[0..10, 55..70]), vec![50..55]);
+        assert_eq!(merge(vec![5..9, 0..4, 3..6]), vec![0..9]);
+    }
+
+    #[test]
+    fn words_are_read_from_the_copied_pieces_only() {
+        let mut bytes = Vec::new();
+        for v in [1u64, 2, 3] {
+            bytes.extend_from_slice(&v.to_le_bytes());
+        }
+        let image = Image::from_parts(vec![(0x1000, bytes)]);
+        assert_eq!(
+            words(&image, 0x0ff8..0x1020).collect::<Vec<_>>(),
+            vec![1, 2, 3]
+        );
+        assert_eq!(words(&image, 0x1003..0x1011).collect::<Vec<_>>(), vec![2]);
+    }
+}

@@ -1,0 +1,303 @@
+//! The outside capture against real processes: C programs compiled here, run without the
+//! agent, each printing the blocks it holds and the ones it freed.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+
+use super::*;
+
+/// Compiles a C program of `testdata/` into a fresh directory.
+pub fn compile(name: &str, flags: &[&str]) -> (tempdir::Dir, PathBuf) {
+    let dir = tempdir::Dir::new(name);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("src/outside/testdata/{name}.c"));
+    let exe = dir.path().join(name);
+    let out = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args(["-O1", "-g", "-pthread"])
+        .args(flags)
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("a C compiler (cc)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (dir, exe)
+}
+
+mod tempdir {
+    use std::path::{Path, PathBuf};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A directory removed when dropped.
+    pub struct Dir(PathBuf);
+
+    impl Dir {
+        pub fn new(tag: &str) -> Dir {
+            static N: AtomicUsize = AtomicUsize::new(0);
+            let dir = std::env::temp_dir().join(format!(
+                "heaptui-outside-{tag}-{}-{}",
+                std::process::id(),
+                N.fetch_add(1, Ordering::Relaxed)
+            ));
+            std::fs::create_dir_all(&dir).unwrap();
+            Dir(dir)
+        }
+
+        pub fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+/// A running target that printed its blocks and `ready`; killed when dropped.
+pub struct Target {
+    pub child: Child,
+    pub stdin: Option<ChildStdin>,
+    stdout: Option<std::io::Lines<BufReader<std::process::ChildStdout>>>,
+    pub live: HashMap<u64, u64>,
+    pub freed: Vec<u64>,
+}
+
+impl Target {
+    pub fn start(exe: &Path) -> Target {
+        Target::start_with(exe, &[])
+    }
+
+    pub fn start_with(exe: &Path, args: &[&str]) -> Target {
+        let mut child = Command::new(exe)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take();
+        let mut live = HashMap::new();
+        let mut freed = Vec::new();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        for line in lines.by_ref() {
+            let line = line.unwrap();
+            let mut f = line.split(' ');
+            match (f.next(), f.next(), f.next()) {
+                (Some("ready"), ..) => break,
+                (Some("live"), Some(a), Some(s)) => {
+                    live.insert(u64::from_str_radix(a, 16).unwrap(), s.parse().unwrap());
+                }
+                (Some("freed"), Some(a), _) => freed.push(u64::from_str_radix(a, 16).unwrap()),
+                _ => panic!("unexpected line {line:?}"),
+            }
+        }
+        Target {
+            child,
+            stdin,
+            stdout: Some(lines),
+            live,
+            freed,
+        }
+    }
+
+    /// Sends a command line and reads the one-line answer.
+    pub fn command(&mut self, line: &str) -> String {
+        let stdin = self.stdin.as_mut().unwrap();
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+        self.stdout.as_mut().unwrap().next().unwrap().unwrap()
+    }
+
+    /// Says `quit` and returns the exit code.
+    pub fn finish(&mut self) -> Option<i32> {
+        writeln!(self.stdin.as_mut().unwrap(), "quit").unwrap();
+        drop(self.stdin.take());
+        self.child.wait().unwrap().code()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        if let Some(mut s) = self.stdin.take() {
+            let _ = s.write_all(b"\n");
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn the_blocks_of_several_arenas_are_found_with_their_usable_sizes_and_no_free_chunk() {
+    let (_dir, exe) = compile("arenas", &[]);
+    let target = Target::start(&exe);
+    let cap = capture(target.pid()).unwrap_or_else(|e| panic!("{e}"));
+    let objects = cap.graph.objects();
+    let found: HashMap<u64, u64> = objects
+        .addr
+        .iter()
+        .copied()
+        .zip(objects.size.iter().copied())
+        .collect();
+    for (addr, size) in &target.live {
+        assert_eq!(found.get(addr), Some(size), "live block {addr:#x}");
+    }
+    for addr in &target.freed {
+        assert!(
+            !found.contains_key(addr),
+            "freed block {addr:#x} reported live"
+        );
+    }
+    assert!(cap.warnings.is_empty(), "{:?}", cap.warnings);
+    assert_eq!(cap.graph.threads.len(), 5);
+}
+
+/// The `threads` target, started with `n` idle threads.
+fn threads_target(n: usize) -> (tempdir::Dir, Target) {
+    let (dir, exe) = compile("threads", &[]);
+    let target = Target::start_with(&exe, &[&n.to_string()]);
+    (dir, target)
+}
+
+/// The checksum `step` prints: the list holds k*7+3 for k = 999 down to 0.
+fn expected_step() -> String {
+    let sum = (0..1000u64)
+        .rev()
+        .fold(0u64, |s, k| s.wrapping_mul(31).wrapping_add(k * 7 + 3));
+    format!("step {sum:x} busy moving")
+}
+
+/// Whether any thread of `pid` is stopped or traced.
+fn stopped_or_traced(pid: u32) -> Option<String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let tracer = status
+        .lines()
+        .find_map(|l| l.strip_prefix("TracerPid:"))
+        .map(str::trim)
+        .unwrap_or("?");
+    if tracer != "0" {
+        return Some(format!("traced by {tracer}"));
+    }
+    for tid in ptrace::list_threads(Pid::from_raw(pid as i32)) {
+        if let Some(s @ ('t' | 'T')) = ptrace::thread_state(Pid::from_raw(pid as i32), tid) {
+            return Some(format!("thread {tid} in state {s}"));
+        }
+    }
+    None
+}
+
+#[test]
+fn blocked_busy_and_signal_masking_threads_run_on_unharmed_after_captures() {
+    let (_dir, mut target) = threads_target(8);
+    for _ in 0..3 {
+        let cap = capture(target.pid()).unwrap_or_else(|e| panic!("{e}"));
+        // main, 4 waiters, busy, sleeper, 8 idle
+        assert_eq!(cap.graph.threads.len(), 15);
+        for t in &cap.graph.threads {
+            assert_eq!(t.state, heaptui_analysis::ThreadState::Stopped, "{}", t.tid);
+        }
+        assert_eq!(stopped_or_traced(target.pid()), None);
+        for (addr, size) in &target.live {
+            let o = cap.graph.object_at(*addr).expect("live block found");
+            assert_eq!(cap.graph.objects().size[o as usize], *size);
+        }
+    }
+    // The program goes on exactly as it would have: its heap unchanged, the busy thread
+    // moving, every wait ending with its event (none saw EINTR), a clean exit.
+    assert_eq!(target.command("step"), expected_step());
+    assert_eq!(
+        target.command("wake"),
+        "woke epoll ok, sigwait ok, semop ok, inotify ok"
+    );
+    assert_eq!(target.command("step"), expected_step());
+    assert_eq!(target.finish(), Some(0));
+}
+
+#[test]
+fn two_hundred_fifty_six_threads_are_stopped_and_each_holds_its_block() {
+    let (_dir, target) = threads_target(256);
+    let cap = capture(target.pid()).unwrap_or_else(|e| panic!("{e}"));
+    let g = &cap.graph;
+    assert_eq!(g.threads.len(), 256 + 7);
+    assert!(
+        g.threads
+            .iter()
+            .all(|t| t.state == heaptui_analysis::ThreadState::Stopped)
+    );
+    // Each idle thread holds its own block from its frames (besides main's list head).
+    let held: std::collections::HashSet<u32> = g
+        .threads
+        .iter()
+        .flat_map(|t| t.frames.iter().flat_map(|f| f.refs.iter().copied()))
+        .collect();
+    assert!(held.len() > 256, "{} blocks held by threads", held.len());
+    assert_eq!(stopped_or_traced(target.pid()), None);
+}
+
+#[test]
+fn a_debugger_attaches_after_a_capture() {
+    let (_dir, mut target) = threads_target(2);
+    capture(target.pid()).unwrap_or_else(|e| panic!("{e}"));
+    let gdb = Command::new("gdb")
+        .args([
+            "-batch",
+            "-nx",
+            "-p",
+            &target.pid().to_string(),
+            "-ex",
+            "info threads",
+        ])
+        .output()
+        .expect("gdb");
+    let text = String::from_utf8_lossy(&gdb.stdout);
+    assert!(
+        gdb.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&gdb.stderr)
+    );
+    assert!(text.contains("threads"), "{text}");
+    assert_eq!(target.command("step"), expected_step());
+}
+
+#[test]
+fn a_process_a_debugger_traces_is_refused_with_what_to_do() {
+    let (_dir, mut target) = threads_target(2);
+    let pid = target.pid();
+    let mut strace = Command::new("strace")
+        .args(["-f", "-o", "/dev/null", "-p", &pid.to_string()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("strace");
+    // strace says "Process N attached" on stderr once it traces the process.
+    let mut err = BufReader::new(strace.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("attached") {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "strace ended");
+    }
+    let refused = match capture(pid) {
+        Err(CaptureError::Access(why)) => why,
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("a traced process was captured"),
+    };
+    assert!(
+        refused.contains(&format!("process {pid} "))
+            && refused.contains("already traced by process"),
+        "{refused}"
+    );
+    assert!(refused.contains("(strace)"), "{refused}");
+    nix::sys::signal::kill(Pid::from_raw(strace.id() as i32), nix::sys::signal::SIGINT).unwrap();
+    strace.wait().unwrap();
+    // strace detached on SIGINT: the process runs on and can be captured.
+    assert_eq!(target.command("step"), expected_step());
+    capture(pid).unwrap_or_else(|e| panic!("{e}"));
+}

@@ -1,0 +1,368 @@
+//! `heaptui report pid:PID` and `heaptui snapshot pid:PID -o FILE` on processes started without
+//! the agent (docs/reference.md §2, §3): the real `heaptui` binary captures a real C process
+//! from outside with ptrace, and each refusal is one line that names the process, with the
+//! process left running.
+
+mod live_common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Output, Stdio};
+
+use live_common::{Scratch, compile_c, heaptui};
+
+/// A program that keeps a known heap and uses no stdio (whose buffers would be blocks too):
+/// a list of 200 nodes of 40 usable bytes with every third one freed, a 1 MiB block (an
+/// mmapped chunk) and, in a second thread, 50 blocks of 24 usable bytes (another arena). It
+/// prints `ready OBJECTS BYTES` (their `malloc_usable_size`) and answers `check` with the sum
+/// of its list, then `quit` with exit 0.
+const TARGET: &str = r#"
+#include <malloc.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct node { struct node *next; long value; char pad[24]; };
+static struct node *list;
+static void *big;
+static unsigned long objects, bytes;
+static pthread_barrier_t made;
+
+static void say(const char *text) { write(1, text, strlen(text)); }
+static void count(void *p) { objects++; bytes += malloc_usable_size(p); }
+
+static void *worker(void *arg) {
+  void *mine[50];
+  for (int i = 0; i < 50; i++) mine[i] = malloc(24);
+  for (int i = 0; i < 50; i++) count(mine[i]);
+  pthread_barrier_wait(&made);
+  pause();
+  return mine[0];
+}
+
+int main(void) {
+  pthread_barrier_init(&made, 0, 2);
+  pthread_t t;
+  pthread_create(&t, 0, worker, 0);
+  struct node *freed[200];
+  int n = 0;
+  for (long i = 0; i < 200; i++) {
+    struct node *e = malloc(sizeof *e);
+    e->value = i;
+    if (i % 3 == 0) { freed[n++] = e; continue; }
+    e->next = list;
+    list = e;
+    count(e);
+  }
+  for (int i = 0; i < n; i++) free(freed[i]);
+  big = malloc(1 << 20);
+  count(big);
+  pthread_barrier_wait(&made);
+  char line[128];
+  snprintf(line, sizeof line, "ready %lu %lu\n", objects, bytes);
+  say(line);
+  char cmd[64];
+  for (;;) {
+    ssize_t got = read(0, cmd, sizeof cmd - 1);
+    if (got <= 0 || strncmp(cmd, "quit", 4) == 0) return 0;
+    long sum = 0;
+    for (struct node *e = list; e; e = e->next) sum += e->value;
+    snprintf(line, sizeof line, "sum %ld\n", sum);
+    say(line);
+  }
+}
+"#;
+
+/// The sum `check` answers: the values 0..200 that are not multiples of 3.
+const SUM: &str = "sum 13267";
+
+/// A running target, killed when dropped.
+struct Target {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    /// The objects and bytes it says it holds.
+    objects: u64,
+    bytes: u64,
+}
+
+impl Target {
+    fn start(mut command: Command) -> Target {
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        let mut f = line.split_whitespace();
+        assert_eq!(f.next(), Some("ready"), "{line:?}");
+        let objects = f.next().unwrap().parse().unwrap();
+        let bytes = f.next().unwrap().parse().unwrap();
+        Target {
+            child,
+            stdin,
+            stdout,
+            objects,
+            bytes,
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Asks for the list's sum: the program runs and its heap is intact.
+    fn check(&mut self) -> String {
+        writeln!(self.stdin, "check").unwrap();
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        line.trim_end().to_string()
+    }
+
+    fn quit(mut self) -> Option<i32> {
+        writeln!(self.stdin, "quit").unwrap();
+        self.child.wait().unwrap().code()
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn target_exe(dir: &Path) -> std::path::PathBuf {
+    compile_c(dir, "kept", TARGET)
+}
+
+/// Whether process `pid` is traced, or one of its threads stopped.
+fn stopped_or_traced(pid: u32) -> Option<String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let tracer = status
+        .lines()
+        .find_map(|l| l.strip_prefix("TracerPid:"))
+        .map(str::trim)
+        .unwrap();
+    if tracer != "0" {
+        return Some(format!("traced by {tracer}"));
+    }
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let stat = std::fs::read_to_string(task.unwrap().path().join("stat")).unwrap();
+        let state = stat.rsplit_once(')').unwrap().1.trim_start();
+        if state.starts_with(['t', 'T']) {
+            return Some(format!("a thread in state {state:.1}"));
+        }
+    }
+    None
+}
+
+/// Runs `command`, which must succeed, and returns its standard output.
+fn succeed(mut command: Command) -> Vec<u8> {
+    let out = command.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+fn json_report(source: &str) -> serde_json::Value {
+    let mut report = heaptui();
+    report.args(["report", source, "--json"]);
+    serde_json::from_slice(&succeed(report)).unwrap()
+}
+
+#[test]
+fn report_and_snapshot_of_a_process_without_the_agent_count_its_blocks_and_leave_it_running() {
+    let dir = Scratch::new("outside-cli");
+    let mut target = Target::start(Command::new(target_exe(dir.path())));
+    let pid = target.pid();
+    let source = format!("pid:{pid}");
+
+    let live = json_report(&source);
+    assert_eq!(live["process"]["pid"], pid);
+    // Its blocks, and one of glibc's: the worker thread's DTV, which pthread_create got from
+    // calloc (the agent counts it too: it is a malloc block like any other).
+    assert_eq!(live["totals"]["objects"], target.objects + 1, "{live}");
+    let extra = live["totals"]["bytes"].as_u64().unwrap() - target.bytes;
+    assert!((16..=1024).contains(&extra), "{live}");
+    assert_eq!(live["outside"], true, "{live}");
+    // main and the worker: every thread is listed, with its stack as one pseudo-frame. The
+    // worker's 50 blocks of 24 bytes and its DTV are its own: no other thread's stack or TLS
+    // reaches them.
+    let threads = live["threads"].as_array().unwrap();
+    assert_eq!(threads.len(), 2, "{live}");
+    assert_eq!(threads[1]["proprietary"], 50 * 24 + extra, "{live}");
+    assert_eq!(threads[1]["shared"], 0, "{live}");
+    assert_eq!(stopped_or_traced(pid), None);
+    assert_eq!(target.check(), SUM);
+
+    let file = dir.path().join("kept.hsnap");
+    let mut snapshot = heaptui();
+    snapshot.args(["snapshot", &source, "-o"]).arg(&file);
+    let said = String::from_utf8(succeed(snapshot)).unwrap();
+    assert!(
+        said.contains(&format!("snapshot of pid {pid}")) && said.contains("from outside"),
+        "{said}"
+    );
+    let saved = json_report(file.to_str().unwrap());
+    assert_eq!(saved["totals"], live["totals"], "{saved}");
+    assert_eq!(saved["threads"].as_array().unwrap().len(), 2);
+
+    assert_eq!(stopped_or_traced(pid), None);
+    assert_eq!(target.check(), SUM);
+    assert_eq!(target.quit(), Some(0));
+}
+
+/// Runs `command` and expects the one-line refusal of process `pid`, containing `why`.
+fn expect_refusal(mut command: Command, pid: u32, why: &str) -> Output {
+    let out = command.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("heaptui: "), "{err}");
+    assert!(
+        err.contains(&format!("pid:{pid}")) || err.contains(&format!("process {pid}")),
+        "the error does not name the process: {err}"
+    );
+    assert!(err.contains(why), "{err:?} lacks {why:?}");
+    out
+}
+
+fn report_of(pid: u32) -> Command {
+    let mut c = heaptui();
+    c.args(["report", &format!("pid:{pid}")]);
+    c
+}
+
+#[test]
+fn a_process_that_is_gone_is_refused_in_one_line() {
+    let mut child = Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    expect_refusal(report_of(pid), pid, "no such process");
+}
+
+#[test]
+fn a_process_a_debugger_traces_is_refused_and_runs_on() {
+    let dir = Scratch::new("outside-traced");
+    let mut target = Target::start(Command::new(target_exe(dir.path())));
+    let pid = target.pid();
+    let mut strace = Command::new("strace")
+        .args(["-f", "-o", "/dev/null", "-p", &pid.to_string()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("strace (apt-get install strace)");
+    // strace says "Process N attached" on stderr once it traces the process.
+    let mut err = BufReader::new(strace.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("attached") {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "strace ended");
+    }
+    let file = dir.path().join("never.hsnap");
+    let mut snapshot = heaptui();
+    snapshot
+        .args(["snapshot", &format!("pid:{pid}"), "-o"])
+        .arg(&file);
+    expect_refusal(snapshot, pid, "already traced by process");
+    expect_refusal(report_of(pid), pid, "(strace)");
+    assert!(!file.exists());
+    nix_kill(strace.id(), "INT");
+    strace.wait().unwrap();
+    assert_eq!(target.check(), SUM);
+    assert_eq!(target.quit(), Some(0));
+}
+
+fn nix_kill(pid: u32, signal: &str) {
+    let ok = Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+}
+
+#[test]
+fn a_static_program_is_refused_as_not_glibc_and_runs_on() {
+    let dir = Scratch::new("outside-static");
+    let src = dir.path().join("kept.c");
+    std::fs::write(&src, TARGET).unwrap();
+    let exe = dir.path().join("kept-static");
+    let built = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args(["-O1", "-static", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("a C compiler (cc)");
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let mut target = Target::start(Command::new(&exe));
+    let pid = target.pid();
+    expect_refusal(report_of(pid), pid, "no glibc libc.so.6");
+    assert_eq!(target.check(), SUM);
+    assert_eq!(target.quit(), Some(0));
+}
+
+/// The uid and gid the permission tests run as (Debian's `nobody`).
+const NOBODY: &str = "65534";
+
+/// `command` run as `nobody` (setpriv, from util-linux).
+fn as_nobody(program: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new("setpriv");
+    c.args([
+        &format!("--reuid={NOBODY}"),
+        &format!("--regid={NOBODY}"),
+        "--clear-groups",
+    ])
+    .arg(program)
+    .args(args);
+    c
+}
+
+/// A directory `nobody` may enter and whose files it may run.
+fn open_to_everyone(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+#[test]
+fn another_users_process_is_refused_and_so_is_root_without_cap_sys_ptrace() {
+    let dir = Scratch::new("outside-users");
+    open_to_everyone(dir.path());
+    let exe = target_exe(dir.path());
+
+    // Run by root, reached by nobody: not nobody's process.
+    let mut roots = Target::start(Command::new(&exe));
+    let pid = roots.pid();
+    let heaptui_exe = Path::new(env!("CARGO_BIN_EXE_heaptui"));
+    expect_refusal(
+        as_nobody(heaptui_exe, &["report", &format!("pid:{pid}")]),
+        pid,
+        "belongs to uid 0",
+    );
+    assert_eq!(roots.check(), SUM);
+
+    // Run by nobody, reached by root without CAP_SYS_PTRACE (a restricted service).
+    let mut nobodys = Target::start(as_nobody(&exe, &[]));
+    let pid = nobodys.pid();
+    let mut restricted = Command::new("setpriv");
+    restricted
+        .args(["--inh-caps=-sys_ptrace", "--bounding-set=-sys_ptrace"])
+        .arg(heaptui_exe)
+        .args(["report", &format!("pid:{pid}")]);
+    expect_refusal(restricted, pid, "without CAP_SYS_PTRACE");
+    assert_eq!(stopped_or_traced(pid), None);
+    assert_eq!(nobodys.check(), SUM);
+    assert_eq!(nobodys.quit(), Some(0));
+    assert_eq!(roots.quit(), Some(0));
+}
