@@ -643,13 +643,15 @@ fn bad_pid_arguments_get_one_line_and_the_documented_exit_code() {
             "heaptui: {none}: no such process (heaptui ps lists the processes with an agent)\n"
         )
     );
-    // A process started without the agent.
+    // A process started without the agent: `report` and `snapshot` capture it from outside
+    // (tests/outside_cli.rs), `cancel` needs its agent.
     let mut bare = Command::new(&exe)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    let (code, err) = failure(&t.heaptui(&["snapshot", &format!("pid:{}", bare.id()), "-o", "x"]));
+    let (code, err) =
+        failure(&t.heaptui(&["cancel", &format!("pid:{}", bare.id()), "1", "--dry-run"]));
     assert_eq!(code, Some(1));
     assert!(
         err.starts_with(&format!("heaptui: pid:{} (", bare.id()))
@@ -670,7 +672,7 @@ fn bad_pid_arguments_get_one_line_and_the_documented_exit_code() {
     assert_eq!(code, Some(1));
     assert!(
         err.contains(&format!("pid:{} (", std::process::id()))
-            && err.contains("belongs to uid 0: only that user or root can reach its agent"),
+            && err.contains("belongs to uid 0: only that user or root can reach it"),
         "{err}"
     );
 }

@@ -175,7 +175,7 @@ const ALLOCATOR_SYMBOLS: [&str; 6] = [
 ];
 
 /// The path of a file as the target sees it (its root may differ from ours: a container).
-fn in_target(pid: Pid, path: &str) -> PathBuf {
+pub(super) fn in_target(pid: Pid, path: &str) -> PathBuf {
     let theirs = PathBuf::from(format!("/proc/{pid}/root{path}"));
     if theirs.exists() {
         theirs

@@ -22,6 +22,7 @@ use heaptui_analysis::{
 };
 use heaptui_capture::BlockIndex;
 
+use super::agent::{self, Agent};
 use super::arenas::{self, Block};
 use super::glibc::Glibc;
 use super::memory::Image;
@@ -120,6 +121,7 @@ fn register_values(r: &nix::libc::user_regs_struct) -> [u64; 16] {
 pub(super) fn build(
     pid: u32,
     glibc: &Glibc,
+    agent: Option<&Agent>,
     stopped: &Stopped,
     warnings: &mut Vec<String>,
 ) -> Result<HeapGraph, CaptureError> {
@@ -140,9 +142,22 @@ pub(super) fn build(
     let mut not_globals: Vec<Range<u64>> = heap.regions.clone();
     not_globals.push(glibc.main_arena..glibc.main_arena + glibc.layout.arena_size);
     not_globals.push(glibc.mp..glibc.mp + glibc.layout.par_size);
+    if let Some(agent) = agent {
+        not_globals.extend(agent.memory(image));
+    }
     let mut threads = Vec::with_capacity(stopped.threads.len());
     for t in &stopped.threads {
         let name = thread_name(pid, t.tid);
+        if agent.is_some() && agent::is_agent_thread(&name) {
+            // The agent's thread: neither a thread of the program nor part of `globals`.
+            if let Some(regs) = &t.regs {
+                let tls =
+                    regs.fs_base.saturating_sub(glibc.static_tls)..regs.fs_base + THREAD_DESCRIPTOR;
+                not_globals.extend(stopped.maps.find(regs.rsp).map(|m| m.start..m.end));
+                not_globals.push(tls);
+            }
+            continue;
+        }
         let (state, frames) = match (&t.stop, &t.regs) {
             (Stop::Gone, _) => continue,
             (Stop::Trap | Stop::Signal(_), Some(regs)) => {

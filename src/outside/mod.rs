@@ -19,6 +19,7 @@
 //! analysing.
 
 pub mod access;
+pub mod agent;
 pub mod arenas;
 pub mod commands;
 pub mod glibc;
@@ -121,6 +122,7 @@ pub fn capture(pid: u32) -> Result<Capture, CaptureError> {
         return Err(CaptureError::Access(access::explain(&facts, errno)));
     }
     let glibc = glibc::locate(target, &maps).map_err(|e| CaptureError::Glibc(pid, e))?;
+    let agent = agent::locate(target, &maps);
     let mut attempts = 0;
     let stopped = loop {
         attempts += 1;
@@ -150,7 +152,7 @@ pub fn capture(pid: u32) -> Result<Capture, CaptureError> {
              mid-update"
         ));
     }
-    let graph = graph::build(pid, &glibc, &stopped, &mut warnings)?;
+    let graph = graph::build(pid, &glibc, agent.as_ref(), &stopped, &mut warnings)?;
     Ok(Capture {
         graph,
         pause: stopped.pause,

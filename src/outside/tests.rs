@@ -1,7 +1,8 @@
-//! The outside capture against real processes: C programs compiled here, run without the
-//! agent, each printing the blocks it holds and the ones it freed.
+//! The outside capture against real processes: C programs compiled here, each printing the
+//! blocks it holds and the ones it freed, run without the agent — and once under the real
+//! agent, to compare its snapshot with the capture from outside.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -75,8 +76,13 @@ impl Target {
     }
 
     pub fn start_with(exe: &Path, args: &[&str]) -> Target {
+        Target::start_env(exe, args, &[])
+    }
+
+    pub fn start_env(exe: &Path, args: &[&str], env: &[(&str, &str)]) -> Target {
         let mut child = Command::new(exe)
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -300,4 +306,206 @@ fn a_process_a_debugger_traces_is_refused_with_what_to_do() {
     // strace detached on SIGINT: the process runs on and can be captured.
     assert_eq!(target.command("step"), expected_step());
     capture(pid).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// The part of graph `g` that both captures can see alike: only the blocks at `kept`
+/// addresses (and the references among them), each sized `size_of` its address, and each
+/// thread's frames made one, as an outside capture has them.
+fn comparable(g: &HeapGraph, kept: &HashSet<u64>, size_of: impl Fn(u64) -> u64) -> HeapGraph {
+    let objects = g.objects();
+    let mut new_index = vec![None; objects.len()];
+    let mut rows = heaptui_analysis::Objects::with_capacity(kept.len());
+    for (o, slot) in new_index.iter_mut().enumerate() {
+        let mut r = objects.record(o as u32);
+        if kept.contains(&r.addr) {
+            r.size = size_of(r.addr);
+            *slot = Some(rows.push(r));
+        }
+    }
+    let remap = |refs: &[u32]| -> Vec<u32> {
+        let mut out: Vec<u32> = refs.iter().filter_map(|&r| new_index[r as usize]).collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    };
+    let mut edges = heaptui_analysis::Edges::with_capacity(kept.len(), g.edges().len());
+    for o in (0..objects.len()).filter(|&o| new_index[o].is_some()) {
+        edges.push(remap(g.edges().of(o as u32)));
+    }
+    let threads = g
+        .threads
+        .iter()
+        .map(|t| {
+            let refs: Vec<u32> = t.frames.iter().flat_map(|f| f.refs.clone()).collect();
+            heaptui_analysis::Thread {
+                frames: vec![heaptui_analysis::Frame {
+                    refs: remap(&refs),
+                    ..Default::default()
+                }],
+                ..t.clone()
+            }
+        })
+        .collect();
+    let globals = remap(&g.globals);
+    HeapGraph::new(
+        g.process.clone(),
+        g.sites.clone(),
+        rows,
+        edges,
+        threads,
+        globals,
+    )
+    .unwrap()
+}
+
+/// What a graph says of each block, by address: its referents' addresses and its class, with
+/// threads named by tid.
+fn by_address(g: &HeapGraph) -> BTreeMap<u64, (Vec<u64>, String)> {
+    let a = heaptui_analysis::Analysis::new(g);
+    let addr = &g.objects().addr;
+    (0..addr.len())
+        .map(|o| {
+            let mut refs: Vec<u64> = g
+                .edges()
+                .of(o as u32)
+                .iter()
+                .map(|&r| addr[r as usize])
+                .collect();
+            refs.sort_unstable();
+            let class = match a.class_of(o as u32) {
+                // Thread indices may differ: name the thread by its tid.
+                heaptui_analysis::ObjectClass::FrameProprietary { thread, .. }
+                | heaptui_analysis::ObjectClass::FrameShared { thread } => {
+                    format!("thread {}", g.threads[thread].tid)
+                }
+                other => format!("{other:?}"),
+            };
+            (addr[o], (refs, class))
+        })
+        .collect()
+}
+
+/// The start of the arena heap (or the main heap) that holds `addr`: non-main heaps are
+/// aligned to their largest size.
+fn heap_of(addr: u64, main_heap: &Range<u64>) -> u64 {
+    if main_heap.contains(&addr) {
+        main_heap.start
+    } else {
+        addr & !(glibc::LAYOUT_2_35.heap_max - 1)
+    }
+}
+
+#[test]
+fn a_target_under_the_agent_gives_the_same_blocks_and_figures_captured_both_ways() {
+    let (dir, exe) = compile("arenas", &[]);
+    let agent = crate::embedded::agent_path().expect("the agent built into heaptui");
+    let socket = dir.path().join("agent.sock");
+    let target = Target::start_env(
+        &exe,
+        &[],
+        &[
+            ("LD_PRELOAD", agent.to_str().unwrap()),
+            ("HEAPTUI_LISTEN", &format!("unix:{}", socket.display())),
+            // Every free reaches libc at once: a free the agent held back would be a live
+            // chunk to libc.
+            ("HEAPTUI_HOLD_FREES", "0"),
+        ],
+    );
+    let (address, token) =
+        crate::client::locate::resolve(&format!("pid:{}", target.pid()), None).unwrap();
+    let mut session = crate::client::Session::connect(&address, &token).unwrap();
+    let agents = crate::client::commands::live_snapshot(&mut session)
+        .unwrap()
+        .graph;
+    // Captured after the agent's snapshot, which the agent keeps in its own memory (every
+    // block's address among it): that memory must not be taken for the program's.
+    let outside = capture(target.pid()).unwrap_or_else(|e| panic!("{e}"));
+    let usable: HashMap<u64, u64> = outside
+        .graph
+        .objects()
+        .addr
+        .iter()
+        .copied()
+        .zip(outside.graph.objects().size.iter().copied())
+        .collect();
+
+    // Every block the agent tracks is one libc holds, the agent's size the one asked for, the
+    // outside's its usable size.
+    let tracked: HashSet<u64> = agents.objects().addr.iter().copied().collect();
+    for o in 0..agents.objects().len() {
+        let (addr, asked) = (agents.objects().addr[o], agents.objects().size[o]);
+        let got = *usable
+            .get(&addr)
+            .unwrap_or_else(|| panic!("{addr:#x} not found"));
+        assert!(
+            asked <= got && got - asked < 4096 + 32,
+            "{addr:#x}: {asked} asked, {got} usable"
+        );
+    }
+    for (addr, size) in &target.live {
+        assert_eq!(usable[addr], *size, "{addr:#x}");
+    }
+    // libc holds a few blocks more, which no hook saw: those allocated before the agent's
+    // hooks were ready (below its first block in the main heap), and those of the agent's own
+    // threads (in arenas that hold no block of the program).
+    let maps = maps::Maps::parse(
+        &std::fs::read_to_string(format!("/proc/{}/maps", target.pid())).unwrap(),
+    );
+    let main_heap = maps
+        .maps
+        .iter()
+        .find(|m| m.path == "[heap]")
+        .map(|m| m.start..m.end)
+        .unwrap();
+    let first_tracked = tracked
+        .iter()
+        .copied()
+        .filter(|a| main_heap.contains(a))
+        .min()
+        .unwrap();
+    let program_heaps: HashSet<u64> = tracked.iter().map(|&a| heap_of(a, &main_heap)).collect();
+    let untracked: Vec<u64> = usable
+        .keys()
+        .copied()
+        .filter(|a| !tracked.contains(a))
+        .collect();
+    for a in &untracked {
+        assert!(
+            (main_heap.contains(a) && *a < first_tracked)
+                || !program_heaps.contains(&heap_of(*a, &main_heap)),
+            "{a:#x} ({} bytes) is live to libc, unknown to the agent",
+            usable[a]
+        );
+    }
+
+    // The same threads, the agent's own left out.
+    let tids = |g: &HeapGraph| g.threads.iter().map(|t| t.tid).collect::<Vec<_>>();
+    assert_eq!(tids(&agents), tids(&outside.graph));
+
+    // The same edges and roots, so the same class block by block and the same figures, once
+    // the agent's frames are made one per thread and its sizes are the usable ones.
+    let agents = comparable(&agents, &tracked, |a| usable[&a]);
+    let outside = comparable(&outside.graph, &tracked, |a| usable[&a]);
+    let theirs = by_address(&agents);
+    let ours = by_address(&outside);
+    for (addr, seen) in &theirs {
+        assert_eq!(
+            Some(seen),
+            ours.get(addr),
+            "block {addr:#x}: agent, outside"
+        );
+    }
+    let (a, b) = (
+        heaptui_analysis::Analysis::new(&agents),
+        heaptui_analysis::Analysis::new(&outside),
+    );
+    assert_eq!(a.totals(), b.totals());
+    assert_eq!(a.leaks(), b.leaks());
+    let figures = |x: &heaptui_analysis::Analysis| {
+        x.threads()
+            .iter()
+            .map(|t| (t.tid, t.proprietary, t.shared, t.total))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(figures(&a), figures(&b));
 }

@@ -1,0 +1,87 @@
+//! heaptui's own agent, when it is loaded in a process captured from outside.
+//!
+//! The commands never capture such a process from outside (they ask its agent); the tests do,
+//! to compare both captures of one process. For the two to agree, the outside capture leaves
+//! out what the agent's own capture leaves out (docs/reference.md §3: the agent's frames,
+//! threads and memory are never roots):
+//! - the agent's threads (named `heaptui-…`), their stacks and TLS;
+//! - the agent's module data, and the mappings the agent made for itself, which it lists in a
+//!   table of its own (`own_memory::SLOTS`, `HIGH`): that table is read from the copy, its
+//!   address from the agent's symbol table.
+//!
+//! Reads the agent's file and the copy; never the live process.
+
+use std::ops::Range;
+
+use nix::unistd::Pid;
+use object::{Object, ObjectSymbol};
+
+use super::glibc;
+use super::maps::Maps;
+use super::memory::Image;
+
+/// The name prefix of every thread the agent starts.
+const THREAD_PREFIX: &str = "heaptui-";
+
+/// Whether a thread is one of the agent's, by its name.
+pub fn is_agent_thread(name: &str) -> bool {
+    name.starts_with(THREAD_PREFIX)
+}
+
+/// Where the agent is loaded and where its table of mappings lies.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Agent {
+    /// The agent module's writable data.
+    pub data: Vec<Range<u64>>,
+    /// Run-time addresses of `own_memory::SLOTS` and `own_memory::HIGH`.
+    slots: u64,
+    high: u64,
+}
+
+/// The agent loaded in process `pid`, if any, and if its table can be found.
+pub fn locate(pid: Pid, maps: &Maps) -> Option<Agent> {
+    let first = maps
+        .maps
+        .iter()
+        .find(|m| m.offset == 0 && glibc::is_agent(m.path.rsplit('/').next().unwrap_or(&m.path)))?;
+    let data = std::fs::read(glibc::in_target(pid, &first.path)).ok()?;
+    let file = object::File::parse(&*data).ok()?;
+    let find = |what: &str| {
+        file.symbols()
+            .find(|s| s.name().is_ok_and(|n| n.contains(what)))
+            .map(|s| first.start + s.address())
+    };
+    // Rust's mangled names: `heaptui_agent::own_memory::SLOTS` and `…::HIGH`.
+    let slots = find("10own_memory5SLOTS")?;
+    let high = find("10own_memory4HIGH")?;
+    Some(Agent {
+        data: maps
+            .maps
+            .iter()
+            .filter(|m| m.path == first.path && m.writable)
+            .map(|m| m.start..m.end)
+            .collect(),
+        slots,
+        high,
+    })
+}
+
+impl Agent {
+    /// The agent's memory as the copy shows it: its module data and every mapping its table
+    /// records.
+    pub fn memory(&self, image: &Image) -> Vec<Range<u64>> {
+        let mut out = self.data.clone();
+        let high = image.word(self.high).unwrap_or(0).min(1 << 20);
+        for i in 0..high {
+            // A slot is two words, `start` and `end`; 0 and 1 mark a free or claimed slot.
+            let at = self.slots + 16 * i;
+            let (Some(a), Some(b)) = (image.word(at), image.word(at + 8)) else {
+                break;
+            };
+            if a > 1 && b > 1 && a != b {
+                out.push(a.min(b)..a.max(b));
+            }
+        }
+        out
+    }
+}
