@@ -99,7 +99,9 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
     frame.render_widget(Paragraph::new(Line::from(line)), figures);
 
     let Some(c) = &app.counters else {
-        let text = if app.live {
+        let text = if app.outside {
+            "live bytes: no live counters without the agent (captured from outside)"
+        } else if app.live {
             "live bytes: waiting for the agent's counters…"
         } else if app.recording {
             "live bytes: replaying…"
