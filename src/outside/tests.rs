@@ -9,25 +9,36 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 
 use super::*;
 
-/// Compiles a C program of `testdata/` into a fresh directory.
-pub fn compile(name: &str, flags: &[&str]) -> (tempdir::Dir, PathBuf) {
+/// Compiles `testdata/FILE` with `compiler` and `flags` into a fresh directory.
+fn build(compiler: &str, file: &str, flags: &[&str]) -> (tempdir::Dir, PathBuf) {
+    let name = file.split('.').next().unwrap_or(file);
     let dir = tempdir::Dir::new(name);
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("src/outside/testdata/{name}.c"));
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("src/outside/testdata/{file}"));
     let exe = dir.path().join(name);
-    let out = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-        .args(["-O1", "-g", "-pthread"])
+    let out = Command::new(compiler)
         .args(flags)
         .arg("-o")
         .arg(&exe)
         .arg(&src)
         .output()
-        .expect("a C compiler (cc)");
+        .unwrap_or_else(|e| panic!("{compiler}, to build {file}: {e}"));
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     (dir, exe)
+}
+
+/// Compiles a C program of `testdata/` into a fresh directory.
+pub fn compile(name: &str, flags: &[&str]) -> (tempdir::Dir, PathBuf) {
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let flags: Vec<&str> = ["-O1", "-g", "-pthread"]
+        .iter()
+        .chain(flags)
+        .copied()
+        .collect();
+    build(&cc, &format!("{name}.c"), &flags)
 }
 
 mod tempdir {
@@ -67,6 +78,8 @@ pub struct Target {
     pub stdin: Option<ChildStdin>,
     stdout: Option<std::io::Lines<BufReader<std::process::ChildStdout>>>,
     pub live: HashMap<u64, u64>,
+    /// Blocks whose size asked for is known, not their usable size.
+    pub asked: HashMap<u64, u64>,
     pub freed: Vec<u64>,
 }
 
@@ -89,6 +102,7 @@ impl Target {
             .unwrap();
         let stdin = child.stdin.take();
         let mut live = HashMap::new();
+        let mut asked = HashMap::new();
         let mut freed = Vec::new();
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         for line in lines.by_ref() {
@@ -99,6 +113,9 @@ impl Target {
                 (Some("live"), Some(a), Some(s)) => {
                     live.insert(u64::from_str_radix(a, 16).unwrap(), s.parse().unwrap());
                 }
+                (Some("asked"), Some(a), Some(s)) => {
+                    asked.insert(u64::from_str_radix(a, 16).unwrap(), s.parse().unwrap());
+                }
                 (Some("freed"), Some(a), _) => freed.push(u64::from_str_radix(a, 16).unwrap()),
                 _ => panic!("unexpected line {line:?}"),
             }
@@ -108,6 +125,7 @@ impl Target {
             stdin,
             stdout: Some(lines),
             live,
+            asked,
             freed,
         }
     }
@@ -146,6 +164,13 @@ impl Drop for Target {
 fn the_blocks_of_several_arenas_are_found_with_their_usable_sizes_and_no_free_chunk() {
     let (_dir, exe) = compile("arenas", &[]);
     let target = Target::start(&exe);
+    let cap = capture_agrees_with(&target);
+    assert_eq!(cap.graph.threads.len(), 5);
+}
+
+/// Captures `target` and checks what it said: its live blocks with their usable sizes, the
+/// blocks whose asked size it knows within a chunk's rounding of it, none of those it freed.
+fn capture_agrees_with(target: &Target) -> Capture {
     let cap = capture(target.pid()).unwrap_or_else(|e| panic!("{e}"));
     let objects = cap.graph.objects();
     let found: HashMap<u64, u64> = objects
@@ -157,6 +182,16 @@ fn the_blocks_of_several_arenas_are_found_with_their_usable_sizes_and_no_free_ch
     for (addr, size) in &target.live {
         assert_eq!(found.get(addr), Some(size), "live block {addr:#x}");
     }
+    for (addr, asked) in &target.asked {
+        let usable = *found
+            .get(addr)
+            .unwrap_or_else(|| panic!("block {addr:#x} of {asked} bytes not found"));
+        // A chunk is the size asked for plus its 8-byte header, rounded up to 16 (32 at least).
+        assert!(
+            (*asked..asked + 24).contains(&usable),
+            "{addr:#x}: {asked} asked, {usable} usable"
+        );
+    }
     for addr in &target.freed {
         assert!(
             !found.contains_key(addr),
@@ -164,7 +199,26 @@ fn the_blocks_of_several_arenas_are_found_with_their_usable_sizes_and_no_free_ch
         );
     }
     assert!(cap.warnings.is_empty(), "{:?}", cap.warnings);
-    assert_eq!(cap.graph.threads.len(), 5);
+    cap
+}
+
+#[test]
+fn a_cpp_program_is_captured_with_its_strings_nodes_and_threads_blocks() {
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    let (_dir, exe) = build(&cxx, "cpp_target.cc", &["-O1", "-g", "-pthread"]);
+    let mut target = Target::start(&exe);
+    assert!(target.live.len() > 150, "{}", target.live.len());
+    capture_agrees_with(&target);
+    assert_eq!(target.finish(), Some(0));
+}
+
+#[test]
+fn a_rust_program_is_captured_with_its_boxes_and_strings() {
+    let (_dir, exe) = build("rustc", "rust_target.rs", &["-O", "-g"]);
+    let mut target = Target::start(&exe);
+    assert_eq!(target.asked.len(), 150);
+    capture_agrees_with(&target);
+    assert_eq!(target.finish(), Some(0));
 }
 
 /// The `threads` target, started with `n` idle threads.
