@@ -1,6 +1,8 @@
 /* Snapshot benchmark workload: BLOCKS live heap blocks of SIZE bytes spread over THREADS
  * threads, each thread holding its share as a linked list from a local of one frame.
- * Usage: snapshot_target BLOCKS THREADS SIZE
+ * Usage: snapshot_target BLOCKS THREADS SIZE [wait]
+ * With `wait` (bench/outside.sh) it prints `ready` once every thread holds its blocks and
+ * waits for a line on stdin before going on.
  * Under HEAPTUI_DUMP=PREFIX it raises SIGUSR2 once every thread is ready, waits for
  * PREFIX.<pid>.1.hsnap, then times one sequential read of every block's bytes (the physical
  * floor of any scan) and prints `read_ms=<ms> bytes=<n>`. */
@@ -49,8 +51,8 @@ __attribute__((noinline)) static void *worker(void *arg) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 4) {
-        fprintf(stderr, "usage: snapshot_target BLOCKS THREADS SIZE\n");
+    if (argc != 4 && !(argc == 5 && strcmp(argv[4], "wait") == 0)) {
+        fprintf(stderr, "usage: snapshot_target BLOCKS THREADS SIZE [wait]\n");
         return 2;
     }
     blocks = atol(argv[1]);
@@ -70,6 +72,13 @@ int main(int argc, char **argv) {
     for (long i = 0; i < threads; i++)
         if (pthread_create(&t[i], &attr, worker, (void *)i) != 0) return 1;
     pthread_barrier_wait(&ready);
+
+    if (argc == 5) {
+        char line[16];
+        printf("ready\n");
+        fflush(stdout);
+        if (!fgets(line, sizeof line, stdin)) return 1;
+    }
 
     const char *prefix = getenv("HEAPTUI_DUMP");
     if (prefix) {
