@@ -39,6 +39,7 @@ pub extern "C" fn init() {
         held_frees::turn_off();
     }
     hooks::pthread::init();
+    hooks::unwind::resolve_dlclose();
     // Before any handler is installed and before the program runs: the real functions behind
     // the signal wrappers are resolved here, never inside a signal handler.
     crate::signals::init();
@@ -74,7 +75,11 @@ pub extern "C" fn fini() {
     );
 }
 
+// The fork handlers run inside the program's fork(): a lock's futex wait or a syscall of
+// theirs must not change the errno fork leaves.
+
 extern "C" fn prepare() {
+    let _errno = sys::KeepErrno::new();
     threads::lock();
     stacks::lock();
     blocks::lock_all(sys::current_tid());
@@ -82,6 +87,7 @@ extern "C" fn prepare() {
 }
 
 extern "C" fn parent() {
+    let _errno = sys::KeepErrno::new();
     AGENT_ALLOC.unlock_all();
     blocks::unlock_all();
     stacks::unlock();
@@ -89,6 +95,7 @@ extern "C" fn parent() {
 }
 
 extern "C" fn child() {
+    let _errno = sys::KeepErrno::new();
     sys::reset_thread_cache();
     crate::signals::chain::release_in_child();
     AGENT_ALLOC.unlock_all();

@@ -43,6 +43,9 @@ impl RawLock {
 
     #[cold]
     fn lock_slow(&self) {
+        // The futex wait fails with EAGAIN (the word changed) or EINTR (a signal): the
+        // program, whose malloc is waiting here, must not see either.
+        let _errno = crate::sys::KeepErrno::new();
         for _ in 0..100 {
             std::hint::spin_loop();
             if self.state.load(Ordering::Relaxed) == UNLOCKED

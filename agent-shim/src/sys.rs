@@ -5,46 +5,108 @@
 //! Nothing here calls libc malloc, takes a lock or uses Rust thread-locals, so every function
 //! is usable from inside a malloc hook.
 
-use std::ffi::CStr;
+use std::ffi::{CStr, c_int};
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
-/// The per-thread state kept in initial-exec TLS by csrc/tls.c (same layout).
+/// The per-thread state kept in initial-exec TLS by csrc/tls.c (same layout: each atomic has
+/// its integer's size and alignment).
+///
+/// Shared between the thread's ordinary code and the signal handlers that interrupt it
+/// (a handler that allocates runs the hooks on the same thread), so every field is an atomic
+/// used with relaxed ordering (a plain load or store on x86-64) rather than a `&mut` that a
+/// handler could alias. The marker keeps it `!Sync`, so a reference never leaves its thread,
+/// whose TLS outlives every frame of that thread.
 #[repr(C)]
 pub struct ThreadState {
     /// Cached `gettid()`, 0 until first use.
-    pub tid: u32,
+    tid: AtomicU32,
     /// Re-entrancy depth of the hooks on this thread.
-    pub busy: u32,
+    busy: AtomicU32,
     /// The mapping holding this thread's stack, `0..0` until looked up.
-    pub stack_lo: usize,
-    pub stack_hi: usize,
+    stack_lo: AtomicUsize,
+    stack_hi: AtomicUsize,
     /// 1 on the agent's own threads.
-    pub agent: u32,
+    agent: AtomicU32,
     /// This thread's slot of held-back frees (`registry::held_frees`): 0 = none yet, n =
     /// slot n − 1, `u32::MAX` = never (the thread is ending, or no slot was left).
-    pub held: u32,
+    held: AtomicU32,
+    _this_thread_only: PhantomData<*const ()>,
+}
+
+impl ThreadState {
+    #[inline]
+    pub fn busy(&self) -> bool {
+        self.busy.load(Ordering::Relaxed) != 0
+    }
+
+    #[inline]
+    pub fn set_busy(&self, busy: bool) {
+        self.busy.store(u32::from(busy), Ordering::Relaxed);
+    }
+
+    #[inline]
+    pub fn agent(&self) -> bool {
+        self.agent.load(Ordering::Relaxed) != 0
+    }
+
+    #[inline]
+    pub fn set_agent(&self, agent: bool) {
+        self.agent.store(u32::from(agent), Ordering::Relaxed);
+    }
+
+    /// The cached bounds of this thread's stack mapping (`0..0` until looked up).
+    #[inline]
+    pub fn stack(&self) -> (usize, usize) {
+        (
+            self.stack_lo.load(Ordering::Relaxed),
+            self.stack_hi.load(Ordering::Relaxed),
+        )
+    }
+
+    #[inline]
+    pub fn set_stack(&self, (lo, hi): (usize, usize)) {
+        self.stack_lo.store(lo, Ordering::Relaxed);
+        self.stack_hi.store(hi, Ordering::Relaxed);
+    }
+
+    /// `registry::held_frees`' word for this thread.
+    #[inline]
+    pub fn held(&self) -> u32 {
+        self.held.load(Ordering::Relaxed)
+    }
+
+    #[inline]
+    pub fn set_held(&self, held: u32) {
+        self.held.store(held, Ordering::Relaxed);
+    }
 }
 
 unsafe extern "C" {
-    fn heaptui_thread() -> *mut ThreadState;
+    fn heaptui_thread() -> *const ThreadState;
 }
 
 /// The calling thread's hook state.
 #[inline]
-pub fn thread_state() -> &'static mut ThreadState {
-    // SAFETY: heaptui_thread returns the address of this thread's own initial-exec TLS slot,
-    // valid for the thread's lifetime; only the owning thread ever touches it, and no caller
-    // keeps two of these references alive at once across a re-entrant call (hooks copy out).
-    unsafe { &mut *heaptui_thread() }
+pub fn thread_state() -> &'static ThreadState {
+    // SAFETY: heaptui_thread returns the address of this thread's own initial-exec TLS slot
+    // (zero-initialised: valid atomics), which lives as long as the thread; the reference
+    // cannot reach another thread (ThreadState is !Sync), and shared access is all it allows
+    // (the fields are atomics).
+    unsafe { &*heaptui_thread() }
 }
 
 /// The calling thread's kernel id, cached in TLS.
 #[inline]
 pub fn current_tid() -> u32 {
     let state = thread_state();
-    if state.tid == 0 {
-        state.tid = raw_gettid();
+    let tid = state.tid.load(Ordering::Relaxed);
+    if tid != 0 {
+        return tid;
     }
-    state.tid
+    let tid = raw_gettid();
+    state.tid.store(tid, Ordering::Relaxed);
+    tid
 }
 
 /// `gettid()` straight from the kernel (the cache is wrong in a fork child until reset).
@@ -55,12 +117,55 @@ pub fn raw_gettid() -> u32 {
 
 /// Forgets the cached tid (the fork child's thread has a new one).
 pub fn reset_thread_cache() {
-    let state = thread_state();
-    state.tid = 0;
+    thread_state().tid.store(0, Ordering::Relaxed);
+}
+
+/// The calling thread's `errno`.
+#[inline]
+pub fn errno() -> c_int {
+    // SAFETY: __errno_location returns this thread's errno slot, always addressable.
+    unsafe { *libc::__errno_location() }
+}
+
+/// Sets the calling thread's `errno`.
+#[inline]
+pub fn set_errno(value: c_int) {
+    // SAFETY: as in `errno`.
+    unsafe { *libc::__errno_location() = value };
+}
+
+/// `errno` as it was when this was made, put back when it is dropped: held around the
+/// agent's own system calls on paths the program's calls run through (a contended lock's
+/// futex wait, a `/proc` read, an mmap that fails), so no failure of the agent's ever shows
+/// in the program's errno (glibc's functions leave it alone on success; `free` always).
+#[must_use]
+pub struct KeepErrno(c_int);
+
+impl KeepErrno {
+    #[inline]
+    pub fn new() -> Self {
+        Self(errno())
+    }
+}
+
+impl Default for KeepErrno {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for KeepErrno {
+    #[inline]
+    fn drop(&mut self) {
+        set_errno(self.0);
+    }
 }
 
 /// The time on `clock` in nanoseconds (`clock_gettime`: a vDSO call, async-signal-safe).
 pub fn clock_ns(clock: libc::clockid_t) -> Option<i128> {
+    // The blocking-call wrappers read the program's clock: a clock it got wrong is the
+    // program's call to fail, not this one's to report.
+    let _errno = KeepErrno::new();
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -78,6 +183,8 @@ pub fn ts_ns(ts: &libc::timespec) -> i128 {
 /// captures never scan it); `None` when the kernel refuses. `reserve_only` maps with
 /// MAP_NORESERVE: pages cost memory only once touched.
 pub fn map_anon(len: usize, reserve_only: bool) -> Option<*mut u8> {
+    // A refusal (ENOMEM) is the agent's, not the program's.
+    let _errno = KeepErrno::new();
     let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
     if reserve_only {
         flags |= libc::MAP_NORESERVE;
@@ -105,6 +212,7 @@ pub fn map_anon(len: usize, reserve_only: bool) -> Option<*mut u8> {
 /// # Safety
 /// `ptr..ptr+len` must be a mapping (or the part of one) that nothing will touch again.
 pub unsafe fn unmap(ptr: *mut u8, len: usize) {
+    let _errno = KeepErrno::new();
     // SAFETY: guaranteed by the caller.
     let ok = unsafe { libc::munmap(ptr.cast(), len) } == 0;
     if ok {
@@ -121,6 +229,8 @@ pub unsafe fn unmap(ptr: *mut u8, len: usize) {
 /// `ptr..ptr+old_len` must be a whole mapping from [`map_anon`]; on success it must not be
 /// used again unless the result is `ptr`.
 pub unsafe fn remap(ptr: *mut u8, old_len: usize, new_len: usize) -> Option<*mut u8> {
+    // mremap's refusals (ENOMEM) are the agent's, not the program's.
+    let _errno = KeepErrno::new();
     let start = ptr as u64;
     // SAFETY: resizes our own mapping in place (no MREMAP_MAYMOVE: it stays where it is).
     let q = unsafe { libc::mremap(ptr.cast(), old_len, new_len, 0) };
@@ -153,6 +263,34 @@ pub unsafe fn remap(ptr: *mut u8, old_len: usize, new_len: usize) -> Option<*mut
     Some(q.cast())
 }
 
+/// `fd` (one the agent just opened, close-on-exec) moved above the standard descriptors when
+/// it landed on 0, 1 or 2: those numbers are the program's even while it has them closed (a
+/// program that closed fd 0 and then opens `/dev/null` expects to get 0 back). Returns the
+/// descriptor to use, or -1 (and `fd` closed) when it cannot be moved.
+pub fn above_stdio(fd: c_int) -> c_int {
+    if !(0..=2).contains(&fd) {
+        return fd;
+    }
+    // SAFETY: F_DUPFD_CLOEXEC duplicates a descriptor this code owns; closing the original
+    // gives the low number back.
+    unsafe {
+        let moved = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3);
+        libc::close(fd);
+        moved
+    }
+}
+
+/// A descriptor-owning value of the agent's (a listener, a stream, a file), moved above the
+/// standard descriptors if it landed on one (see [`above_stdio`]).
+pub fn own_fd<T: std::os::fd::IntoRawFd + std::os::fd::FromRawFd>(owner: T) -> std::io::Result<T> {
+    let fd = above_stdio(owner.into_raw_fd());
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is the descriptor `owner` held (or its duplicate), now owned by nobody else.
+    Ok(unsafe { T::from_raw_fd(fd) })
+}
+
 /// A file opened read-only with open(2), closed on drop.
 pub struct RawFile(i32);
 
@@ -160,6 +298,7 @@ impl RawFile {
     pub fn open(path: &CStr) -> Option<Self> {
         // SAFETY: `path` is NUL-terminated; O_CLOEXEC keeps the fd out of exec'd children.
         let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+        let fd = above_stdio(fd);
         (fd >= 0).then_some(Self(fd))
     }
 
@@ -224,6 +363,8 @@ fn parse_hex(s: &[u8]) -> Option<usize> {
 /// The `lo..hi` range of the mapping of /proc/self/maps that contains `addr`, read with a
 /// stack buffer and no allocation.
 pub fn mapping_containing(addr: usize) -> Option<(usize, usize)> {
+    // Called from the hooks: a failed open (EMFILE) or read must not reach the program.
+    let _errno = KeepErrno::new();
     let file = RawFile::open(c"/proc/self/maps")?;
     let mut buf = [0u8; 4096];
     let mut filled = 0;

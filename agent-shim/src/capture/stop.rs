@@ -672,8 +672,7 @@ pub unsafe fn filter_mask(
     }
     // SAFETY: `set` is non-null and valid per the contract.
     *copy = unsafe { *set };
-    // SAFETY: `copy` is a valid sigset_t.
-    unsafe { libc::sigdelset(copy, stop_signal()) };
+    crate::signals::remove_signal(copy, stop_signal());
     copy
 }
 
@@ -699,22 +698,22 @@ pub unsafe fn sigmask(
     // SAFETY: `set` is null or valid per the contract.
     let filtered = unsafe { filter_mask(how, set, &mut copy) };
     if !filtered.is_null() && how != libc::SIG_UNBLOCK {
+        // glibc keeps the two signals below SIGRTMIN (SIGCANCEL, SIGSETXID) unblockable the
+        // same way (and, like it, without a word in errno: sigdelset would refuse them).
         let sigrtmin = libc::SIGRTMIN();
-        // SAFETY: `copy` is the set `filtered` points at; glibc keeps the two signals below
-        // SIGRTMIN (SIGCANCEL, SIGSETXID) unblockable the same way.
-        unsafe {
-            libc::sigdelset(&mut copy, sigrtmin - 2);
-            libc::sigdelset(&mut copy, sigrtmin - 1);
-        }
+        crate::signals::remove_signal(&mut copy, sigrtmin - 2);
+        crate::signals::remove_signal(&mut copy, sigrtmin - 1);
     }
+    // The raw syscall() reports failure in errno; pthread_sigmask returns it instead.
+    let errno = crate::sys::KeepErrno::new();
     // SAFETY: the raw system call with valid (or null) pointers and the kernel's set size.
     let r = unsafe { libc::syscall(libc::SYS_rt_sigprocmask, how, filtered, old, 8usize) };
     if r == 0 {
         0
     } else {
-        std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EINVAL)
+        let e = crate::sys::errno();
+        drop(errno);
+        e
     }
 }
 

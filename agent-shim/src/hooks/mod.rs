@@ -55,14 +55,14 @@ impl Busy {
     #[inline]
     fn enter() -> Option<Self> {
         let st = sys::thread_state();
-        if st.busy != 0 {
+        if st.busy() {
             return None;
         }
         let tid = sys::current_tid();
         if !blocks::usable_by(tid) {
             return None;
         }
-        sys::thread_state().busy = 1;
+        st.set_busy(true);
         Some(Self { tid })
     }
 }
@@ -70,14 +70,14 @@ impl Busy {
 impl Drop for Busy {
     #[inline]
     fn drop(&mut self) {
-        sys::thread_state().busy = 0;
+        sys::thread_state().set_busy(false);
     }
 }
 
 /// True on the agent's own threads: their calls are also counted apart (`AgentShare`).
 #[inline]
 fn on_agent_thread() -> bool {
-    sys::thread_state().agent != 0
+    sys::thread_state().agent()
 }
 
 /// The agent-share bookkeeping of one hooked call on an agent thread.
@@ -147,6 +147,7 @@ fn before_request(size: usize) {
 
 #[cold]
 fn flush_held() {
+    let _errno = sys::KeepErrno::new();
     if let Some(_busy) = Busy::enter() {
         held_frees::flush_current(sys::thread_state());
     }
@@ -279,8 +280,7 @@ pub(crate) unsafe extern "C" fn reallocarray(
     fp: usize,
 ) -> *mut c_void {
     let Some(total) = n.checked_mul(size) else {
-        // SAFETY: __errno_location returns this thread's errno slot.
-        unsafe { *libc::__errno_location() = libc::ENOMEM };
+        sys::set_errno(libc::ENOMEM);
         failed(Op::Reallocarray);
         agent_share(Op::Reallocarray, None, None);
         return std::ptr::null_mut();
@@ -365,14 +365,57 @@ pub(crate) unsafe extern "C" fn posix_memalign(
     0
 }
 
+/// Whether this glibc's `aligned_alloc` refuses alignments that are not a power of two
+/// (EINVAL, NULL), as C17 asks: glibc 2.38 and later; before, it was `memalign`, which
+/// rounds them up. Asked of `gnu_get_libc_version` (a constant string) on first use.
+fn aligned_alloc_is_strict() -> bool {
+    use std::sync::atomic::{AtomicU8, Ordering};
+    const UNKNOWN: u8 = 0;
+    const STRICT: u8 = 1;
+    const LENIENT: u8 = 2;
+    static ANSWER: AtomicU8 = AtomicU8::new(UNKNOWN);
+    match ANSWER.load(Ordering::Relaxed) {
+        STRICT => true,
+        LENIENT => false,
+        _ => {
+            // SAFETY: gnu_get_libc_version returns a static NUL-terminated string.
+            let v = unsafe { std::ffi::CStr::from_ptr(libc::gnu_get_libc_version()) };
+            let strict = glibc_at_least(v.to_bytes(), (2, 38));
+            ANSWER.store(if strict { STRICT } else { LENIENT }, Ordering::Relaxed);
+            strict
+        }
+    }
+}
+
+/// Whether a glibc version string ("2.36", "2.38.9000") is at least `min`.
+fn glibc_at_least(version: &[u8], min: (u32, u32)) -> bool {
+    let mut parts = version.split(|&c| c == b'.').map(|p| {
+        p.iter()
+            .take_while(|c| c.is_ascii_digit())
+            .fold(0u32, |n, &c| {
+                n.saturating_mul(10).saturating_add(u32::from(c - b'0'))
+            })
+    });
+    let major = parts.next().unwrap_or(0);
+    let minor = parts.next().unwrap_or(0);
+    (major, minor) >= min
+}
+
 /// # Safety
-/// As `aligned_alloc(3)` (glibc ≤ 2.37 semantics: the memalign entry point).
+/// As `aligned_alloc(3)`: this glibc's rules for the alignment ([`aligned_alloc_is_strict`]),
+/// then its memalign entry point.
 pub(crate) unsafe extern "C" fn aligned_alloc(
     align: usize,
     size: usize,
     entry_sp: usize,
     fp: usize,
 ) -> *mut c_void {
+    if !align.is_power_of_two() && aligned_alloc_is_strict() {
+        sys::set_errno(libc::EINVAL);
+        failed(Op::AlignedAlloc);
+        agent_share(Op::AlignedAlloc, None, None);
+        return std::ptr::null_mut();
+    }
     before_request(size);
     // SAFETY: forwarding.
     let p = unsafe { __libc_memalign(align, size) };
@@ -414,4 +457,19 @@ pub(crate) unsafe extern "C" fn pvalloc(size: usize, entry_sp: usize, fp: usize)
     let granted = size.checked_next_multiple_of(PAGE).unwrap_or(size);
     allocated(p, granted, Op::Pvalloc, entry_sp, fp);
     p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glibc_versions_compare_by_number() {
+        assert!(glibc_at_least(b"2.38", (2, 38)));
+        assert!(glibc_at_least(b"2.39.9000", (2, 38)));
+        assert!(glibc_at_least(b"3.0", (2, 38)));
+        assert!(!glibc_at_least(b"2.36", (2, 38)));
+        assert!(!glibc_at_least(b"2.4", (2, 38)));
+        assert!(!glibc_at_least(b"", (2, 38)));
+    }
 }

@@ -113,6 +113,8 @@ fn exit_key() -> Option<libc::pthread_key_t> {
 }
 
 unsafe extern "C" fn on_thread_exit(value: *mut c_void) {
+    // The program's own key destructors may run after this one.
+    let _errno = crate::sys::KeepErrno::new();
     // The frees this thread held back are applied before it goes (later destructors free
     // directly).
     crate::registry::held_frees::release_current();
@@ -120,6 +122,8 @@ unsafe extern "C" fn on_thread_exit(value: *mut c_void) {
 }
 
 unsafe extern "C-unwind" fn trampoline(start: *mut c_void) -> *mut c_void {
+    // The start routine finds errno as a new thread has it, whatever the registration did.
+    let errno = crate::sys::errno();
     // SAFETY: `start` is the Box<Start> that pthread_create leaked for this thread.
     let Start {
         routine,
@@ -136,6 +140,7 @@ unsafe extern "C-unwind" fn trampoline(start: *mut c_void) -> *mut c_void {
         // SAFETY: key is live; the value is a non-null tag, never dereferenced.
         unsafe { libc::pthread_setspecific(key, tid as *const c_void) };
     }
+    crate::sys::set_errno(errno);
     // SAFETY: the user's start routine with the user's argument, as pthread_create promised.
     unsafe { routine(arg) }
 }
@@ -152,23 +157,37 @@ pub unsafe fn pthread_create(
         crate::agent_log!("cannot find libc's pthread_create: {:?}", dl_error());
         return libc::EAGAIN;
     };
+    // libc's pthread_create gets the caller's errno, untouched by the agent's preparations.
+    let errno = crate::sys::KeepErrno::new();
     let agent = is_agent_code(routine as usize);
-    let start = Box::into_raw(Box::new(Start {
-        routine,
-        arg,
-        agent,
-    }));
+    // Not Box::new, which would abort the program when the agent's allocator is out of
+    // memory: the thread is refused the way libc refuses it then.
+    // SAFETY: Start has a non-zero size.
+    let start = unsafe { std::alloc::alloc(std::alloc::Layout::new::<Start>()) }.cast::<Start>();
+    if start.is_null() {
+        return libc::EAGAIN;
+    }
+    // SAFETY: `start` is fresh, aligned memory for one Start; the trampoline (or the failure
+    // path below) takes it back with Box::from_raw, which frees it with this same layout.
+    unsafe {
+        start.write(Start {
+            routine,
+            arg,
+            agent,
+        })
+    };
+    drop(errno);
     // SAFETY: the caller's arguments, with our trampoline and its record in place of the
     // routine and argument.
     // What libc allocates to create an agent thread (its TLS vector) is the agent's share too.
     let state = crate::sys::thread_state();
-    let was_agent = state.agent;
+    let was_agent = state.agent();
     if agent {
-        state.agent = 1;
+        state.set_agent(true);
     }
     // SAFETY: (as above).
     let rc = unsafe { real(thread, attr, trampoline, start.cast()) };
-    crate::sys::thread_state().agent = was_agent;
+    state.set_agent(was_agent);
     if rc != 0 {
         // SAFETY: the thread was not created; the record is still ours.
         drop(unsafe { Box::from_raw(start) });

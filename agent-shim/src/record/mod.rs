@@ -78,7 +78,7 @@ fn seq_of(addr: u64) -> u64 {
 /// The agent's own threads are not recorded (their libc calls are the agent's business).
 #[inline]
 fn on_agent_thread() -> bool {
-    sys::thread_state().agent != 0
+    sys::thread_state().agent()
 }
 
 /// A block the hook has just put in the table (`op` tells malloc/calloc/memalign apart;

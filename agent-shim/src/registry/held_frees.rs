@@ -126,14 +126,14 @@ fn claimed(held: u32) -> Option<&'static Slot> {
 }
 
 /// The slot of the calling thread, claiming one on first use; None when it must not hold.
-fn own_slot(st: &mut ThreadState, tid: u32) -> Option<&'static Slot> {
-    match st.held {
+fn own_slot(st: &ThreadState, tid: u32) -> Option<&'static Slot> {
+    match st.held() {
         NEVER => return None,
         NO_SLOT => {}
         n => return claimed(n),
     }
     if !HOLDING.load(Ordering::Relaxed) {
-        st.held = NEVER;
+        st.set_held(NEVER);
         return None;
     }
     let start = NEXT_SLOT.load(Ordering::Relaxed) as usize;
@@ -144,18 +144,18 @@ fn own_slot(st: &mut ThreadState, tid: u32) -> Option<&'static Slot> {
             .is_ok()
         {
             NEXT_SLOT.store((k + 1) as u32, Ordering::Relaxed);
-            st.held = k as u32 + 1;
+            st.set_held(k as u32 + 1);
             return Some(&SLOT[k]);
         }
     }
-    st.held = NEVER;
+    st.set_held(NEVER);
     None
 }
 
 /// Holds back the program's free of `p` (non-null), applying the thread's batch when it is
 /// full. False when the block must be freed now (the caller removes and frees it). The
 /// caller is inside a hook (its re-entrancy guard held) on a program thread.
-pub fn hold(p: u64, st: &mut ThreadState, tid: u32) -> bool {
+pub fn hold(p: u64, st: &ThreadState, tid: u32) -> bool {
     let Some(slot) = own_slot(st, tid) else {
         return false;
     };
@@ -179,7 +179,7 @@ pub fn turn_off() {
 /// Applies the calling thread's held frees now (before a big request). The caller is inside
 /// a hook (its re-entrancy guard held).
 pub fn flush_current(st: &ThreadState) {
-    if let Some(slot) = claimed(st.held) {
+    if let Some(slot) = claimed(st.held()) {
         slot.flush();
     }
 }
@@ -189,19 +189,21 @@ pub fn flush_current(st: &ThreadState) {
 /// `f` not run) when the thread is inside a hook already.
 fn as_hook(f: impl FnOnce()) -> bool {
     let st = sys::thread_state();
-    if st.busy != 0 {
+    if st.busy() {
         return false;
     }
-    st.busy = 1;
+    st.set_busy(true);
     f();
-    sys::thread_state().busy = 0;
+    st.set_busy(false);
     true
 }
 
 /// Applies the calling thread's held frees and stops holding any (the thread ends). The
 /// caller is not inside a hook and does not hold the block table.
 pub fn release_current() {
-    let held = std::mem::replace(&mut sys::thread_state().held, NEVER);
+    let st = sys::thread_state();
+    let held = st.held();
+    st.set_held(NEVER);
     if let Some(slot) = claimed(held) {
         // Inside a hook (cannot be, short of a signal handler ending the thread), the slot is
         // kept with its blocks rather than given up unapplied.
@@ -214,7 +216,7 @@ pub fn release_current() {
 /// In a fork child: applies the frees held by the parent's other threads (they do not exist
 /// here) and frees their slots. The calling thread keeps its own.
 pub fn adopt_in_child() {
-    let own = sys::thread_state().held;
+    let own = sys::thread_state().held();
     let _ = as_hook(|| {
         for (k, slot) in SLOT.iter().enumerate() {
             if k as u32 + 1 != own && slot.owner.load(Ordering::Relaxed) != 0 {

@@ -76,7 +76,7 @@ pub fn pthread_of(tid: u32) -> Option<libc::pthread_t> {
 /// Marks the calling thread as the agent's own: never stopped, never listed, its libc
 /// allocations still tracked normally.
 pub fn mark_current_as_agent() {
-    sys::thread_state().agent = 1;
+    sys::thread_state().set_agent(true);
     let tid = sys::current_tid();
     if is_agent_thread(tid) {
         return;

@@ -65,7 +65,7 @@ use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicU64, Ordering};
 
 use super::Real;
-use crate::sys::{self, ts_ns};
+use crate::sys::{self, errno, set_errno, ts_ns};
 
 /// Inside a wrapped blocking call.
 const IN_CALL: u8 = 1;
@@ -197,16 +197,6 @@ pub fn program_signal_arrived() {
     {
         slot.fetch_or(OTHER, Ordering::Relaxed);
     }
-}
-
-fn errno() -> c_int {
-    // SAFETY: errno is this thread's own.
-    unsafe { *libc::__errno_location() }
-}
-
-fn set_errno(e: c_int) {
-    // SAFETY: as above.
-    unsafe { *libc::__errno_location() = e };
 }
 
 /// A wrapped call in progress on this thread. Deliberately without `Drop`: a destructor
@@ -431,10 +421,8 @@ unsafe fn without_stop(set: *const libc::sigset_t) -> Option<libc::sigset_t> {
     let stop = crate::capture::stop::stop_signal();
     // SAFETY: `set` is readable per the contract.
     let mut copy = unsafe { *set };
-    // SAFETY: `copy` is a valid sigset_t.
-    (unsafe { libc::sigismember(&copy, stop) } == 1).then(|| {
-        // SAFETY: as above.
-        unsafe { libc::sigdelset(&mut copy, stop) };
+    super::has_signal(&copy, stop).then(|| {
+        super::remove_signal(&mut copy, stop);
         copy
     })
 }

@@ -359,8 +359,7 @@ pub unsafe fn sigaction(
     } else {
         // SAFETY: `act` is readable per the contract.
         filtered = unsafe { *act };
-        // SAFETY: `filtered.sa_mask` is a valid sigset_t.
-        unsafe { libc::sigdelset(&mut filtered.sa_mask, stop_signal()) };
+        super::remove_signal(&mut filtered.sa_mask, stop_signal());
         &filtered as *const libc::sigaction
     };
     if sig == stop_signal() && STOP_OWNED.load(Ordering::Acquire) {

@@ -14,7 +14,7 @@
 pub mod blocking;
 pub mod chain;
 
-use std::ffi::{CStr, c_void};
+use std::ffi::{CStr, c_int, c_void};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 /// A libc function looked up once with `dlsym(RTLD_NEXT)`.
@@ -47,8 +47,66 @@ impl Real {
     }
 }
 
+/// The word and bit of signal `sig` in a `sigset_t` (glibc's: an array of 64-bit words, bit
+/// n − 1 for signal n), None outside 1..=1024.
+fn signal_bit(sig: c_int) -> Option<(usize, u64)> {
+    let bit = usize::try_from(sig).ok()?.checked_sub(1)?;
+    (bit < 8 * std::mem::size_of::<libc::sigset_t>()).then(|| (bit / 64, 1u64 << (bit % 64)))
+}
+
+/// The words of a `sigset_t`.
+fn words(set: &mut libc::sigset_t) -> &mut [u64; SIGSET_WORDS] {
+    // SAFETY: a sigset_t is SIGSET_WORDS 64-bit words (checked below), any bits valid.
+    unsafe { &mut *(set as *mut libc::sigset_t).cast::<[u64; SIGSET_WORDS]>() }
+}
+
+const SIGSET_WORDS: usize = std::mem::size_of::<libc::sigset_t>() / 8;
+const _: () = assert!(std::mem::size_of::<libc::sigset_t>() == 8 * SIGSET_WORDS);
+
+/// Removes `sig` from `set` by clearing its bit. Unlike `sigdelset(3)`, which refuses the two
+/// signals glibc keeps for itself (32 and 33) with `EINVAL` in errno, this takes any number
+/// and never touches errno: the wrappers run it on the program's behalf, in calls that
+/// succeed and must leave errno as they found it.
+pub fn remove_signal(set: &mut libc::sigset_t, sig: c_int) {
+    if let Some((word, mask)) = signal_bit(sig) {
+        words(set)[word] &= !mask;
+    }
+}
+
+/// Whether `set` holds `sig` (as [`remove_signal`], without errno).
+pub fn has_signal(set: &libc::sigset_t, sig: c_int) -> bool {
+    let mut copy = *set;
+    signal_bit(sig).is_some_and(|(word, mask)| words(&mut copy)[word] & mask != 0)
+}
+
 /// Resolves every wrapped function (the agent's constructor).
 pub fn init() {
     blocking::init();
     chain::init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signals_leave_sets_without_touching_errno() {
+        // SAFETY: zeroed is an empty set; sigfillset fills it.
+        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `set` is a valid sigset_t.
+        unsafe { libc::sigfillset(&mut set) };
+        crate::sys::set_errno(0);
+        for sig in [1, 32, 33, 38, 64] {
+            assert!(has_signal(&set, sig) || sig == 32 || sig == 33, "{sig}");
+            remove_signal(&mut set, sig);
+            assert!(!has_signal(&set, sig), "{sig}");
+        }
+        // Out of range: nothing happens.
+        remove_signal(&mut set, 0);
+        remove_signal(&mut set, 5000);
+        assert!(has_signal(&set, 2) && !has_signal(&set, 0));
+        assert_eq!(crate::sys::errno(), 0);
+        // SAFETY: `set` is a valid sigset_t.
+        assert_eq!(unsafe { libc::sigismember(&set, 38) }, 0);
+    }
 }

@@ -106,13 +106,13 @@ fn rule_of(pc: u64) -> Rule {
 /// a coroutine).
 fn stack_bounds(sp: usize) -> (usize, usize) {
     let st = sys::thread_state();
-    if st.stack_lo <= sp && sp < st.stack_hi {
-        return (st.stack_lo, st.stack_hi);
+    let (lo, hi) = st.stack();
+    if lo <= sp && sp < hi {
+        return (lo, hi);
     }
-    let (lo, hi) = sys::mapping_containing(sp).unwrap_or((0, 0));
-    let st = sys::thread_state();
-    (st.stack_lo, st.stack_hi) = (lo, hi);
-    (lo, hi)
+    let found = sys::mapping_containing(sp).unwrap_or((0, 0));
+    st.set_stack(found);
+    found
 }
 
 /// One caller's registers during the walk.
@@ -209,20 +209,30 @@ pub unsafe fn unwind(entry_sp: usize, fp: usize, out: &mut [u64]) -> usize {
     n
 }
 
+/// libc's `dlclose`, looked up by [`resolve_dlclose`].
+static REAL_DLCLOSE: AtomicUsize = AtomicUsize::new(0);
+
+/// Looks libc's `dlclose` up. From the constructor, so the program's first `dlclose` does
+/// not run a `dlsym` of the agent's first (which would replace the `dlerror()` message of a
+/// failed `dlopen` the program has yet to read).
+pub fn resolve_dlclose() -> usize {
+    let mut f = REAL_DLCLOSE.load(Ordering::Acquire);
+    if f == 0 {
+        // SAFETY: dlsym with a NUL-terminated name; not inside a malloc hook.
+        f = unsafe { libc::dlsym(libc::RTLD_NEXT, c"dlclose".as_ptr()) } as usize;
+        REAL_DLCLOSE.store(f, Ordering::Release);
+    }
+    f
+}
+
 /// `dlclose`, forwarded to libc; the rule cache is cleared once the module is gone.
 ///
 /// # Safety
 /// As `dlclose(3)`.
 pub unsafe fn dlclose(handle: *mut c_void) -> i32 {
-    static REAL: AtomicUsize = AtomicUsize::new(0);
-    let mut f = REAL.load(Ordering::Acquire);
+    let f = resolve_dlclose();
     if f == 0 {
-        // SAFETY: dlsym with a NUL-terminated name; not inside a malloc hook.
-        f = unsafe { libc::dlsym(libc::RTLD_NEXT, c"dlclose".as_ptr()) } as usize;
-        if f == 0 {
-            return -1;
-        }
-        REAL.store(f, Ordering::Release);
+        return -1;
     }
     // SAFETY: `f` is libc's dlclose.
     let real = unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(*mut c_void) -> i32>(f) };

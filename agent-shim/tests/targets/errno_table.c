@@ -1,0 +1,567 @@
+/* Every function the agent interposes, called on its success and failure paths, one row per
+ * call: "name ret=R errno=E". errno is set to SENTINEL before each call, so a row shows
+ * whether the call changed it. Return values that differ from run to run (pointers, pids)
+ * are printed as classes ("ptr", "null", "pid"). The test runs this bare and under the
+ * agent and compares the output byte for byte (tests/hooks_errno.rs).
+ *
+ * Modes (argv[1]):
+ *   table       the table of calls
+ *   contention  threads sharing one malloc arena (one shard of the agent's table, so its lock
+ *               is contended and its futex waits end in EAGAIN), interrupted by a signal
+ *               without SA_RESTART (so they also end in EINTR); every call's errno checked
+ *   emfile      no descriptor left: the agent's /proc/self/maps read for a thread's stack
+ *               bounds fails (a new thread, a signal handler on an alternate stack), also
+ *               in the unwinding done before realloc reaches libc
+ *   enomem      no address space left: the agent's table cannot grow (its mmap fails) while
+ *               libc still serves blocks from memory it already has
+ *
+ * Output uses write(2) only (stdio would allocate on first use, at a different moment in
+ * each run). Built with -fno-builtin so every call reaches the library. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <malloc.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/select.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <fcntl.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Still in libc, no longer declared by its headers. */
+extern sighandler_t bsd_signal(int sig, sighandler_t handler);
+
+#define SENTINEL 4242 /* no errno value has this number */
+
+static void say(const char *s) { write(1, s, strlen(s)); }
+
+static void row(const char *name, const char *ret, int err) {
+    char line[256];
+    if (err == SENTINEL)
+        snprintf(line, sizeof line, "%s ret=%s errno=kept\n", name, ret);
+    else
+        snprintf(line, sizeof line, "%s ret=%s errno=%d\n", name, ret, err);
+    say(line);
+}
+
+static void row_long(const char *name, long ret, int err) {
+    char r[32];
+    snprintf(r, sizeof r, "%ld", ret);
+    row(name, r, err);
+}
+
+static void row_ptr(const char *name, const void *p, int err) { row(name, p ? "ptr" : "null", err); }
+
+/* A call returning an integer / a pointer, with errno set to SENTINEL first. */
+#define INT(name, expr)                                                                    \
+    do {                                                                                   \
+        errno = SENTINEL;                                                                  \
+        long r_ = (long)(expr);                                                            \
+        row_long(name, r_, errno);                                                         \
+    } while (0)
+#define PTR(name, var, expr)                                                               \
+    do {                                                                                   \
+        errno = SENTINEL;                                                                  \
+        var = (expr);                                                                      \
+        row_ptr(name, var, errno);                                                         \
+    } while (0)
+
+static volatile size_t huge = SIZE_MAX / 2;
+static volatile size_t too_aligned = SIZE_MAX / 2 + 1;
+
+static void memory(void) {
+    void *p, *q, *r;
+    PTR("malloc", p, malloc(32));
+    PTR("malloc_0", q, malloc(0));
+    free(q);
+    PTR("malloc_huge", q, malloc(huge));
+    PTR("calloc", q, calloc(8, 8));
+    free(q);
+    PTR("calloc_overflow", q, calloc(huge, 4));
+    PTR("realloc_null", q, realloc(NULL, 64));
+    PTR("realloc_grow", q, realloc(q, 100000));
+    PTR("realloc_shrink", q, realloc(q, 16));
+    PTR("realloc_huge", r, realloc(q, huge));
+    PTR("realloc_zero", r, realloc(q, 0));
+    PTR("reallocarray", q, reallocarray(NULL, 4, 8));
+    PTR("reallocarray_overflow", r, reallocarray(q, huge, 4));
+    PTR("reallocarray_grow", q, reallocarray(q, 100, 8));
+    errno = SENTINEL;
+    free(NULL);
+    row("free_null", "void", errno);
+    errno = SENTINEL;
+    free(q);
+    row("free", "void", errno);
+    /* Enough frees to apply held-back batches, and big blocks that libc unmaps. */
+    int changed = 0;
+    for (int i = 0; i < 64; i++) {
+        void *b = malloc(i % 8 == 0 ? (1 << 20) : 48);
+        errno = SENTINEL;
+        free(b);
+        changed += errno != SENTINEL;
+    }
+    row_long("free_64", changed, SENTINEL);
+    free(p);
+
+    void *m = (void *)1;
+    INT("posix_memalign", posix_memalign(&m, 64, 100));
+    free(m);
+    INT("posix_memalign_3", posix_memalign(&m, 3, 8));
+    INT("posix_memalign_0", posix_memalign(&m, 0, 8));
+    INT("posix_memalign_4", posix_memalign(&m, 4, 8));
+    INT("posix_memalign_24", posix_memalign(&m, 24, 8));
+    INT("posix_memalign_too_aligned", posix_memalign(&m, too_aligned, 8));
+    INT("posix_memalign_huge", posix_memalign(&m, 64, huge));
+    PTR("aligned_alloc", q, aligned_alloc(64, 128));
+    free(q);
+    PTR("aligned_alloc_3", q, aligned_alloc(3, 8));
+    free(q);
+    PTR("aligned_alloc_0", q, aligned_alloc(0, 8));
+    free(q);
+    PTR("aligned_alloc_24", q, aligned_alloc(24, 48));
+    free(q);
+    PTR("aligned_alloc_huge", q, aligned_alloc(64, huge));
+    PTR("aligned_alloc_too_aligned", q, aligned_alloc(too_aligned, 8));
+    PTR("memalign", q, memalign(4096, 10));
+    free(q);
+    PTR("memalign_3", q, memalign(3, 10));
+    free(q);
+    PTR("memalign_too_aligned", q, memalign(too_aligned, 8));
+    PTR("valloc", q, valloc(10));
+    free(q);
+    PTR("valloc_huge", q, valloc(huge));
+    PTR("pvalloc", q, pvalloc(10));
+    free(q);
+    PTR("pvalloc_huge", q, pvalloc(SIZE_MAX - 100));
+}
+
+static void *report_start_errno(void *arg) {
+    (void)arg;
+    return (void *)(long)errno;
+}
+
+static void *exits_with_42(void *arg) {
+    (void)arg;
+    pthread_exit((void *)42);
+}
+
+static void threads(void) {
+    pthread_t t;
+    void *ret = NULL;
+    INT("pthread_create", pthread_create(&t, NULL, report_start_errno, NULL));
+    pthread_join(t, &ret);
+    row_long("thread_start_errno", (long)ret, SENTINEL);
+    INT("pthread_create_exit", pthread_create(&t, NULL, exits_with_42, NULL));
+    INT("pthread_join", pthread_join(t, &ret));
+    row_long("pthread_exit_value", (long)ret, SENTINEL);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, (size_t)1 << 46);
+    INT("pthread_create_huge_stack", pthread_create(&t, &attr, report_start_errno, NULL));
+    pthread_attr_destroy(&attr);
+}
+
+static volatile sig_atomic_t handled;
+static void on_signal(int sig) {
+    (void)sig;
+    int saved = errno;
+    /* What a handler may do on top of a hooked call: allocate (the hooks re-enter). */
+    free(malloc(40));
+    handled++;
+    errno = saved;
+}
+
+static void signals(void) {
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigfillset(&sa.sa_mask);
+    INT("sigaction", sigaction(SIGUSR1, &sa, &old));
+    INT("sigaction_read", sigaction(SIGUSR1, NULL, &old));
+    row_long("sigaction_read_back", old.sa_handler == on_signal, SENTINEL);
+    INT("sigaction_0", sigaction(0, &sa, NULL));
+    INT("sigaction_32", sigaction(32, &sa, NULL));
+    INT("sigaction_33", sigaction(33, &sa, NULL));
+    INT("sigaction_kill", sigaction(SIGKILL, &sa, NULL));
+    INT("sigaction_65", sigaction(65, &sa, NULL));
+    INT("sigaction_usr2", sigaction(SIGUSR2, &sa, NULL));
+    INT("sigaction_usr2_read", sigaction(SIGUSR2, NULL, &old));
+    row_long("sigaction_usr2_read_back", old.sa_handler == on_signal, SENTINEL);
+    /* The agent's stop signal number: the program's setting is kept and read back. */
+    INT("sigaction_rtmin4", sigaction(SIGRTMIN + 4, &sa, NULL));
+    INT("sigaction_rtmin4_read", sigaction(SIGRTMIN + 4, NULL, &old));
+    row_long("sigaction_rtmin4_read_back", old.sa_handler == on_signal, SENTINEL);
+
+    sighandler_t h;
+    errno = SENTINEL;
+    h = signal(SIGUSR1, SIG_IGN);
+    row_long("signal", h == on_signal, errno);
+    errno = SENTINEL;
+    h = signal(SIGUSR1, SIG_DFL);
+    row_long("signal_again", h == SIG_IGN, errno);
+    errno = SENTINEL;
+    h = signal(0, SIG_IGN);
+    row_long("signal_0", h == SIG_ERR, errno);
+    errno = SENTINEL;
+    h = signal(SIGKILL, SIG_IGN);
+    row_long("signal_kill", h == SIG_ERR, errno);
+    errno = SENTINEL;
+    h = signal(SIGRTMIN + 4, SIG_DFL);
+    row_long("signal_rtmin4", h == on_signal, errno);
+    errno = SENTINEL;
+    h = signal(SIGUSR2, SIG_DFL);
+    row_long("signal_usr2", h == on_signal, errno);
+    errno = SENTINEL;
+    h = bsd_signal(SIGUSR1, SIG_IGN);
+    row_long("bsd_signal", h == SIG_DFL, errno);
+    errno = SENTINEL;
+    h = sysv_signal(SIGUSR1, SIG_DFL);
+    row_long("sysv_signal", h == SIG_IGN, errno);
+    errno = SENTINEL;
+    h = sysv_signal(0, SIG_DFL);
+    row_long("sysv_signal_0", h == SIG_ERR, errno);
+
+    sigset_t set, prev, full;
+    sigemptyset(&set);
+    sigaddset(&set, SIGUSR1);
+    sigfillset(&full);
+    INT("sigprocmask_block", sigprocmask(SIG_BLOCK, &set, &prev));
+    INT("sigprocmask_bad_how", sigprocmask(99, &set, NULL));
+    INT("sigprocmask_bad_how_no_set", sigprocmask(99, NULL, &prev));
+    INT("sigprocmask_setmask_full", sigprocmask(SIG_SETMASK, &full, &prev));
+    INT("sigprocmask_setmask_back", sigprocmask(SIG_SETMASK, &prev, NULL));
+    INT("sigprocmask_unblock", sigprocmask(SIG_UNBLOCK, &set, NULL));
+    INT("pthread_sigmask_block", pthread_sigmask(SIG_BLOCK, &set, &prev));
+    INT("pthread_sigmask_bad_how", pthread_sigmask(99, &set, NULL));
+    INT("pthread_sigmask_setmask_full", pthread_sigmask(SIG_SETMASK, &full, &prev));
+    INT("pthread_sigmask_back", pthread_sigmask(SIG_SETMASK, &prev, NULL));
+    INT("pthread_sigmask_unblock", pthread_sigmask(SIG_UNBLOCK, &set, NULL));
+}
+
+/* Sends SIGUSR1 to the main thread every 2 ms until told to stop: a wait that the signal
+ * must interrupt (pause) cannot miss it. */
+static pthread_t main_thread;
+static volatile int keep_poking;
+static void *poker(void *arg) {
+    (void)arg;
+    struct timespec ts = {0, 2000000};
+    while (keep_poking) {
+        pthread_kill(main_thread, SIGUSR1);
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+static void blocking(void) {
+    struct timespec short_ts = {0, 1000}, bad_ts = {0, -1}, over_ts = {0, 2000000000};
+    INT("nanosleep", nanosleep(&short_ts, NULL));
+    INT("nanosleep_bad", nanosleep(&bad_ts, NULL));
+    INT("nanosleep_over", nanosleep(&over_ts, NULL));
+    INT("clock_nanosleep", clock_nanosleep(CLOCK_MONOTONIC, 0, &short_ts, NULL));
+    INT("clock_nanosleep_bad_clock", clock_nanosleep(999, 0, &short_ts, NULL));
+    INT("clock_nanosleep_bad_ts", clock_nanosleep(CLOCK_MONOTONIC, 0, &bad_ts, NULL));
+    INT("clock_nanosleep_thread_clock", clock_nanosleep(CLOCK_THREAD_CPUTIME_ID, 0, &short_ts, NULL));
+    INT("sleep_0", sleep(0));
+    INT("usleep", usleep(10));
+    INT("poll_none", poll(NULL, 0, 1));
+    struct pollfd *volatile unmapped = (struct pollfd *)8;
+    INT("poll_fault", poll(unmapped, 1, 0));
+    volatile nfds_t too_many = (nfds_t)-1;
+    INT("poll_too_many", poll(NULL, too_many, 0));
+    struct pollfd pfd = {.fd = -1, .events = POLLIN};
+    INT("poll_negative_fd", poll(&pfd, 1, 0));
+    INT("ppoll", ppoll(NULL, 0, &short_ts, NULL));
+    INT("ppoll_bad_ts", ppoll(NULL, 0, &bad_ts, NULL));
+    struct epoll_event ev;
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    INT("epoll_wait", epoll_wait(ep, &ev, 1, 1));
+    INT("epoll_wait_bad_fd", epoll_wait(-1, &ev, 1, 0));
+    INT("epoll_wait_zero_max", epoll_wait(ep, &ev, 0, 0));
+    sigset_t none;
+    sigemptyset(&none);
+    INT("epoll_pwait", epoll_pwait(ep, &ev, 1, 1, &none));
+    INT("epoll_pwait_bad_fd", epoll_pwait(-1, &ev, 1, 0, &none));
+    close(ep);
+    struct timeval tv = {0, 1000}, bad_tv = {0, -1};
+    INT("select", select(0, NULL, NULL, NULL, &tv));
+    INT("select_negative", select(-1, NULL, NULL, NULL, &tv));
+    INT("select_bad_tv", select(0, NULL, NULL, NULL, &bad_tv));
+    INT("pselect", pselect(0, NULL, NULL, NULL, &short_ts, NULL));
+    INT("pselect_negative", pselect(-1, NULL, NULL, NULL, &short_ts, NULL));
+
+    /* Waits the program's own signal ends: EINTR, whatever the agent did meanwhile. */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGUSR1, &sa, NULL);
+    main_thread = pthread_self();
+    keep_poking = 1;
+    pthread_t t;
+    pthread_create(&t, NULL, poker, NULL);
+    INT("pause", pause());
+    sigset_t usr1, prev;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    INT("sigsuspend", sigsuspend(&none));
+    struct timespec long_ts = {10, 0};
+    INT("nanosleep_interrupted", nanosleep(&long_ts, NULL));
+    INT("poll_interrupted", poll(NULL, 0, 10000));
+    keep_poking = 0;
+    pthread_join(t, NULL);
+
+    /* Signals waited for rather than handled. */
+    sigprocmask(SIG_BLOCK, &usr1, &prev);
+    siginfo_t info;
+    raise(SIGUSR1);
+    INT("sigwaitinfo", sigwaitinfo(&usr1, &info));
+    INT("sigtimedwait_timeout", sigtimedwait(&usr1, &info, &short_ts));
+    INT("sigtimedwait_bad_ts", sigtimedwait(&usr1, &info, &bad_ts));
+    raise(SIGUSR1);
+    int sig = 0;
+    INT("sigwait", sigwait(&usr1, &sig));
+    row_long("sigwait_signal", sig, SENTINEL);
+    sigprocmask(SIG_SETMASK, &prev, NULL);
+}
+
+static void processes(char **envp) {
+    errno = SENTINEL;
+    pid_t pid = fork();
+    if (pid == 0) _exit(errno == SENTINEL ? 0 : 1);
+    row("fork", pid > 0 ? "pid" : "fail", errno);
+    int status = -1;
+    waitpid(pid, &status, 0);
+    row_long("fork_child_errno_kept", WIFEXITED(status) && WEXITSTATUS(status) == 0, SENTINEL);
+    errno = SENTINEL;
+    pid = vfork();
+    if (pid == 0) _exit(errno == SENTINEL ? 0 : 1);
+    row("vfork", pid > 0 ? "pid" : "fail", errno);
+    waitpid(pid, &status, 0);
+    row_long("vfork_child_errno_kept", WIFEXITED(status) && WEXITSTATUS(status) == 0, SENTINEL);
+    char *argv[] = {"x", NULL};
+    INT("execve_missing", execve("/nonexistent/heaptui-x", argv, envp));
+    INT("execvp_missing", execvp("heaptui-no-such-program", argv));
+    INT("execv_not_executable", execv("/etc/passwd", argv));
+    pid = fork();
+    if (pid == 0) {
+        char *true_argv[] = {"true", NULL};
+        execvp("true", true_argv);
+        _exit(127);
+    }
+    waitpid(pid, &status, 0);
+    row_long("exec_true_status", WIFEXITED(status) ? WEXITSTATUS(status) : -1, SENTINEL);
+    INT("waitpid_no_child", waitpid(-1, NULL, WNOHANG));
+}
+
+static void dl(void) {
+    void *h, *none;
+    PTR("dlopen", h, dlopen("libm.so.6", RTLD_NOW));
+    PTR("dlopen_missing", none, dlopen("/nonexistent/libheaptui-x.so", RTLD_NOW));
+    INT("dlclose", dlclose(h));
+    errno = SENTINEL;
+    char *e = dlerror();
+    row_long("dlerror_after_dlclose", e != NULL, errno);
+    PTR("dlopen_missing_again", none, dlopen("/nonexistent/libheaptui-x.so", RTLD_NOW));
+    errno = SENTINEL;
+    e = dlerror();
+    row_long("dlerror_after_failed_dlopen", e != NULL, errno);
+}
+
+static void at_exit_errno(void) {
+    row("atexit_handler", "void", errno);
+}
+
+static int table(char **envp) {
+    memory();
+    threads();
+    signals();
+    blocking();
+    processes(envp);
+    dl();
+    atexit(at_exit_errno);
+    errno = SENTINEL;
+    return 0;
+}
+
+/* ---- contention ---- */
+
+#define WORKERS 4
+static volatile int stop_workers;
+static long changes[WORKERS];
+
+static void nothing(int sig) { (void)sig; }
+
+static void *churn(void *arg) {
+    long id = (long)arg, changed = 0;
+    unsigned seed = (unsigned)id * 7919u + 1;
+    void *held[64] = {0};
+    for (int i = 0; i < 200000; i++) {
+        int k = (int)(rand_r(&seed) % 64);
+        errno = SENTINEL;
+        if (held[k]) {
+            if (i % 3 == 0) {
+                void *q = realloc(held[k], 16 + rand_r(&seed) % 512);
+                changed += errno != SENTINEL;
+                if (q) held[k] = q;
+            } else {
+                free(held[k]);
+                changed += errno != SENTINEL;
+                held[k] = NULL;
+            }
+        } else {
+            held[k] = malloc(16 + rand_r(&seed) % 512);
+            changed += errno != SENTINEL;
+        }
+    }
+    for (int k = 0; k < 64; k++) free(held[k]);
+    changes[id] = changed;
+    return NULL;
+}
+
+static int contention(void) {
+    /* One arena for every thread: their blocks share one region, one shard of the agent's
+     * table, one lock. */
+    mallopt(M_ARENA_MAX, 1);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = nothing; /* no SA_RESTART: an interrupted futex wait ends in EINTR */
+    sigaction(SIGUSR1, &sa, NULL);
+    pthread_t t[WORKERS];
+    for (long i = 0; i < WORKERS; i++) pthread_create(&t[i], NULL, churn, (void *)i);
+    /* Poke the workers while they run (signals to a finished thread are harmless). */
+    struct timespec ts = {0, 100000};
+    for (int round = 0; round < 2000; round++) {
+        for (int i = 0; i < WORKERS; i++) pthread_kill(t[i], SIGUSR1);
+        nanosleep(&ts, NULL);
+    }
+    long total = 0;
+    for (int i = 0; i < WORKERS; i++) {
+        pthread_join(t[i], NULL);
+        total += changes[i];
+    }
+    row_long("contention_errno_changes", total, SENTINEL);
+    return 0;
+}
+
+/* ---- emfile ---- */
+
+static long emfile_changes;
+
+static void *first_calls(void *arg) {
+    (void)arg;
+    /* This thread's first hooked calls: the agent looks its stack up in /proc/self/maps. */
+    errno = SENTINEL;
+    void *p = malloc(100);
+    emfile_changes += errno != SENTINEL;
+    errno = SENTINEL;
+    p = realloc(p, 5000);
+    emfile_changes += errno != SENTINEL;
+    errno = SENTINEL;
+    free(p);
+    emfile_changes += errno != SENTINEL;
+    return NULL;
+}
+
+static void on_alt_stack(int sig) {
+    (void)sig;
+    /* A stack the agent has not seen: it looks it up again. */
+    int saved = errno;
+    errno = SENTINEL;
+    void *p = malloc(64);
+    emfile_changes += errno != SENTINEL;
+    errno = SENTINEL;
+    free(p);
+    emfile_changes += errno != SENTINEL;
+    errno = saved;
+}
+
+static int emfile(void) {
+    stack_t alt = {.ss_sp = malloc(1 << 16), .ss_size = 1 << 16};
+    sigaltstack(&alt, NULL);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_alt_stack;
+    sa.sa_flags = SA_ONSTACK;
+    sigaction(SIGUSR1, &sa, NULL);
+    struct rlimit lim = {64, 64};
+    setrlimit(RLIMIT_NOFILE, &lim);
+    int first = -1, last = -1;
+    for (;;) {
+        int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (fd < 0) break;
+        if (first < 0) first = fd;
+        last = fd;
+    }
+    int open_errno = errno;
+    pthread_t t;
+    int rc = pthread_create(&t, NULL, first_calls, NULL);
+    if (rc == 0) pthread_join(t, NULL);
+    raise(SIGUSR1);
+    for (int fd = first; fd >= 0 && fd <= last; fd++) close(fd);
+    row_long("emfile_open", -1, open_errno);
+    row_long("emfile_thread", rc, SENTINEL);
+    row_long("emfile_errno_changes", emfile_changes, SENTINEL);
+    return 0;
+}
+
+/* ---- enomem ---- */
+
+static long vm_size_kib(void) {
+    char buf[4096];
+    int fd = open("/proc/self/status", O_RDONLY);
+    long n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    buf[n > 0 ? n : 0] = 0;
+    char *at = strstr(buf, "VmSize:");
+    return at ? strtol(at + 7, NULL, 10) : -1;
+}
+
+static int enomem(void) {
+    /* libc keeps a 16 MiB top chunk (never trimmed, never mmapped) and serves the small
+     * blocks below from it, with no system call. */
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+    mallopt(M_TOP_PAD, 0);
+    free(malloc(16 << 20));
+    /* Frees that the agent holds back are applied by the batch they end (the 16 MiB block
+     * goes back to libc's top chunk before the limit is set). */
+    for (int i = 0; i < 32; i++) free(malloc(32));
+    struct rlimit lim;
+    getrlimit(RLIMIT_AS, &lim);
+    lim.rlim_cur = (rlim_t)(vm_size_kib() + 256) * 1024;
+    setrlimit(RLIMIT_AS, &lim);
+    static void *blocks[200000];
+    long failed = 0, changed = 0;
+    for (int i = 0; i < 200000; i++) {
+        errno = SENTINEL;
+        blocks[i] = malloc(32);
+        failed += blocks[i] == NULL;
+        changed += errno != SENTINEL;
+    }
+    for (int i = 0; i < 200000; i++) {
+        errno = SENTINEL;
+        free(blocks[i]);
+        changed += errno != SENTINEL;
+    }
+    row_long("enomem_failed_mallocs", failed, SENTINEL);
+    row_long("enomem_errno_changes", changed, SENTINEL);
+    return 0;
+}
+
+int main(int argc, char **argv, char **envp) {
+    const char *mode = argc > 1 ? argv[1] : "table";
+    if (!strcmp(mode, "table")) return table(envp);
+    if (!strcmp(mode, "contention")) return contention();
+    if (!strcmp(mode, "emfile")) return emfile();
+    if (!strcmp(mode, "enomem")) return enomem();
+    say("unknown mode\n");
+    return 2;
+}
