@@ -112,7 +112,7 @@ pub fn at_exit() {
 }
 
 fn agent_thread(read_fd: i32, prefix: PathBuf, ready: std::sync::mpsc::Sender<()>) {
-    crate::registry::threads::mark_current_as_agent();
+    crate::registry::threads::enter_agent_thread();
     // Whatever libc allocates lazily for a new thread (thread-exit destructors, for one) is
     // allocated now, inside the spawn window.
     let _ = std::thread::current();

@@ -84,7 +84,7 @@ pub fn start(policy: &'static Policy) {
 }
 
 fn run(policy: &'static Policy) {
-    threads::mark_current_as_agent();
+    threads::enter_agent_thread();
     let mut watch = Watch::new(policy.trigger);
     loop {
         std::thread::sleep(TICK);

@@ -387,7 +387,7 @@ pub fn start(path: &Path) -> Result<(), String> {
 
 /// The writer thread: never stopped by a capture, never listed, never ends.
 fn run() {
-    threads::mark_current_as_agent();
+    threads::enter_agent_thread();
     RUNNING.store(true, Ordering::Release);
     loop {
         std::thread::sleep(PERIOD);

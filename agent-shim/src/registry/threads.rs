@@ -104,6 +104,35 @@ pub fn agent_thread_pointers(out: &mut Vec<u64>) {
     );
 }
 
+/// The first call of every thread the agent starts itself (its server, client, dump, policy,
+/// watch, metrics and recording threads): marks it as the agent's and blocks every signal on
+/// it (see [`block_program_signals`]). Not for threads the `pthread_create` wrapper merely
+/// classifies as the agent's code: in a test binary that links the agent, those are the test
+/// harness's own threads, whose children must inherit their signal mask as it is.
+pub fn enter_agent_thread() {
+    mark_current_as_agent();
+    block_program_signals();
+}
+
+/// Blocks every signal on the calling agent thread, so the kernel hands a signal sent to the
+/// process to one of the program's threads, as it would without the agent (a program's
+/// handler never runs on an agent thread, `pause()` in a single-threaded program is woken).
+/// The raw system call: the `pthread_sigmask` the agent exports would keep the stop signal.
+fn block_program_signals() {
+    let all = [u64::MAX; 1];
+    // SAFETY: rt_sigprocmask reads 8 bytes of mask from a live array; SIGKILL and SIGSTOP,
+    // which cannot be blocked, are ignored by the kernel.
+    unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_BLOCK,
+            all.as_ptr(),
+            std::ptr::null_mut::<u64>(),
+            8usize,
+        );
+    }
+}
+
 pub fn is_agent_thread(tid: u32) -> bool {
     tid != 0 && AGENT_TIDS.iter().any(|t| t.load(Ordering::Relaxed) == tid)
 }

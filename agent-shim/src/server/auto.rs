@@ -208,7 +208,7 @@ pub fn start(rule_in_force: SnapshotRule) {
 }
 
 fn watch(rule_in_force: SnapshotRule) {
-    threads::mark_current_as_agent();
+    threads::enter_agent_thread();
     WATCHING.store(true, Ordering::Release);
     let on = rule_in_force != SnapshotRule::Off;
     let mut next_sample = Instant::now();

@@ -65,7 +65,7 @@ pub fn start(addr: SocketAddr) {
 }
 
 fn serve(listener: TcpListener) {
-    threads::mark_current_as_agent();
+    threads::enter_agent_thread();
     SERVING.store(true, Ordering::Release);
     for stream in listener.incoming() {
         match stream {

@@ -339,7 +339,7 @@ fn peer_uid(s: &UnixStream) -> io::Result<u32> {
 }
 
 fn accept_loop(listener: Listener, token: String) {
-    crate::registry::threads::mark_current_as_agent();
+    crate::registry::threads::enter_agent_thread();
     let token: &'static str = Box::leak(token.into_boxed_str());
     SERVING.store(true, Ordering::Release);
     loop {
@@ -373,7 +373,7 @@ fn accept_loop(listener: Listener, token: String) {
         let spawned = std::thread::Builder::new()
             .name("heaptui-client".into())
             .spawn(move || {
-                crate::registry::threads::mark_current_as_agent();
+                crate::registry::threads::enter_agent_thread();
                 let mut stream = stream;
                 let slot = own_fd(stream_fd(&stream));
                 conn::serve(&mut stream, peer, token);

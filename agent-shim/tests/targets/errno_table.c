@@ -329,6 +329,17 @@ static void blocking(void) {
     int sig = 0;
     INT("sigwait", sigwait(&usr1, &sig));
     row_long("sigwait_signal", sig, SENTINEL);
+    /* A signal sent to the process, not a thread: the kernel hands it to a thread that does
+     * not block it, and the program has none (the agent's threads must not be such either). */
+    pid_t sender = fork();
+    if (sender == 0) {
+        kill(getppid(), SIGUSR1);
+        _exit(0);
+    }
+    /* Sent while every thread blocks it (a thread in sigtimedwait would not). */
+    waitpid(sender, NULL, 0);
+    struct timespec patience = {5, 0};
+    INT("sigtimedwait_process_signal", sigtimedwait(&usr1, &info, &patience));
     sigprocmask(SIG_SETMASK, &prev, NULL);
 }
 
