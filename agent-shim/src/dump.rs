@@ -65,7 +65,10 @@ pub fn start() {
     };
     let mut fds = [0i32; 2];
     // SAFETY: pipe2 writes two descriptors into `fds`.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 || {
+        fds = fds.map(crate::sys::above_stdio);
+        fds.contains(&-1)
+    } {
         crate::agent_log!(
             "cannot create the dump pipe: {}",
             std::io::Error::last_os_error()
@@ -163,7 +166,7 @@ pub fn dump_once(prefix: &std::path::Path) -> Result<PathBuf, String> {
         let _ = std::fs::remove_file(&tmp);
         return Err(e);
     }
-    crate::agent_log!(
+    crate::agent_info!(
         "snapshot {}: {} objects, {} bytes, {} threads; pause_ms={:.3} capture_ms={:.3} write_ms={:.3} (stop_ms={:.3}; in the scanning child: index_ms={:.3} roots_ms={:.3} blocks_ms={:.3} mapped_ms={:.3} mapped_bytes={})",
         path.display(),
         cap.graph.object_count(),

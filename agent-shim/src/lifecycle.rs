@@ -1,6 +1,6 @@
 //! The agent's life in the process: the constructor (`.init_array`) that sets everything up,
 //! the fork handlers, the exec policy (`LD_PRELOAD` cleaned for children) and the exit
-//! summary (`.fini_array`).
+//! summary (`.fini_array`; quiet unless something went wrong, see [`fini`]).
 //!
 //! fork: `prepare` takes every agent lock in one order (thread registry, stack table, block
 //! shards, agent allocator), so the child never inherits a lock held by a thread that does
@@ -29,8 +29,9 @@ static FINI: extern "C" fn() = fini;
 
 /// Sets the agent up; runs once, from the constructor.
 pub extern "C" fn init() {
+    crate::log::keep_stderr();
     let cfg = config();
-    crate::log::init(cfg.log_path.as_deref());
+    crate::log::open_file(cfg.log_path.as_deref());
     if !stacks::init(cfg.stack_depth) {
         crate::agent_log!("cannot reserve the stack table; allocation stacks are off");
     }
@@ -58,21 +59,31 @@ pub extern "C" fn init() {
     crate::record::start();
 }
 
-/// Writes the exit summary line.
+/// Writes the exit summary line: to `HEAPTUI_LOG` in a healthy run, to the log (so to the
+/// program's standard error without `HEAPTUI_LOG`) when something went wrong — events lost
+/// (blocks or stacks the tables could not take, a recording that fell behind), a server that
+/// could not listen, a capture that could not stop every thread (log.rs).
 pub extern "C" fn fini() {
     crate::dump::at_exit();
     crate::record::at_exit();
     // The exiting thread's held frees are applied (other threads' are counted as freed).
     held_frees::release_current();
-    crate::agent_log!(
+    let counted = counters::counters();
+    let troubled = crate::log::went_wrong() || !blocks::tracking() || counted.stacks_dropped > 0;
+    let summary = format_args!(
         "exit summary: {} table_bytes={} stacks={} agent_heap_bytes={} tracking_stopped={} blocking_retries={}",
-        counters::counters(),
+        counted,
         blocks::table_bytes(),
         stacks::len(),
         AGENT_ALLOC.mapped_bytes(),
         u8::from(!blocks::tracking()),
         crate::signals::blocking::retries()
     );
+    if troubled {
+        crate::log::log(summary);
+    } else {
+        crate::log::info(summary);
+    }
 }
 
 // The fork handlers run inside the program's fork(): a lock's futex wait or a syscall of
@@ -97,6 +108,8 @@ extern "C" fn parent() {
 extern "C" fn child() {
     let _errno = sys::KeepErrno::new();
     sys::reset_thread_cache();
+    // Fork children print nothing (but to HEAPTUI_LOG).
+    crate::log::in_fork_child();
     crate::signals::chain::release_in_child();
     AGENT_ALLOC.unlock_all();
     blocks::unlock_all();

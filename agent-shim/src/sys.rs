@@ -291,6 +291,31 @@ pub fn own_fd<T: std::os::fd::IntoRawFd + std::os::fd::FromRawFd>(owner: T) -> s
     Ok(unsafe { T::from_raw_fd(fd) })
 }
 
+/// Waits until `listener` (a listening socket of the agent's, non-blocking) has a connection
+/// to accept. The agent's accepting threads wait here, not in a blocking accept(2): that
+/// reserves the number of the descriptor it will return for as long as it waits — with fd 0
+/// closed by the program, the number 0, and the program's next open() would get another
+/// number than the one it expects.
+pub fn wait_for_connection(listener: c_int) {
+    let mut pfd = libc::pollfd {
+        fd: listener,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: ppoll reads and writes one pollfd of ours; no timeout, no mask. The raw call:
+    // the agent's own `poll` export would work too, but has nothing to add here.
+    unsafe {
+        libc::syscall(
+            libc::SYS_ppoll,
+            &mut pfd as *mut libc::pollfd,
+            1usize,
+            std::ptr::null::<libc::timespec>(),
+            std::ptr::null::<libc::sigset_t>(),
+            0usize,
+        );
+    }
+}
+
 /// A file opened read-only with open(2), closed on drop.
 pub struct RawFile(i32);
 

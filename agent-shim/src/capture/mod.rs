@@ -92,5 +92,17 @@ pub fn take() -> Result<Capture, CaptureError> {
             name: t.name,
         })
         .collect();
-    build::capture(&Registry::default(), &list, stop::Timeouts::default())
+    let capture = build::capture(&Registry::default(), &list, stop::Timeouts::default());
+    // An incomplete capture is something that went wrong: the exit summary then says so on
+    // stderr (log.rs).
+    let complete = capture.as_ref().is_ok_and(|c| {
+        c.graph
+            .threads
+            .iter()
+            .all(|t| t.state == heaptui_analysis::ThreadState::Stopped)
+    });
+    if !complete {
+        crate::log::note_problem();
+    }
+    capture
 }

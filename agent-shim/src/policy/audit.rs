@@ -44,6 +44,7 @@ pub fn open(path: &Path) -> Result<(), String> {
         .mode(0o600)
         .custom_flags(libc::O_CLOEXEC)
         .open(path)
+        .and_then(crate::sys::own_fd)
         .map_err(|e| format!("cannot open HEAPTUI_AUDIT={}: {e}", path.display()))?;
     *FILE.lock().unwrap_or_else(|e| e.into_inner()) = Some(f);
     Ok(())

@@ -105,7 +105,7 @@ pub fn start() {
             crate::agent_log!("{error}; every cancel will be refused");
         }
         Loaded::Valid { path, policy, .. } => {
-            crate::agent_log!(
+            crate::agent_info!(
                 "policy {} loaded: {} permit rule(s), min_release {} bytes{}{}",
                 path.display(),
                 policy.permits.len(),
@@ -261,7 +261,7 @@ fn record(who: &Who, tid: u32, o: &Outcome) -> u64 {
     ];
     fields.extend(o.notes.iter().cloned());
     audit::append("decision", fields);
-    crate::agent_log!(
+    crate::agent_info!(
         "cancel decision {id} by {}: thread {tid}: {verdict}{}{}",
         who.text(),
         reason.map(|r| format!(" ({r})")).unwrap_or_default(),

@@ -254,7 +254,7 @@ fn autonomous(policy: &'static Policy, fire: Fire, watch: &mut Watch) {
             .collect();
         if !unfit.is_empty() {
             for (tid, reason) in unfit {
-                crate::agent_log!("autonomous mode: thread {tid} left out: {reason}");
+                crate::agent_info!("autonomous mode: thread {tid} left out: {reason}");
                 exclude.push(tid);
             }
             continue;
@@ -438,7 +438,7 @@ fn measure_due() {
                 measured,
             }));
         }
-        crate::agent_log!(
+        crate::agent_info!(
             "cancel decision(s) {:?}: predicted release {} bytes, measured {:?} bytes (heap {:?} -> {:?}), ended threads {:?}",
             f.decisions,
             f.predicted,

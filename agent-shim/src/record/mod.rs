@@ -201,7 +201,7 @@ pub fn start() {
     if rc != 0 {
         crate::agent_log!("pthread_atfork failed ({rc}); a fork child would record nothing");
     }
-    crate::agent_log!("recording events to {}", path.display());
+    crate::agent_info!("recording events to {}", path.display());
 }
 
 /// `path` with every `%p` replaced by `pid`: with `HEAPTUI_FOLLOW_EXEC=1` each program the

@@ -84,7 +84,9 @@ fn load_space() -> &'static AddressSpace {
 
 impl Recorder {
     fn new(path: &Path) -> Result<Recorder, String> {
-        let file = File::create(path).map_err(|e| format!("cannot create the file: {e}"))?;
+        let file = File::create(path)
+            .and_then(crate::sys::own_fd)
+            .map_err(|e| format!("cannot create the file: {e}"))?;
         let out = RecordingWriter::new(BufWriter::with_capacity(256 << 10, file))
             .map_err(|e| format!("cannot write the file: {e}"))?;
         let space = load_space();
@@ -421,7 +423,7 @@ pub fn finish() {
         rec.catch_up(Duration::from_millis(200));
         rec.write_counters();
         rec.flush();
-        crate::agent_log!(
+        let line = format_args!(
             "recording {}: {} heap events, {} lost{}",
             rec.path.display(),
             rec.events,
@@ -432,6 +434,12 @@ pub fn finish() {
                 ""
             }
         );
+        if rec.lost_written > 0 {
+            crate::log::note_problem();
+            crate::log::log(line);
+        } else {
+            crate::log::info(line);
+        }
     }
 }
 

@@ -44,7 +44,7 @@ pub fn serve(stream: &mut Stream, peer: String, token: &str) {
         Ok(()) => "the client closed the connection".to_string(),
         Err(reason) => reason,
     };
-    crate::agent_log!("connection from {peer} closed: {reason}");
+    crate::agent_info!("connection from {peer} closed: {reason}");
 }
 
 fn is_timeout(e: &io::Error) -> bool {
@@ -60,7 +60,7 @@ fn run(stream: &mut Stream, peer: &str, token: &str) -> Result<(), String> {
         .map_err(|e| format!("cannot set socket timeouts: {e}"))?;
     let hello = server_handshake(stream, token, state::agent_info())
         .map_err(|e| format!("refused at the handshake: {e}"))?;
-    crate::agent_log!("client {:?} connected from {peer}", hello.client);
+    crate::agent_info!("client {:?} connected from {peer}", hello.client);
     stream
         .set_timeouts(Some(TICK), Some(WRITE_TIMEOUT))
         .map_err(|e| format!("cannot set socket timeouts: {e}"))?;
@@ -145,7 +145,7 @@ fn run(stream: &mut Stream, peer: &str, token: &str) -> Result<(), String> {
         {
             let (pushes, missed) = c.take();
             if missed > 0 {
-                crate::agent_log!(
+                crate::agent_info!(
                     "client at {peer} missed {missed} event(s): more than {} came between two of its wake-ups",
                     events::RING
                 );

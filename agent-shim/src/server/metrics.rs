@@ -17,6 +17,7 @@
 use std::fmt::Write as _;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -33,7 +34,10 @@ static SERVING: AtomicBool = AtomicBool::new(false);
 /// Binds `addr` and starts the endpoint's thread from the agent's constructor. A failure is
 /// one line on stderr and the program runs on without the endpoint.
 pub fn start(addr: SocketAddr) {
-    let listener = match TcpListener::bind(addr) {
+    let listener = match TcpListener::bind(addr)
+        .and_then(crate::sys::own_fd)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+    {
         Ok(l) => l,
         Err(e) => {
             crate::log::to_stderr(format_args!(
@@ -57,7 +61,7 @@ pub fn start(addr: SocketAddr) {
     }
     threads::note_agent_spawn(first);
     match launched {
-        Ok(_) => crate::agent_log!("metrics on http://{bound}/metrics"),
+        Ok(_) => crate::agent_info!("metrics on http://{bound}/metrics"),
         Err(e) => crate::log::to_stderr(format_args!(
             "heaptui metrics off: cannot start its thread ({e}); the program runs on without it"
         )),
@@ -67,14 +71,20 @@ pub fn start(addr: SocketAddr) {
 fn serve(listener: TcpListener) {
     threads::enter_agent_thread();
     SERVING.store(true, Ordering::Release);
-    for stream in listener.incoming() {
-        match stream {
+    loop {
+        // Non-blocking listener: accept only what is there (sys::wait_for_connection).
+        crate::sys::wait_for_connection(listener.as_raw_fd());
+        match listener.accept().and_then(|(s, _)| crate::sys::own_fd(s)) {
             Ok(s) => {
                 if let Err(e) = scrape(s) {
-                    crate::agent_log!("metrics scrape failed: {e}");
+                    crate::agent_info!("metrics scrape failed: {e}");
                 }
             }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock
+                ) => {}
             Err(e) => {
                 crate::agent_log!("metrics accept failed: {e}");
                 std::thread::sleep(Duration::from_millis(100));

@@ -265,7 +265,10 @@ fn bind(listen: &Listen, public: bool) -> Result<(Listener, Listen), String> {
                      (set HEAPTUI_LISTEN_PUBLIC=1 to listen on it)"
                 ));
             }
-            let l = TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+            let l = TcpListener::bind(addr)
+                .and_then(crate::sys::own_fd)
+                .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
             let bound = l.local_addr().map_err(|e| format!("{addr}: {e}"))?;
             Ok((Listener::Tcp(l), Listen::Tcp(bound)))
         }
@@ -280,6 +283,8 @@ fn bind(listen: &Listen, public: bool) -> Result<(Listener, Listen), String> {
                 let _ = std::fs::remove_file(&path);
             }
             let l = UnixListener::bind(&path)
+                .and_then(crate::sys::own_fd)
+                .and_then(|l| l.set_nonblocking(true).map(|()| l))
                 .map_err(|e| format!("cannot listen on unix:{shown}: {e}"))?;
             if let Err(e) = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
             {
@@ -342,10 +347,19 @@ fn accept_loop(listener: Listener, token: String) {
     crate::registry::threads::enter_agent_thread();
     let token: &'static str = Box::leak(token.into_boxed_str());
     SERVING.store(true, Ordering::Release);
+    let listener_fd = match &listener {
+        Listener::Tcp(l) => l.as_raw_fd(),
+        Listener::Unix(l) => l.as_raw_fd(),
+    };
     loop {
+        // Non-blocking listener: accept only what is there (sys::wait_for_connection).
+        crate::sys::wait_for_connection(listener_fd);
         let accepted = match &listener {
-            Listener::Tcp(l) => l.accept().map(|(s, a)| (Stream::Tcp(s), a.to_string())),
+            Listener::Tcp(l) => l
+                .accept()
+                .and_then(|(s, a)| Ok((Stream::Tcp(crate::sys::own_fd(s)?), a.to_string()))),
             Listener::Unix(l) => l.accept().and_then(|(s, _)| {
+                let s = crate::sys::own_fd(s)?;
                 let uid = peer_uid(&s)?;
                 Ok((Stream::Unix(s), format!("unix peer uid {uid}")))
                     .and_then(|x| check_uid(uid).map(|()| x))
@@ -354,10 +368,17 @@ fn accept_loop(listener: Listener, token: String) {
         let (stream, peer) = match accepted {
             Ok(x) => x,
             Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
-                crate::agent_log!("connection refused: {e}");
+                crate::agent_info!("connection refused: {e}");
                 continue;
             }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock
+                ) =>
+            {
+                continue;
+            }
             Err(e) => {
                 // Out of descriptors or memory: wait rather than spin.
                 crate::agent_log!("accept failed: {e}");
@@ -420,5 +441,5 @@ fn refuse_busy(mut stream: Stream, peer: &str) {
         message: format!("the agent already serves {MAX_CLIENTS} clients; try again later"),
     });
     let _ = heaptui_protocol::send(&mut stream, &refusal);
-    crate::agent_log!("connection from {peer} closed: busy ({MAX_CLIENTS} clients)");
+    crate::agent_info!("connection from {peer} closed: busy ({MAX_CLIENTS} clients)");
 }

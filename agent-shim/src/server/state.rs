@@ -242,7 +242,7 @@ fn take_locked(cause: Cause) -> Result<SnapshotInfo, String> {
     let old = KEPT.lock().unwrap_or_else(|e| e.into_inner()).replace(kept);
     // Freed outside the locks (a big graph takes a while to drop).
     drop((old, old_peak));
-    crate::agent_log!(
+    crate::agent_info!(
         "snapshot {}{}: {} objects, {} bytes, {} threads; pause_ms={:.3} capture_ms={:.3} analysis_ms={:.3} held_bytes={}{}",
         snapshot.0,
         match cause {
