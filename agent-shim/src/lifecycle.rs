@@ -30,6 +30,11 @@ static FINI: extern "C" fn() = fini;
 /// Sets the agent up; runs once, from the constructor.
 pub extern "C" fn init() {
     crate::log::keep_stderr();
+    // Only as the preloaded library: a test binary that links the agent keeps std's hook
+    // for its own assertions.
+    if own_file_name().is_some_and(|name| name.windows(3).any(|w| w == b".so")) {
+        crate::log::install_panic_hook();
+    }
     let cfg = config();
     crate::log::open_file(cfg.log_path.as_deref());
     if !stacks::init(cfg.stack_depth) {

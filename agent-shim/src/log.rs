@@ -221,6 +221,23 @@ pub fn open_file(path: Option<&str>) {
     unsafe { libc::close(fd) };
 }
 
+/// Makes a panic of the agent's a line in its log (and something that went wrong), instead of
+/// std's message on fd 2, which may be a file of the program's by then. The panicking agent
+/// thread ends (its feature with it); the program runs on. The hooks and wrappers the
+/// program calls are written not to panic (registry/blocks.rs, registry/held_frees.rs: an
+/// invariant that breaks there stops tracking instead).
+pub fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        note_problem();
+        let location = info
+            .location()
+            .map(|l| format!("{}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        let message = info.payload_as_str().unwrap_or("(no message)");
+        crate::agent_log!("agent panic at {location}: {message}; that part of the agent stops");
+    }));
+}
+
 /// In a fork child (its fork handler): prints nothing from now on but to `HEAPTUI_LOG`.
 pub fn in_fork_child() {
     STDERR.close();
@@ -327,6 +344,23 @@ mod tests {
         assert_eq!(w.len(), 8);
         assert!(w.truncated());
         assert_eq!(&buf, b"01234567");
+    }
+
+    #[test]
+    fn a_panic_is_a_line_in_the_log_and_something_that_went_wrong() {
+        let path = std::env::temp_dir().join(format!("heaptui-panic-{}.log", std::process::id()));
+        open_file(path.to_str());
+        install_panic_hook();
+        assert!(!went_wrong());
+        let _ = std::thread::spawn(|| panic!("boom {}", 42)).join();
+        let _ = std::panic::take_hook();
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert!(
+            text.contains("agent panic at agent-shim/src/log.rs:") && text.contains("boom 42"),
+            "{text}"
+        );
+        assert!(went_wrong());
     }
 
     #[test]

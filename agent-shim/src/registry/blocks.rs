@@ -190,8 +190,28 @@ static SEQ: CacheLine<AtomicU64> = CacheLine(AtomicU64::new(0));
 static HOLDER: CacheLine<AtomicU32> = CacheLine(AtomicU32::new(0));
 /// Bytes mapped by all shard tables (for the agent-memory figure).
 static TABLE_BYTES: AtomicU64 = AtomicU64::new(0);
-/// Cleared when a table could not grow: the agent stops tracking new blocks (counted).
+/// Cleared when a table could not grow, or broke an invariant ([`broken`]): the agent stops
+/// tracking new blocks (counted).
 static TRACKING: CacheLine<AtomicBool> = CacheLine(AtomicBool::new(true));
+/// Set once [`broken`] said so in the log.
+static BROKEN: AtomicBool = AtomicBool::new(false);
+
+/// An invariant of a shard's table broke (an index past its end, no empty slot, a count
+/// below zero: memory corruption or a bug of the agent's). The hooks run inside the
+/// program's malloc, where a panic would abort the program: instead the agent stops tracking
+/// new blocks, says so once in its log, and every later probe stays within the table's
+/// bounds, so the program runs on as if the agent had run out of table memory.
+#[cold]
+#[inline(never)]
+fn broken(what: &'static str) {
+    TRACKING.store(false, Ordering::Relaxed);
+    if !BROKEN.swap(true, Ordering::Relaxed) {
+        crate::log::note_problem();
+        // A stack buffer and one write(2), no allocation and no lock (log.rs): safe here,
+        // and it happens once.
+        crate::agent_log!("block table broken ({what}); tracking stops, the program runs on");
+    }
+}
 
 #[inline]
 fn hash(addr: u64) -> u64 {
@@ -216,37 +236,51 @@ fn home(h: u64, cap: usize) -> usize {
 }
 
 impl Table {
+    /// Slot `i`; an empty entry (and the table declared [`broken`]) past the end.
     fn slot(&self, i: usize) -> Entry {
-        assert!(i < self.cap);
+        if i >= self.cap {
+            broken("slot index past the end");
+            return Entry::default();
+        }
         // SAFETY: i < cap and slots points to cap initialised entries; the caller holds the
         // shard lock, so nobody writes them meanwhile.
         unsafe { *self.slots.add(i) }
     }
 
+    /// Writes slot `i`; nothing (and the table declared [`broken`]) past the end.
     fn set(&mut self, i: usize, e: Entry) {
-        assert!(i < self.cap);
+        if i >= self.cap {
+            return broken("slot index past the end");
+        }
         // SAFETY: as in `slot`, and `&mut self` makes this the only access.
         unsafe { *self.slots.add(i) = e }
     }
 
-    /// The index of `addr`, or of the empty slot where it would go.
-    fn probe(&self, addr: u64, h: u64) -> usize {
+    /// The slot after `i`, wrapping at the end.
+    fn next(&self, i: usize) -> usize {
+        if i + 1 >= self.cap { 0 } else { i + 1 }
+    }
+
+    /// The index of `addr`, or of the empty slot where it would go; None when the table has
+    /// no empty slot (which its load factor rules out: [`broken`]).
+    fn probe(&self, addr: u64, h: u64) -> Option<usize> {
         let mut i = home(h, self.cap);
-        loop {
+        for _ in 0..self.cap {
             let e = self.slot(i);
             if e.w[0] == 0 || e.addr() == addr {
-                return i;
+                return Some(i);
             }
-            i = if i + 1 == self.cap { 0 } else { i + 1 };
+            i = self.next(i);
         }
+        if self.cap != 0 {
+            broken("no empty slot");
+        }
+        None
     }
 
     /// The slot holding `addr` (hash `h`), if it is tracked.
     fn find(&self, addr: u64, h: u64) -> Option<usize> {
-        if self.cap == 0 {
-            return None;
-        }
-        let i = self.probe(addr, h);
+        let i = self.probe(addr, h)?;
         (self.slot(i).w[0] != 0).then_some(i)
     }
 
@@ -269,8 +303,10 @@ impl Table {
         for i in 0..self.cap {
             let e = self.slot(i);
             if e.w[0] != 0 {
-                let j = bigger.probe(e.addr(), hash(e.addr()));
-                bigger.set(j, e);
+                // A fresh table bigger than the old one always has room.
+                if let Some(j) = bigger.probe(e.addr(), hash(e.addr())) {
+                    bigger.set(j, e);
+                }
             }
         }
         TABLE_BYTES.fetch_add(mapped as u64, Ordering::Relaxed);
@@ -287,8 +323,9 @@ impl Table {
     fn delete(&mut self, mut hole: usize) {
         let cap = self.cap;
         let mut j = hole;
-        loop {
-            j = if j + 1 == cap { 0 } else { j + 1 };
+        // Bounded by the table's size: a table with no empty slot is broken, not looped on.
+        for _ in 0..cap {
+            j = self.next(j);
             let e = self.slot(j);
             if e.w[0] == 0 {
                 break;
@@ -301,7 +338,10 @@ impl Table {
             }
         }
         self.set(hole, Entry::default());
-        self.len -= 1;
+        match self.len.checked_sub(1) {
+            Some(len) => self.len = len,
+            None => broken("more deletions than entries"),
+        }
     }
 }
 
@@ -383,7 +423,9 @@ fn place(
     if !table.reserve_one() {
         return Placed::Full;
     }
-    let i = table.probe(rec.addr, h);
+    let Some(i) = table.probe(rec.addr, h) else {
+        return Placed::Full;
+    };
     let slot = table.slot(i);
     let mut stale = 0;
     if slot.w[0] != 0 {
@@ -862,6 +904,42 @@ mod tests {
     }
 
     #[test]
+    fn a_broken_table_stops_tracking_instead_of_panicking_or_looping() {
+        // A table with no empty slot (its load factor forbids it: only memory corruption
+        // gets there): a probe for an absent address ends, and tracking stops.
+        let mut t = Table {
+            slots: std::ptr::null_mut(),
+            cap: 0,
+            len: 0,
+            mapped: 0,
+        };
+        assert!(t.reserve_one());
+        for i in 0..t.cap {
+            let rec = BlockRecord {
+                addr: 0x10_0000 + 16 * i as u64,
+                size: 1,
+                seq: 1,
+                tid: 1,
+                stack: 0,
+                moving: false,
+            };
+            t.set(i, Entry::pack(&rec));
+        }
+        t.len = t.cap;
+        assert!(tracking());
+        assert_eq!(t.find(0x99_0000, hash(0x99_0000)), None);
+        assert!(!tracking());
+        // More deletions than entries, an index past the end: no panic.
+        t.len = 0;
+        t.delete(0);
+        assert_eq!(t.len, 0);
+        assert_eq!(t.slot(t.cap).w[0], 0);
+        t.set(t.cap + 5, Entry::default());
+        // SAFETY: the table's mapping is not used after this.
+        unsafe { sys::unmap(t.slots.cast(), t.mapped) };
+    }
+
+    #[test]
     fn table_inserts_finds_and_deletes_through_growth() {
         let mut t = Table {
             slots: std::ptr::null_mut(),
@@ -872,7 +950,7 @@ mod tests {
         let addrs: Vec<u64> = (1..20_000u64).map(|i| i * 48 + 0x10_0000).collect();
         for &a in &addrs {
             assert!(t.reserve_one());
-            let i = t.probe(a, hash(a));
+            let i = t.probe(a, hash(a)).unwrap();
             assert_eq!(t.slot(i).w[0], 0);
             let rec = BlockRecord {
                 addr: a,
@@ -888,12 +966,12 @@ mod tests {
         assert!(t.len * MAX_LOAD.1 <= t.cap * MAX_LOAD.0);
         // Delete every other one, then every survivor is still found.
         for &a in addrs.iter().step_by(2) {
-            let i = t.probe(a, hash(a));
+            let i = t.probe(a, hash(a)).unwrap();
             assert_eq!(t.slot(i).addr(), a);
             t.delete(i);
         }
         for (k, &a) in addrs.iter().enumerate() {
-            let i = t.probe(a, hash(a));
+            let i = t.probe(a, hash(a)).unwrap();
             if k % 2 == 0 {
                 assert_eq!(t.slot(i).w[0], 0, "deleted {a:#x} still present");
             } else {

@@ -91,6 +91,8 @@ impl Slot {
     fn flush(&self) {
         let mut held = [0u64; BATCH];
         let n = self.take(&mut held);
+        // Never a null block (only non-null frees are held), unless the slot was broken.
+        let n = compact_nonzero(&mut held[..n]);
         let held = &held[..n];
         for &b in held {
             blocks::prefetch(b);
@@ -107,7 +109,7 @@ impl Slot {
             // SAFETY: the word below a block the program frees is its chunk's size word,
             // which libc's free reads first thing.
             let size = unsafe { *(b as *const u64).sub(1) } & !7;
-            prefetch((b - 16).wrapping_add(size));
+            prefetch(b.wrapping_sub(16).wrapping_add(size));
         }
         for &b in held {
             // SAFETY: the program freed b (once); it left the table above and goes to libc
@@ -115,6 +117,18 @@ impl Slot {
             unsafe { __libc_free(b as *mut c_void) };
         }
     }
+}
+
+/// Moves the non-zero values of `v` to its front; returns how many there are.
+fn compact_nonzero(v: &mut [u64]) -> usize {
+    let mut kept = 0;
+    for i in 0..v.len() {
+        if v[i] != 0 {
+            v.swap(kept, i);
+            kept += 1;
+        }
+    }
+    kept
 }
 
 /// The slot a thread's `ThreadState::held` names, if it has one.
@@ -160,7 +174,16 @@ pub fn hold(p: u64, st: &ThreadState, tid: u32) -> bool {
         return false;
     };
     let n = slot.len.load(Ordering::Relaxed) as usize;
-    slot.blocks[n].store(p, Ordering::Relaxed);
+    let Some(cell) = slot.blocks.get(n) else {
+        // Its owner flushes a slot when it fills: a fuller one is a broken invariant.
+        // Holding stops (this free and every later one go to libc at once), the program
+        // runs on.
+        HOLDING.store(false, Ordering::Relaxed);
+        slot.flush();
+        st.set_held(NEVER);
+        return false;
+    };
+    cell.store(p, Ordering::Relaxed);
     slot.len.store(n as u32 + 1, Ordering::Release);
     if n + 1 == BATCH {
         slot.flush();
@@ -318,5 +341,40 @@ impl HeldSet {
         let bit = filter_bit(addr);
         self.filter[bit / 64] & (1 << (bit % 64)) != 0
             && self.addrs[..self.len].binary_search(&addr).is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_overfull_slot_stops_holding_instead_of_panicking() {
+        let st = sys::thread_state();
+        let tid = sys::current_tid();
+        // Real libc blocks (the unit tests run without the hooks), held by this thread.
+        for _ in 0..3 {
+            // SAFETY: a plain allocation, handed to `hold` as the free hook would.
+            let p = unsafe { libc::malloc(32) } as u64;
+            assert!(hold(p, st, tid));
+        }
+        let slot = claimed(st.held()).expect("this thread holds a slot");
+        // A length past the slot's end: only memory corruption gets there.
+        slot.len.store(BATCH as u32 + 4, Ordering::Relaxed);
+        // SAFETY: as above.
+        let p = unsafe { libc::malloc(32) };
+        assert!(
+            !hold(p as u64, st, tid),
+            "this free must go to libc at once"
+        );
+        // SAFETY: the caller frees what `hold` refused, as the free hook does.
+        unsafe { libc::free(p) };
+        assert_eq!(
+            slot.len.load(Ordering::Relaxed),
+            0,
+            "the held blocks were applied"
+        );
+        assert_eq!(st.held(), NEVER);
+        assert!(!HOLDING.load(Ordering::Relaxed));
     }
 }
