@@ -42,8 +42,12 @@ struct Workload {
     before: Vec<u8>,
     /// A line of stdout saying the program reached its peak (None: `before` fed is the peak).
     marker: Option<String>,
-    /// Fed to stdin after the peak; then stdin is closed.
+    /// Fed to stdin after the peak, stdin kept open: the program works on it and cannot end
+    /// while the report "while it works" is taken.
     after: Vec<u8>,
+    /// Fed once that report is taken; then stdin is closed. A command that ends the program
+    /// (fast-import's `done`) goes here, never in `after`.
+    last: Vec<u8>,
 }
 
 impl Workload {
@@ -55,6 +59,7 @@ impl Workload {
             before: Vec::new(),
             marker: None,
             after: Vec::new(),
+            last: Vec::new(),
         }
     }
 
@@ -200,9 +205,10 @@ impl Running {
         self.stdin = Some(feed(stdin, w.after.clone()));
     }
 
-    /// Closes stdin and waits for the program to end.
-    fn finish(mut self) -> Ended {
-        drop(self.stdin.take().unwrap().join().unwrap());
+    /// Feeds `last`, closes stdin and waits for the program to end.
+    fn finish(mut self, w: &Workload) -> Ended {
+        let stdin = self.stdin.take().unwrap().join().unwrap();
+        drop(feed(stdin, w.last.clone()).join().unwrap());
         let started = Instant::now();
         let status = loop {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -227,7 +233,7 @@ fn run_bare(w: &Workload, cwd: &Path) -> Ended {
     let mut run = Running::start(w, cwd, &[]);
     run.wait_for_peak(w);
     run.go_on(w);
-    run.finish()
+    run.finish(w)
 }
 
 /// `heaptui report ADDRESS --json`, which must succeed.
@@ -247,8 +253,9 @@ fn report(address: &str, what: &str) -> Value {
 }
 
 /// Under the agent, listening on a Unix socket in `dir`. With `at_peak`: a report at the peak,
-/// handed to it, and one more while the program works on `after` (a program that does not wait
-/// for its stdin, like `git log`, gets none: it may be gone before the report).
+/// handed to it, and one more while the program works on `after`, before it gets `last` (a
+/// program that does not wait for its stdin, like `git log`, gets none: it may be gone before
+/// the report).
 fn run_under_agent(
     w: &Workload,
     cwd: &Path,
@@ -279,7 +286,7 @@ fn run_under_agent(
     if at_peak.is_some() {
         report(&address, &format!("{} while it works", run.what));
     }
-    let ended = run.finish();
+    let ended = run.finish(w);
     let log = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(
         !log.contains("panicked"),
@@ -577,7 +584,7 @@ fn fast_import_stream(commits: usize) -> (Vec<u8>, Vec<u8>) {
         }
     }
     after.push_str(&format!(
-        "get-mark :{}\nget-mark :{}\ndone\n",
+        "get-mark :{}\nget-mark :{}\n",
         2 * commits + 1,
         2 * commits
     ));
@@ -618,6 +625,8 @@ fn git_imports_and_logs_a_history_under_the_agent_as_it_does_bare() {
     import.before = before;
     import.marker = Some("progress peak".into());
     import.after = after;
+    // `done` ends fast-import: held back until the report while it works is taken.
+    import.last = b"done\n".to_vec();
     let run = same_bare_and_under_agent(
         &import,
         dir.path(),
