@@ -241,16 +241,23 @@ mod tests {
                 .unwrap();
             assert!(ok.success());
         }
+        // The agent binds its socket before it writes the token: it is ready once its log says
+        // where it listens (a log of its own, the previous target's removed).
+        let log = dir.join("agent.log");
+        let _ = std::fs::remove_file(&log);
         let child = Command::new(&exe)
             .env("LD_PRELOAD", crate::embedded::agent_path().unwrap())
             .env("HEAPTUI_LISTEN", format!("unix:{}", socket.display()))
-            .env("HEAPTUI_LOG", dir.join("agent.log"))
+            .env("HEAPTUI_LOG", &log)
             .stdin(Stdio::piped())
             .spawn()
             .unwrap();
         let started = std::time::Instant::now();
-        while !socket.exists() {
-            assert!(started.elapsed() < Duration::from_secs(10), "no socket");
+        while !std::fs::read_to_string(&log).is_ok_and(|l| l.contains("listening on")) {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "the agent never listened"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         child
