@@ -38,7 +38,10 @@ fn without_timing(mut report: Value) -> Value {
 fn live_equals_file(listen: &str) {
     let dir = Scratch::new("report");
     let exe = shapes(dir.path());
-    let target = Target::start(dir.path(), &exe, listen, &[]);
+    let mut target = Target::start(dir.path(), &exe, listen, &[]);
+    // Its agent listens before its workers are up; its main thread reads commands only once
+    // all four hold their blocks.
+    assert_eq!(target.command("many 0"), "ok");
     let live = report_json(&[&target.address]);
 
     let file = dir.path().join("live.hsnap");
