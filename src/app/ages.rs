@@ -127,15 +127,15 @@ fn shape(h: &AgeHistogram) -> String {
 
 impl TableRow for AgeRow {
     const COLUMNS: &'static [Column] = &[
-        Column::text("SITE / THREAD", 0),
-        Column::size("AGE 0", 8),
-        Column::size("1", 8),
-        Column::size("2", 8),
-        Column::size("3", 8),
-        Column::size(">3", 8),
-        Column::size("BLOCKS", 8),
-        Column::size("BYTES", 10),
-        Column::text("0 1 2 3 >3", 10).unsorted(),
+        Column::text("SITE / THREAD", 0).keep(9),
+        Column::size("AGE 0", 8).keep(5),
+        Column::size("1", 8).keep(5),
+        Column::size("2", 8).keep(5),
+        Column::size("3", 8).keep(5),
+        Column::size(">3", 8).keep(5),
+        Column::size("BLOCKS", 8).keep(4),
+        Column::size("BYTES", 10).keep(8),
+        Column::text("0 1 2 3 >3", 10).unsorted().keep(3),
     ];
     const FILTER_COLUMN: usize = 0;
 
@@ -171,13 +171,13 @@ impl TableRow for AgeRow {
 
 impl TableRow for Survivor {
     const COLUMNS: &'static [Column] = &[
-        Column::text("ADDRESS", 16),
-        Column::size("SIZE", 10),
-        Column::size("AGE", 5),
-        Column::size("WALL AGE", 9),
-        Column::text("SITE", 0),
-        Column::number("THREAD", 8),
-        Column::number("SEQ", 10),
+        Column::text("ADDRESS", 16).keep(6),
+        Column::size("SIZE", 10).keep(8),
+        Column::size("AGE", 5).keep(7),
+        Column::size("WALL AGE", 9).keep(5),
+        Column::text("SITE", 0).keep(9),
+        Column::number("THREAD", 8).keep(4),
+        Column::number("SEQ", 10).keep(2),
     ];
     const FILTER_COLUMN: usize = 4;
 

@@ -104,11 +104,11 @@ const SPARK_WIDTH: u16 = 16;
 
 impl TableRow for GrowthRow {
     const COLUMNS: &'static [Column] = &[
-        Column::text("SITE", 0),
-        Column::size("LATEST", 10),
-        Column::text("HISTORY", SPARK_WIDTH).unsorted(),
-        Column::text("FLAG", 14),
-        Column::text("CALLED FROM", 0),
+        Column::text("SITE", 0).keep(9),
+        Column::size("LATEST", 10).keep(8),
+        Column::text("HISTORY", SPARK_WIDTH).unsorted().keep(6),
+        Column::text("FLAG", 14).keep(7),
+        Column::text("CALLED FROM", 0).keep(3),
     ];
     const FILTER_COLUMN: usize = 0;
 

@@ -58,14 +58,14 @@ const BAR_WIDTH: u16 = 12;
 
 impl TableRow for LeakRow {
     const COLUMNS: &'static [Column] = &[
-        Column::text("SITE", 0),
-        Column::size("DEFINITELY", 11),
-        Column::size("BLOCKS", 7),
-        Column::size("INDIRECTLY", 11),
-        Column::size("BLOCKS", 7),
-        Column::size("LOST", 10),
-        Column::text("", BAR_WIDTH).unsorted(),
-        Column::text("CALLED FROM", 0),
+        Column::text("SITE", 0).keep(9),
+        Column::size("DEFINITELY", 11).keep(7),
+        Column::size("BLOCKS", 7).keep(4),
+        Column::size("INDIRECTLY", 11).keep(6),
+        Column::size("BLOCKS", 7).keep(3),
+        Column::size("LOST", 10).keep(8),
+        Column::text("", BAR_WIDTH).unsorted().keep(2),
+        Column::text("CALLED FROM", 0).keep(1),
     ];
     const FILTER_COLUMN: usize = 0;
 

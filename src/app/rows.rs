@@ -63,14 +63,14 @@ const BAR_WIDTH: u16 = 16;
 
 impl TableRow for ThreadRow {
     const COLUMNS: &'static [Column] = &[
-        Column::number("TID", 8),
-        Column::text("NAME", 0),
-        Column::size("PROPRIETARY", 12),
-        Column::size("SHARED", 10),
-        Column::size("TOTAL", 10),
-        Column::text("", BAR_WIDTH).unsorted(),
-        Column::number("FRAMES", 6),
-        Column::text("STATE", 14),
+        Column::number("TID", 8).keep(7),
+        Column::text("NAME", 0).keep(9),
+        Column::size("PROPRIETARY", 12).keep(8),
+        Column::size("SHARED", 10).keep(7),
+        Column::size("TOTAL", 10).keep(9),
+        Column::text("", BAR_WIDTH).unsorted().keep(3),
+        Column::number("FRAMES", 6).keep(2),
+        Column::text("STATE", 0).min(8).keep(1),
     ];
     const FILTER_COLUMN: usize = 1;
 
@@ -121,13 +121,13 @@ pub struct ReleaseRow {
 
 impl TableRow for ReleaseRow {
     const COLUMNS: &'static [Column] = &[
-        Column::text("MARK", 4).unsorted(),
-        Column::number("TID", 8),
-        Column::text("NAME", 0),
-        Column::size("RELEASE ALONE", 14),
-        Column::text("", BAR_WIDTH).unsorted(),
-        Column::size("SHARED", 10),
-        Column::size("TOTAL", 10),
+        Column::text("MARK", 4).unsorted().keep(8),
+        Column::number("TID", 8).keep(7),
+        Column::text("NAME", 0).keep(9),
+        Column::size("RELEASE ALONE", 14).keep(9),
+        Column::text("", BAR_WIDTH).unsorted().keep(3),
+        Column::size("SHARED", 10).keep(5),
+        Column::size("TOTAL", 10).keep(6),
     ];
     const FILTER_COLUMN: usize = 2;
 
@@ -166,13 +166,13 @@ impl TableRow for ReleaseRow {
 
 impl TableRow for FrameRow {
     const COLUMNS: &'static [Column] = &[
-        Column::number("#", 4),
-        Column::text("FUNCTION", 0),
-        Column::text("MODULE", 14),
-        Column::text("KIND", 6),
-        Column::size("PROPRIETARY", 12),
-        Column::text("FRAME-SHARED", 14),
-        Column::text("THREAD-SHARED", 14),
+        Column::number("#", 4).keep(6),
+        Column::text("FUNCTION", 0).min(20).keep(9),
+        Column::text("MODULE", 0).min(10).keep(3),
+        Column::text("KIND", 6).keep(1),
+        Column::size("PROPRIETARY", 12).keep(8),
+        Column::text("FRAME-SHARED", 14).keep(5),
+        Column::text("THREAD-SHARED", 14).keep(5),
     ];
     const FILTER_COLUMN: usize = 1;
 
@@ -229,12 +229,12 @@ pub const OBJECT_KEYS: &[Option<ObjectKey>] = &[
 
 impl TableRow for ObjectRow {
     const COLUMNS: &'static [Column] = &[
-        Column::text("ADDRESS", 16),
-        Column::size("SIZE", 10),
-        Column::text("SITE", 0),
-        Column::number("THREAD", 8),
-        Column::number("SEQ", 10),
-        Column::number("AGE", 5).unsorted(),
+        Column::text("ADDRESS", 16).keep(6),
+        Column::size("SIZE", 10).keep(8),
+        Column::text("SITE", 0).keep(9),
+        Column::number("THREAD", 8).keep(4),
+        Column::number("SEQ", 10).keep(2),
+        Column::number("AGE", 5).unsorted().keep(3),
     ];
     const FILTER_COLUMN: usize = 2;
 
@@ -277,11 +277,11 @@ impl TableRow for ObjectRow {
 
 impl TableRow for SiteRow {
     const COLUMNS: &'static [Column] = &[
-        Column::text("SITE", 0),
-        Column::size("LIVE", 10),
-        Column::number("BLOCKS", 9),
-        Column::text("", BAR_WIDTH).unsorted(),
-        Column::text("CALLED FROM", 0),
+        Column::text("SITE", 0).keep(9),
+        Column::size("LIVE", 10).keep(8),
+        Column::number("BLOCKS", 9).keep(5),
+        Column::text("", BAR_WIDTH).unsorted().keep(3),
+        Column::text("CALLED FROM", 0).keep(4),
     ];
     const FILTER_COLUMN: usize = 0;
 

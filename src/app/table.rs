@@ -23,7 +23,8 @@ pub enum Align {
     Right,
 }
 
-/// One column: its header, its width (0: takes the room left) and alignment.
+/// One column: its header, its width (0: as wide as its cells in view, at least [`Self::min`],
+/// and the first such column takes the room left) and alignment.
 #[derive(Clone, Copy, Debug)]
 pub struct Column {
     pub header: &'static str,
@@ -33,7 +34,17 @@ pub struct Column {
     pub descending_first: bool,
     /// Whether the column can be sorted on.
     pub sortable: bool,
+    /// How long the column stays on a narrow screen: the lowest goes first (see
+    /// `ui::widgets::table::fit`), so a thread's name outlasts its state.
+    pub keep: u8,
+    /// The narrowest a flexible column (width 0) is drawn.
+    pub min: u16,
 }
+
+/// The `keep` of a column that says nothing else.
+const KEEP: u8 = 5;
+/// The narrowest flexible column: room for a short name.
+const MIN_FLEX: u16 = 12;
 
 impl Column {
     pub const fn text(header: &'static str, width: u16) -> Column {
@@ -43,6 +54,8 @@ impl Column {
             align: Align::Left,
             descending_first: false,
             sortable: true,
+            keep: KEEP,
+            min: MIN_FLEX,
         }
     }
 
@@ -53,6 +66,8 @@ impl Column {
             align: Align::Right,
             descending_first: false,
             sortable: true,
+            keep: KEEP,
+            min: MIN_FLEX,
         }
     }
 
@@ -63,11 +78,25 @@ impl Column {
             align: Align::Right,
             descending_first: true,
             sortable: true,
+            keep: KEEP,
+            min: MIN_FLEX,
         }
     }
 
     pub const fn unsorted(mut self) -> Column {
         self.sortable = false;
+        self
+    }
+
+    /// See [`Column::keep`]: 0 goes first, 9 last.
+    pub const fn keep(mut self, keep: u8) -> Column {
+        self.keep = keep;
+        self
+    }
+
+    /// See [`Column::min`].
+    pub const fn min(mut self, min: u16) -> Column {
+        self.min = min;
         self
     }
 }

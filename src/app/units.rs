@@ -108,15 +108,15 @@ const BAR_WIDTH: u16 = 12;
 
 impl TableRow for UnitRow {
     const COLUMNS: &'static [Column] = &[
-        Column::text("UNIT", 0),
-        Column::size("LIVE", 10),
-        Column::text("", BAR_WIDTH).unsorted(),
-        Column::size("MIN", 10),
-        Column::size("MAX", 10),
-        Column::size("MALLOC", 8),
-        Column::size("REALLOC", 8),
-        Column::size("FREE", 8),
-        Column::size("MEMALIGN", 8),
+        Column::text("UNIT", 0).keep(9),
+        Column::size("LIVE", 10).keep(8),
+        Column::text("", BAR_WIDTH).unsorted().keep(3),
+        Column::size("MIN", 10).keep(6),
+        Column::size("MAX", 10).keep(6),
+        Column::size("MALLOC", 8).keep(2),
+        Column::size("REALLOC", 8).keep(1),
+        Column::size("FREE", 8).keep(2),
+        Column::size("MEMALIGN", 8).keep(1),
     ];
     const FILTER_COLUMN: usize = 0;
 

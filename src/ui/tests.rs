@@ -483,3 +483,104 @@ fn clicks_select_and_open_the_items_of_the_group_and_object_screens() {
     click_on(&mut h, "Object #");
     assert_eq!((h.app.screen(), selected(&h)), (Screen::Object, before));
 }
+
+/// The keys from the home screen to each screen of the fixture.
+const SCREENS: &[(&str, &[KeyCode])] = &[
+    ("threads", &[]),
+    ("release", &[KeyCode::Tab]),
+    ("sites", &[KeyCode::Tab, KeyCode::Tab]),
+    ("frames", &[KeyCode::Enter]),
+    (
+        "group",
+        &[KeyCode::Down, KeyCode::Down, KeyCode::Enter, KeyCode::Enter],
+    ),
+    ("objects", &[KeyCode::Tab, KeyCode::Tab, KeyCode::Enter]),
+    (
+        "object",
+        &[
+            KeyCode::Down,
+            KeyCode::Down,
+            KeyCode::Enter,
+            KeyCode::Enter,
+            KeyCode::Enter,
+        ],
+    ),
+];
+
+/// Every screen at the smallest size the TUI is made for and at a wide one, live, with the
+/// counters and a long command: the header's lines end inside the screen (they shorten), the
+/// table headers are whole (a column that does not fit goes, lowest `keep` first) and names
+/// stay when state goes.
+#[test]
+fn every_screen_at_80x24_and_160x45() {
+    for (width, height) in [(80, 24), (160, 45)] {
+        for (name, keys) in SCREENS {
+            let mut h = Harness::live(fixture());
+            h.pump();
+            if let Some(p) = h.app.process.as_mut() {
+                p.command =
+                    "/home/someone/.cache/heaptui/heaptui-demo-0.1.0-f2e7a580066328d9".into();
+            }
+            h.app.address = Some("unix:/run/user/0/heaptui/pid-4242.sock".into());
+            if let Some(snapshot) = h.app.snapshot.as_mut() {
+                snapshot.taken_unix_ms = 1_000;
+            }
+            h.app.now_ms = 43_000;
+            for i in 1..=8u64 {
+                h.app.on_source(SourceEvent::Push(
+                    heaptui_protocol::message::Push::Counters(
+                        heaptui_protocol::message::LiveCounters {
+                            live_bytes: i * 2_000_000,
+                            live_blocks: i * 1000,
+                            allocated_bytes: i * 3_000_000,
+                            peak_live_bytes: 16_000_000,
+                            unix_ms: 1_000 * i,
+                        },
+                    ),
+                ));
+            }
+            h.app.on_resize(width, height);
+            h.keys(keys);
+            let s = screen_of_size(&h, width, height);
+            let lines: Vec<&str> = s.lines().collect();
+            for line in &lines[..2] {
+                assert!(
+                    line.chars().count() < width as usize,
+                    "{name} {width}x{height}: header line cut: {line}\n{s}"
+                );
+            }
+            assert!(lines[0].contains("· live"), "{name}: {}", lines[0]);
+            assert!(lines[0].contains("snapshot #1"), "{name}: {}", lines[0]);
+            assert!(
+                !s.contains(" ROPRIETARY") && !s.contains(" RAMES"),
+                "{name} {width}x{height}: a header cut\n{s}"
+            );
+            if *name == "threads" {
+                assert!(s.contains("NAME") && s.contains("thread-1"), "{s}");
+            }
+            insta::assert_snapshot!(format!("{name}_{width}x{height}"), s);
+        }
+    }
+}
+
+/// The selected row's bar is drawn as a bar: its `█` cells keep their colour and are not
+/// reversed (reversed, a full block shows as an empty cell and the largest thread looks hollow).
+#[test]
+fn the_selected_rows_bar_stays_solid() {
+    let h = Harness::new(fixture());
+    let mut terminal = Terminal::new(TestBackend::new(WIDTH, HEIGHT)).unwrap();
+    terminal.draw(|f| super::render(&h.app, f)).unwrap();
+    let buffer = terminal.backend().buffer();
+    let row = (0..HEIGHT)
+        .find(|&y| buffer[(1, y)].symbol() == "▶")
+        .expect("a selected row");
+    let bar: Vec<_> = (0..WIDTH)
+        .map(|x| &buffer[(x, row)])
+        .filter(|c| c.symbol() == "█")
+        .collect();
+    assert!(!bar.is_empty(), "the selected thread has a bar");
+    for cell in bar {
+        assert_eq!(cell.fg, ratatui::style::Color::Blue);
+        assert!(!cell.modifier.contains(ratatui::style::Modifier::REVERSED));
+    }
+}

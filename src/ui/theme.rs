@@ -15,8 +15,12 @@ pub fn header() -> Style {
     Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD)
 }
 
+/// A grey background, not reverse video: reversed, a bar's `█` turns into a hollow cell and a
+/// large figure looks empty. The grey is dark enough for the dim (stale) text to stay legible.
 pub fn selected() -> Style {
-    Style::new().add_modifier(Modifier::REVERSED)
+    Style::new()
+        .bg(Color::Indexed(238))
+        .add_modifier(Modifier::BOLD)
 }
 
 pub fn dim() -> Style {

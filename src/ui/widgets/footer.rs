@@ -7,15 +7,53 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 
 use crate::app::App;
-use crate::app::action::hints;
+use crate::app::action::{Screen, hints};
 use crate::ui::theme;
+
+const SEPARATOR: &str = " · ";
+/// Hints kept however narrow the screen: the rest is in the help.
+const ALWAYS: [&str; 2] = ["?", "q"];
+
+/// The screen's hints that fit in `width` cells, whole and in table order: the later ones give
+/// way first, `?` (where the rest are) and `q` never.
+fn fitting_hints(screen: Screen, width: u16) -> Vec<(&'static str, &'static str)> {
+    // Each hint with the separator before it; the first has none, hence the one added to room.
+    let separator = Span::raw(SEPARATOR).width();
+    let cells = |(shown, hint): &(&str, &str)| {
+        Span::raw(*shown).width() + 1 + Span::raw(*hint).width() + separator
+    };
+    let all: Vec<_> = hints(screen).collect();
+    let mut room = (width as usize + separator).saturating_sub(
+        all.iter()
+            .filter(|h| ALWAYS.contains(&h.0))
+            .map(&cells)
+            .sum(),
+    );
+    all.into_iter()
+        .filter(|h| {
+            if ALWAYS.contains(&h.0) {
+                return true;
+            }
+            let fits = cells(h) <= room;
+            if fits {
+                room -= cells(h);
+            } else {
+                room = 0;
+            }
+            fits
+        })
+        .collect()
+}
 
 pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
     let [keys, status] = Layout::vertical([Constraint::Length(1); 2]).areas(area);
     let mut line = Vec::new();
-    for (i, (shown, hint)) in hints(app.screen()).enumerate() {
+    for (i, (shown, hint)) in fitting_hints(app.screen(), keys.width)
+        .into_iter()
+        .enumerate()
+    {
         if i > 0 {
-            line.push(Span::styled(" · ", theme::dim()));
+            line.push(Span::styled(SEPARATOR, theme::dim()));
         }
         line.push(Span::styled(shown, theme::key()));
         line.push(Span::raw(format!(" {hint}")));

@@ -15,89 +15,15 @@ use crate::figures::utilization;
 use crate::size::human;
 use crate::ui::theme;
 
+/// The narrowest the two charts are drawn: their labels and a few cells each.
+const CHART_MIN_WIDTH: u16 = 20;
+
 pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
     let [who, figures, spark] = Layout::vertical([Constraint::Length(1); 3]).areas(area);
-
-    let mut line = vec![Span::styled("heaptui ", theme::title())];
-    match &app.process {
-        Some(p) if p.pid != 0 => line.push(Span::raw(format!("· pid {} {} ", p.pid, p.command))),
-        _ => line.push(Span::raw(format!("· {} ", app.description))),
-    }
-    line.push(Span::styled(
-        match (&app.connection, app.live) {
-            (Connection::Connecting, _) => "· connecting… ".to_string(),
-            (Connection::Connected, true) => match &app.process {
-                Some(p) if !p.agent_version.is_empty() => {
-                    format!("· live (agent {}) ", p.agent_version)
-                }
-                _ => "· live ".to_string(),
-            },
-            (Connection::Connected, false) if app.recording => "· replayed ".to_string(),
-            (Connection::Connected, false) => "· snapshot file ".to_string(),
-            (Connection::Disconnected { .. } | Connection::Closed, _) => "· STALE ".to_string(),
-        },
-        if app.stale {
-            theme::error()
-        } else {
-            theme::dim()
-        },
-    ));
-    // After the state: a long path must not push "live"/"STALE" off the line.
-    if let Some(address) = &app.address {
-        line.push(Span::raw(format!("· {address} ")));
-    }
-    if let Some(s) = &app.snapshot {
-        let when = if s.taken_unix_ms == 0 {
-            "from the file".to_string()
-        } else {
-            format!("{} ago", age(app.now_ms.saturating_sub(s.taken_unix_ms)))
-        };
-        line.push(Span::raw(format!("· snapshot #{} {when}", s.snapshot.0)));
-        if s.pause_us > 0 {
-            line.push(Span::raw(format!(
-                ", pause {:.1} ms",
-                s.pause_us as f64 / 1000.0
-            )));
-        }
-    }
-    if app.auto_refresh {
-        line.push(Span::styled(" · auto-refresh", theme::shared()));
-    }
-    frame.render_widget(Paragraph::new(Line::from(line)), who);
-
-    let mut line = Vec::new();
-    if let Some(s) = &app.snapshot {
-        line.push(Span::raw(format!(
-            "snapshot heap {} in {} objects, {} threads · ",
-            human(s.totals.bytes),
-            s.totals.objects,
-            s.threads
-        )));
-        line.push(Span::styled(
-            format!("leaks {}", human(s.leaks.bytes)),
-            if s.leaks.bytes > 0 {
-                theme::error()
-            } else {
-                theme::dim()
-            },
-        ));
-        line.push(Span::raw(format!(
-            " · global-only {}",
-            human(s.totals.global_only_bytes)
-        )));
-    } else if app.recording {
-        line.push(Span::styled(
-            "a recording has no heap graph: u units · A ages",
-            theme::dim(),
-        ));
-    } else {
-        line.push(Span::styled("waiting for a snapshot…", theme::dim()));
-    }
-    if let Some(p) = &app.process {
-        line.extend(peak(p));
-    }
-    frame.render_widget(Paragraph::new(Line::from(line)), figures);
-
+    let line = fitting(who.width, (0..=3).map(|terse| who_line(app, terse)));
+    frame.render_widget(Paragraph::new(line), who);
+    let line = fitting(figures.width, (0..=2).map(|terse| figures_line(app, terse)));
+    frame.render_widget(Paragraph::new(line), figures);
     let Some(c) = &app.counters else {
         let text = if app.outside {
             "live bytes: no live counters without the agent (captured from outside)"
@@ -112,18 +38,36 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
         return;
     };
     // The counters, then the chart of live vs allocated bytes in the room left.
-    let text = Line::from(vec![
-        Span::raw("live "),
-        Span::styled(human(c.live_bytes), theme::total()),
-        Span::raw(format!(
-            " in {} blocks · allocated {} · util {} · peak {} ",
-            c.live_blocks,
-            human(c.allocated_bytes),
-            utilization(c),
-            human(c.peak_live_bytes)
-        )),
-    ]);
-    let width = (text.width() as u16).min(spark.width.saturating_sub(24));
+    let room = if app.chart.is_empty() {
+        spark.width
+    } else {
+        spark.width.saturating_sub(CHART_MIN_WIDTH)
+    };
+    let counters = |terse: bool| {
+        let rest = if terse {
+            format!(
+                " · alloc {} · util {} · peak {} ",
+                human(c.allocated_bytes),
+                utilization(c),
+                human(c.peak_live_bytes)
+            )
+        } else {
+            format!(
+                " in {} blocks · allocated {} · util {} · peak {} ",
+                c.live_blocks,
+                human(c.allocated_bytes),
+                utilization(c),
+                human(c.peak_live_bytes)
+            )
+        };
+        Line::from(vec![
+            Span::raw("live "),
+            Span::styled(human(c.live_bytes), theme::total()),
+            Span::raw(rest),
+        ])
+    };
+    let text = fitting(room, [counters(false), counters(true)]);
+    let width = (text.width() as u16).min(room);
     let [label, graph] =
         Layout::horizontal([Constraint::Length(width), Constraint::Fill(1)]).areas(spark);
     frame.render_widget(Paragraph::new(text), label);
@@ -160,6 +104,148 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
         Sparkline::default().data(&allocated).style(theme::shared()),
         alloc_graph,
     );
+}
+
+/// The first of `lines` (longest first) that fits in `width` cells, else the last, cut.
+fn fitting(width: u16, lines: impl IntoIterator<Item = Line<'static>>) -> Line<'static> {
+    let mut last = Line::default();
+    for line in lines {
+        if line.width() <= width as usize {
+            return line;
+        }
+        last = line;
+    }
+    last
+}
+
+/// What is looked at: the process, the connection, the address, the snapshot. `terse` 1 names
+/// the program by its file name, 2 also drops the agent's version and the capture's pause and
+/// puts the address last, 3 drops the address and the program's own name (a cut address
+/// would name a wrong socket).
+fn who_line(app: &App, terse: u8) -> Line<'static> {
+    let mut line = Vec::new();
+    if terse < 3 {
+        line.push(Span::styled("heaptui ", theme::title()));
+    }
+    match &app.process {
+        Some(p) if p.pid != 0 => {
+            let command = if terse >= 1 {
+                short_command(&p.command)
+            } else {
+                p.command.clone()
+            };
+            line.push(Span::raw(format!("· pid {} {command} ", p.pid)));
+        }
+        _ => line.push(Span::raw(format!("· {} ", app.description))),
+    }
+    line.push(Span::styled(
+        match (&app.connection, app.live) {
+            (Connection::Connecting, _) => "· connecting… ".to_string(),
+            (Connection::Connected, true) => match &app.process {
+                Some(p) if !p.agent_version.is_empty() && terse < 2 => {
+                    format!("· live (agent {}) ", p.agent_version)
+                }
+                _ => "· live ".to_string(),
+            },
+            (Connection::Connected, false) if app.recording => "· replayed ".to_string(),
+            (Connection::Connected, false) => "· snapshot file ".to_string(),
+            (Connection::Disconnected { .. } | Connection::Closed, _) => "· STALE ".to_string(),
+        },
+        if app.stale {
+            theme::error()
+        } else {
+            theme::dim()
+        },
+    ));
+    // After the state: a long path must not push "live"/"STALE" off the line; when even the
+    // terse line is too long, it goes last, where the cut falls.
+    let address = app.address.as_ref().map(|a| Span::raw(format!("· {a} ")));
+    if terse < 2 {
+        line.extend(address.clone());
+    }
+    if let Some(s) = &app.snapshot {
+        let when = if s.taken_unix_ms == 0 {
+            "from the file".to_string()
+        } else {
+            format!("{} ago", age(app.now_ms.saturating_sub(s.taken_unix_ms)))
+        };
+        line.push(Span::raw(format!("· snapshot #{} {when}", s.snapshot.0)));
+        if s.pause_us > 0 && terse < 2 {
+            line.push(Span::raw(format!(
+                ", pause {:.1} ms",
+                s.pause_us as f64 / 1000.0
+            )));
+        }
+    }
+    if app.auto_refresh {
+        line.push(Span::styled(" · auto-refresh", theme::shared()));
+    }
+    if terse == 2
+        && let Some(address) = address
+    {
+        line.push(Span::raw(" "));
+        line.push(address);
+    }
+    Line::from(line)
+}
+
+/// `/tmp/cache/heaptui-demo --port 9` → `heaptui-demo --port 9`: the program by its file name.
+fn short_command(command: &str) -> String {
+    let (program, args) = command.split_once(' ').unwrap_or((command, ""));
+    let name = program.rsplit('/').next().unwrap_or(program);
+    if args.is_empty() {
+        name.to_string()
+    } else {
+        format!("{name} {args}")
+    }
+}
+
+/// The snapshot's figures and the kept peak. `terse` 1 shortens the words, 2 also drops the
+/// global-only bytes.
+fn figures_line(app: &App, terse: u8) -> Line<'static> {
+    let mut line = Vec::new();
+    if let Some(s) = &app.snapshot {
+        line.push(Span::raw(if terse == 0 {
+            format!(
+                "snapshot heap {} in {} objects, {} threads · ",
+                human(s.totals.bytes),
+                s.totals.objects,
+                s.threads
+            )
+        } else {
+            format!(
+                "heap {}, {} objects, {} threads · ",
+                human(s.totals.bytes),
+                s.totals.objects,
+                s.threads
+            )
+        }));
+        line.push(Span::styled(
+            format!("leaks {}", human(s.leaks.bytes)),
+            if s.leaks.bytes > 0 {
+                theme::error()
+            } else {
+                theme::dim()
+            },
+        ));
+        if terse < 2 {
+            line.push(Span::raw(format!(
+                " · global-only {}",
+                human(s.totals.global_only_bytes)
+            )));
+        }
+    } else if app.recording {
+        line.push(Span::styled(
+            "a recording has no heap graph: u units · A ages",
+            theme::dim(),
+        ));
+    } else {
+        line.push(Span::styled("waiting for a snapshot…", theme::dim()));
+    }
+    if let Some(p) = &app.process {
+        line.extend(peak(p));
+    }
+    Line::from(line)
 }
 
 /// ` · kept peak #4 1.2 MiB · auto ±1.0 MiB`: the kept peak snapshot and the rule that takes

@@ -9,7 +9,7 @@ use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Cell, HighlightSpacing, Row, Table, TableState};
 
-use crate::app::table::{Align, TableModel, TableRow};
+use crate::app::table::{Align, Column, TableModel, TableRow};
 use crate::ui::theme;
 
 /// How a cell is coloured: by column, given its text. Sizes carry meaning (alone, shared).
@@ -26,7 +26,25 @@ pub fn draw<M: TableModel>(
 ) {
     let columns = M::Row::COLUMNS;
     let sort = model.sort();
-    let header = Row::new(columns.iter().enumerate().map(|(i, c)| {
+    let cx = model.context(exact_bytes);
+    let len = model.len();
+    let cursor = model.cursor();
+    let (start, end) = cursor.window(len);
+    // The widest cell in view of each column, for the flexible ones.
+    let mut widest: Vec<u16> = vec![0; columns.len()];
+    for row in (start..end).filter_map(|i| model.row(i)) {
+        for (c, w) in widest.iter_mut().enumerate() {
+            if columns[c].width == 0 {
+                *w = (*w).max(text_width(&row.cell(c, &cx)));
+            }
+        }
+    }
+    // Inside the border, after the selection symbol.
+    let room = area.width.saturating_sub(2 + SYMBOL_WIDTH);
+    let shown = fit(columns, &widest, room);
+
+    let header = Row::new(shown.iter().map(|&(i, _)| {
+        let c = &columns[i];
         let mut text = c.header.to_string();
         if i == sort.column && c.sortable {
             text.push(if sort.descending { '▼' } else { '▲' });
@@ -35,13 +53,10 @@ pub fn draw<M: TableModel>(
     }))
     .style(theme::header());
 
-    let cx = model.context(exact_bytes);
-    let len = model.len();
-    let cursor = model.cursor();
-    let (start, end) = cursor.window(len);
     let rows = (start..end).map(|i| {
         let row = match model.row(i) {
-            Some(row) => Row::new(columns.iter().enumerate().map(|(c, column)| {
+            Some(row) => Row::new(shown.iter().map(|&(c, _)| {
+                let column = &columns[c];
                 let text = row.cell(c, &cx);
                 let line = if c == M::Row::FILTER_COLUMN && !model.matches(i).is_empty() {
                     highlighted(&text, model.matches(i))
@@ -55,10 +70,7 @@ pub fn draw<M: TableModel>(
         if stale { row.style(theme::dim()) } else { row }
     });
 
-    let widths = columns.iter().map(|c| match c.width {
-        0 => Constraint::Fill(1),
-        w => Constraint::Length(w),
-    });
+    let widths = shown.iter().map(|&(_, w)| Constraint::Length(w));
     let mut title_spans = vec![
         Span::styled(format!(" {title} "), theme::title()),
         Span::raw(format!("· {} ", model.position_note())),
@@ -72,13 +84,65 @@ pub fn draw<M: TableModel>(
         .column_spacing(1)
         .row_highlight_style(theme::selected())
         // A symbol as well as the colour, so the selection shows in any terminal.
-        .highlight_symbol("▶ ")
+        .highlight_symbol(SYMBOL)
         .highlight_spacing(HighlightSpacing::Always)
         .block(Block::bordered().title(Line::from(title_spans)));
     // Only the rows in view were built: the selection is counted from the first of them.
     let mut state = TableState::default()
         .with_selected((len > 0).then(|| cursor.selected.saturating_sub(start)));
     frame.render_stateful_widget(table, area, &mut state);
+}
+
+const SYMBOL: &str = "▶ ";
+const SYMBOL_WIDTH: u16 = 2;
+/// Cells between two columns.
+const SPACING: u16 = 1;
+
+/// The columns shown in `room` cells, as (index, width) in table order.
+///
+/// While they do not fit, the column with the lowest `keep` goes (the rightmost of equals). A
+/// fixed column is never narrower than its header and the sort arrow (no `ROPRIETARY`); a
+/// flexible one (width 0) gets its minimum, then up to its `widest` cell in view, and the first
+/// flexible column takes whatever room is left.
+pub fn fit(columns: &[Column], widest: &[u16], room: u16) -> Vec<(usize, u16)> {
+    let header_width = |c: &Column| text_width(c.header) + u16::from(c.sortable);
+    let least = |c: &Column| match c.width {
+        0 => c.min.max(header_width(c)),
+        w => w.max(header_width(c)),
+    };
+    let mut shown: Vec<usize> = (0..columns.len()).collect();
+    let needed = |shown: &[usize]| -> u16 {
+        let cells: u16 = shown.iter().map(|&i| least(&columns[i])).sum();
+        cells + SPACING * (shown.len() as u16).saturating_sub(1)
+    };
+    while shown.len() > 1 && needed(&shown) > room {
+        let drop = shown
+            .iter()
+            .enumerate()
+            .rev()
+            .min_by_key(|(_, i)| columns[**i].keep)
+            .map(|(at, _)| at)
+            .expect("more than one column");
+        shown.remove(drop);
+    }
+    let mut widths: Vec<u16> = shown.iter().map(|&i| least(&columns[i])).collect();
+    let mut spare = room.saturating_sub(needed(&shown));
+    for (at, &i) in shown.iter().enumerate() {
+        if columns[i].width == 0 {
+            let more = widest[i].saturating_sub(widths[at]).min(spare);
+            widths[at] += more;
+            spare -= more;
+        }
+    }
+    if let Some(first_flexible) = shown.iter().position(|&i| columns[i].width == 0) {
+        widths[first_flexible] += spare;
+    }
+    shown.into_iter().zip(widths).collect()
+}
+
+/// Terminal cells `text` takes.
+fn text_width(text: &str) -> u16 {
+    Span::raw(text).width() as u16
 }
 
 fn align(line: Line<'static>, a: Align) -> Line<'static> {
@@ -109,4 +173,45 @@ pub fn highlighted(text: &str, positions: &[usize]) -> Line<'static> {
         spans.push(Span::raw(plain));
     }
     Line::from(spans)
+}
+
+#[cfg(test)]
+mod tests {
+    use heaptui_protocol::message::ThreadRow;
+
+    use super::*;
+
+    fn headers(shown: &[(usize, u16)]) -> Vec<&'static str> {
+        let columns = ThreadRow::COLUMNS;
+        shown.iter().map(|&(i, _)| columns[i].header).collect()
+    }
+
+    #[test]
+    fn a_narrow_screen_drops_state_before_names_and_cuts_no_header() {
+        let columns = ThreadRow::COLUMNS;
+        let widest = [0, 14, 0, 0, 0, 0, 0, 7];
+        // 80 columns less the border and the selection symbol.
+        let shown = fit(columns, &widest, 76);
+        assert_eq!(
+            headers(&shown),
+            ["TID", "NAME", "PROPRIETARY", "SHARED", "TOTAL", ""]
+        );
+        for &(i, width) in &shown {
+            assert!(width as usize > columns[i].header.len(), "{shown:?}");
+        }
+        let used: u16 = shown.iter().map(|&(_, w)| w).sum::<u16>() + shown.len() as u16 - 1;
+        assert_eq!(used, 76, "the name takes the room left");
+        // Wide: every column, and the state as wide as its widest cell.
+        let shown = fit(columns, &widest, 156);
+        assert_eq!(shown.len(), columns.len());
+    }
+
+    #[test]
+    fn a_wide_screen_gives_a_second_flexible_column_its_widest_cell() {
+        let columns = heaptui_protocol::message::FrameRow::COLUMNS;
+        let widest = [0, 30, 40, 0, 0, 0, 0];
+        let shown = fit(columns, &widest, 156);
+        assert_eq!(shown[2], (2, 40), "the module whole: {shown:?}");
+        assert!(shown[1].1 >= 30, "{shown:?}");
+    }
 }
