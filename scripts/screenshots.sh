@@ -64,11 +64,11 @@ if [[ -z $source_file ]]; then
     keys Tab;   wait_for "RELEASE ALONE"
     keys Space; keys Down; keys Space; wait_for "Ending threads {"
     shot release
-    keys Tab;   wait_for "Allocation sites by live bytes"
+    keys Tab;   wait_for "Allocation sites by live"
     shot sites
     keys Enter; wait_for "Objects allocated at"
     shot objects
-    keys Escape; wait_for "Allocation sites by live bytes"
+    keys Escape; wait_for "Allocation sites by live"
     keys Tab;   wait_for "Threads by total"
 
     keys /; tmux_ send-keys -t 0 -l "worker-2"; wait_for "filter /worker-2"
@@ -130,11 +130,11 @@ shot threads
 keys Tab;   wait_for "RELEASE ALONE"
 keys Space; keys Down; keys Space; wait_for "Ending threads {"
 shot release
-keys Tab;   wait_for "Allocation sites by live bytes"
+keys Tab;   wait_for "Allocation sites by live"
 shot sites
 keys Enter; wait_for "Objects allocated at"
 shot objects
-keys Escape; wait_for "Allocation sites by live bytes"
+keys Escape; wait_for "Allocation sites by live"
 keys Tab;   wait_for "Threads by total"
 
 keys Enter; wait_for "Frames of thread"

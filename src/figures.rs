@@ -8,6 +8,11 @@ use heaptui_protocol::message::{
     AGE_RANGES, AgeHistogram, LiveCounters, UnitCharge, UnitGranularity, UnitPosition, UnitQuery,
 };
 
+/// `1 thread`, `4 threads`: a count with its noun in the right number.
+pub fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// The age ranges' names, as the histogram columns are headed.
 pub const RANGE_NAMES: [&str; AGE_RANGES] = ["0", "1", "2", "3", ">3"];
 

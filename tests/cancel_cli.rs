@@ -185,7 +185,7 @@ fn cancel_prints_the_verdict_and_exits_by_it() {
         started.elapsed()
     );
     assert!(
-        text.contains("policy.toml: 2 permit rule(s), min_release 1.0 MiB"),
+        text.contains("policy.toml: 2 permit rules, min_release 1.0 MiB"),
         "the policy in force is shown: {text}"
     );
 

@@ -103,7 +103,7 @@ fn cancel_the_runaway_report_thread_and_be_refused_on_a_worker() {
     }
     assert!(d.contains("report-builder"), "{d}");
     assert!(
-        d.contains("demo-policy.toml: 1 permit rule(s), min_release 1.0 MiB"),
+        d.contains("demo-policy.toml: 1 permit rule, min_release 1.0 MiB"),
         "the policy in force:\n{d}"
     );
     assert!(

@@ -13,6 +13,7 @@ use heaptui_protocol::message::{
     ShortageReport,
 };
 
+use crate::figures::count;
 use crate::size::{human, human_exact};
 
 /// Where the dialog is.
@@ -124,8 +125,8 @@ pub fn policy_line(p: &PolicyAnswer) -> String {
             "none: the agent runs without HEAPTUI_POLICY, so every cancel is refused".into()
         }
         PolicyAnswer::Loaded { path, summary, .. } => format!(
-            "{path}: {} permit rule(s), min_release {}{}{}",
-            summary.permits.len(),
+            "{path}: {}, min_release {}{}{}",
+            count(summary.permits.len() as u64, "permit rule", "permit rules"),
             human(summary.min_release),
             if summary.trigger.is_some() {
                 ", autonomous trigger on"
@@ -221,7 +222,7 @@ mod tests {
         };
         assert_eq!(
             policy_line(&loaded),
-            "p.toml: 0 permit rule(s), min_release 1.0 MiB, autonomous trigger on"
+            "p.toml: 0 permit rules, min_release 1.0 MiB, autonomous trigger on"
         );
         assert!(policy_line(&PolicyAnswer::NotLoaded).starts_with("none"));
 

@@ -875,6 +875,16 @@ impl App {
     }
 
     pub fn act(&mut self, action: Action) {
+        let (screen, status) = (self.screen(), self.status.clone());
+        self.perform(action);
+        // A message is about the screen it was given on: leaving that screen drops it, unless
+        // the key that moved gave a new one.
+        if self.screen() != screen && self.status == status {
+            self.status = None;
+        }
+    }
+
+    fn perform(&mut self, action: Action) {
         match action {
             Action::Quit => self.quit = true,
             Action::Help => {

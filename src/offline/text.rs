@@ -9,6 +9,7 @@ use heaptui_analysis::{FrameKind, GroupId, GroupKind, Sharer};
 
 use super::report::Report;
 use super::table::{Column, Table};
+use crate::figures::count;
 use crate::size::{human, human_exact};
 
 /// At most this many groups are listed in text; the JSON has them all.
@@ -68,9 +69,9 @@ fn header(report: &Report, source: &Path, out: &mut impl Write) -> io::Result<()
     )?;
     writeln!(
         out,
-        "         {} threads, {} shared groups",
-        report.threads.len(),
-        report.groups.len()
+        "         {}, {}",
+        count(report.threads.len() as u64, "thread", "threads"),
+        count(report.groups.len() as u64, "shared group", "shared groups")
     )
 }
 

@@ -584,3 +584,24 @@ fn the_selected_rows_bar_stays_solid() {
         assert!(!cell.modifier.contains(ratatui::style::Modifier::REVERSED));
     }
 }
+
+#[test]
+fn titles_say_the_sort_and_messages_stay_on_their_screen() {
+    let mut h = Harness::new(fixture());
+    assert!(screen(&h).contains("Threads by total ·"));
+    h.key(KeyCode::Char('2'));
+    assert!(screen(&h).contains("Threads by name ·"), "{}", screen(&h));
+    h.key(KeyCode::Char('2'));
+    assert!(screen(&h).contains("Threads by name (reversed) ·"));
+    h.keys(&[KeyCode::Tab, KeyCode::Tab, KeyCode::Char('3')]);
+    assert!(screen(&h).contains("Allocation sites by blocks ·"));
+    h.keys(&[KeyCode::Tab]);
+
+    // A message given on one screen is gone on the next.
+    h.key(KeyCode::Char('r'));
+    assert!(screen(&h).contains("a snapshot file does not change"));
+    h.key(KeyCode::Enter);
+    let s = screen(&h);
+    assert!(s.contains("Frames of thread"), "{s}");
+    assert!(!s.contains("a snapshot file does not change"), "{s}");
+}

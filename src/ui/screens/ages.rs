@@ -10,7 +10,7 @@ use heaptui_protocol::message::{AgeRow, AgeScope, Survivor};
 use crate::app::App;
 use crate::app::ages::{AgeList, AgesView};
 use crate::app::layout::Areas;
-use crate::figures::histogram_text;
+use crate::figures::{count, histogram_text};
 use crate::ui::{theme, widgets};
 
 pub fn draw(frame: &mut Frame, areas: &Areas, app: &App, view: &AgesView) {
@@ -24,7 +24,12 @@ pub fn draw(frame: &mut Frame, areas: &Areas, app: &App, view: &AgesView) {
     };
     if let Some((total, boundaries)) = &view.total {
         title.push_str(&format!(
-            " · {boundaries} snapshot boundaries · all blocks {}",
+            " · {} · all blocks {}",
+            count(
+                *boundaries as u64,
+                "snapshot boundary",
+                "snapshot boundaries"
+            ),
             histogram_text(total)
         ));
     }

@@ -43,6 +43,12 @@ pub fn draw(frame: &mut Frame, areas: &Areas, app: &App, home: &HomeView) {
                 Some(b) => Span::styled(human_exact(b), theme::alone().patch(theme::total())),
                 None => Span::styled("computing…", theme::dim()),
             };
+            // The difference is what only the marked threads share: said when there is one.
+            let shared_only = if set.bytes.is_some_and(|b| b != home.sum_of_singles()) {
+                " (the difference is what only they share)"
+            } else {
+                ""
+            };
             vec![
                 Line::from(vec![
                     Span::raw(format!("Ending threads {{{tids}}} frees ")),
@@ -50,7 +56,7 @@ pub fn draw(frame: &mut Frame, areas: &Areas, app: &App, home: &HomeView) {
                 ]),
                 Line::styled(
                     format!(
-                        "sum of their single releases: {} (the difference is what only they share)",
+                        "sum of their single releases: {}{shared_only}",
                         human_exact(home.sum_of_singles())
                     ),
                     theme::dim(),

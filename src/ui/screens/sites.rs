@@ -14,7 +14,10 @@ pub fn draw(frame: &mut Frame, areas: &Areas, app: &App, home: &HomeView) {
     widgets::table::draw(
         frame,
         areas.main,
-        "Allocation sites by live bytes",
+        &format!(
+            "Allocation sites by {}",
+            widgets::table::sorted_by(&home.sites)
+        ),
         &home.sites,
         app.exact_bytes,
         &colour,

@@ -13,11 +13,10 @@ use crate::ui::{theme, widgets};
 
 pub fn draw(frame: &mut Frame, areas: &Areas, app: &App, home: &HomeView) {
     let marked = home.marked.len();
-    let title = if marked > 0 {
-        format!("Threads by total · {marked} marked")
-    } else {
-        "Threads by total".to_string()
-    };
+    let mut title = format!("Threads by {}", widgets::table::sorted_by(&home.threads));
+    if marked > 0 {
+        title.push_str(&format!(" · {marked} marked"));
+    }
     widgets::table::draw(
         frame,
         areas.main,

@@ -11,7 +11,7 @@ use ratatui::widgets::{Paragraph, Sparkline};
 use heaptui_protocol::message::{ProcessInfo, SnapshotRule};
 
 use crate::app::{App, Connection};
-use crate::figures::utilization;
+use crate::figures::{count, utilization};
 use crate::size::human;
 use crate::ui::theme;
 
@@ -207,17 +207,17 @@ fn figures_line(app: &App, terse: u8) -> Line<'static> {
     if let Some(s) = &app.snapshot {
         line.push(Span::raw(if terse == 0 {
             format!(
-                "snapshot heap {} in {} objects, {} threads · ",
+                "snapshot heap {} in {}, {} · ",
                 human(s.totals.bytes),
-                s.totals.objects,
-                s.threads
+                count(s.totals.objects, "object", "objects"),
+                count(s.threads as u64, "thread", "threads")
             )
         } else {
             format!(
-                "heap {}, {} objects, {} threads · ",
+                "heap {}, {}, {} · ",
                 human(s.totals.bytes),
-                s.totals.objects,
-                s.threads
+                count(s.totals.objects, "object", "objects"),
+                count(s.threads as u64, "thread", "threads")
             )
         }));
         line.push(Span::styled(

@@ -93,6 +93,18 @@ pub fn draw<M: TableModel>(
     frame.render_stateful_widget(table, area, &mut state);
 }
 
+/// `total`, `name (reversed)`: what `model` is sorted by, for a title.
+pub fn sorted_by<M: TableModel>(model: &M) -> String {
+    let sort = model.sort();
+    let column = &M::Row::COLUMNS[sort.column];
+    let name = column.header.to_lowercase();
+    if sort.descending == column.descending_first {
+        name
+    } else {
+        format!("{name} (reversed)")
+    }
+}
+
 const SYMBOL: &str = "▶ ";
 const SYMBOL_WIDTH: u16 = 2;
 /// Cells between two columns.
