@@ -80,6 +80,14 @@ fn report(args: &cli::ReportArgs, out: &mut impl Write) -> anyhow::Result<()> {
         .to_str()
         .filter(|s| !args.source.exists() && client::Address::looks_like(s));
     let Some(address) = live else {
+        // `report 8000`: a port written without its colon reads as a file name.
+        if let Some(port) = args.source.to_str().filter(|s| {
+            !args.source.exists() && !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())
+        }) {
+            anyhow::bail!(
+                "{port}: no such file; for the agent listening on port {port}, write :{port}"
+            );
+        }
         return offline::report::run(args, out);
     };
     match client::locate::resolve_source(address, args.token_file.as_deref())? {
@@ -144,10 +152,13 @@ fn run(args: &cli::RunArgs, out: &mut impl Write) -> anyhow::Result<ExitCode> {
 /// `heaptui demo`: the bundled workload under the agent, with a policy that lets the operator
 /// cancel its runaway thread, and the TUI on it.
 fn demo(args: &cli::DemoArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        std::io::stdout().is_terminal(),
-        "heaptui demo needs a terminal; to script it use: heaptui run -- $(heaptui agent-path | xargs dirname)/heaptui-demo-*"
-    );
+    if !std::io::stdout().is_terminal() {
+        // The very build this heaptui carries: a glob would match every cached version.
+        anyhow::bail!(
+            "heaptui demo needs a terminal; to script it use: heaptui run -- {}",
+            embedded::demo_path()?.display()
+        );
+    }
     let dir = client::token::directory();
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let policy = dir.join("demo-policy.toml");
@@ -155,7 +166,9 @@ fn demo(args: &cli::DemoArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot write {}", policy.display()))?;
     let log = program_log("demo")?;
     let audit = dir.join("demo-audit.jsonl");
-    // Recorded, so that the units view (u) has the event stream it counts.
+    // Recorded, so that the units view (u) has the event stream it counts. A recording grows to
+    // a few MB: the newest few are kept, older ones removed.
+    remove_old_recordings(&dir, KEPT_DEMO_RECORDINGS - 1);
     let record = dir.join(format!("demo-{}.rec", std::process::id()));
     let launch = launch::Launch {
         listen: None,
@@ -170,12 +183,35 @@ fn demo(args: &cli::DemoArgs) -> anyhow::Result<()> {
     let status = tui::run_program(&[embedded::demo_path()?.into()], &launch, args.refresh)?;
     eprintln!(
         "heaptui: the demo ended ({status}); its output is in {}, policy decisions in {}, \
-         its recording in {} (heaptui open replays it)",
+         its recording in {} (heaptui open replays it; the last {KEPT_DEMO_RECORDINGS} are kept)",
         log.display(),
         audit.display(),
         record.display()
     );
     Ok(())
+}
+
+/// How many demo recordings stay in the token directory.
+const KEPT_DEMO_RECORDINGS: usize = 3;
+
+/// Removes `demo-*.rec` files in `dir` but the `keep` newest; one that cannot be removed stays.
+fn remove_old_recordings(dir: &std::path::Path, keep: usize) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut recordings: Vec<(std::time::SystemTime, std::path::PathBuf)> = entries
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with("demo-") && name.ends_with(".rec")
+        })
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .collect();
+    recordings.sort_by_key(|r| std::cmp::Reverse(r.0));
+    for (_, old) in recordings.into_iter().skip(keep) {
+        let _ = std::fs::remove_file(old);
+    }
 }
 
 /// Where a program started under the TUI writes its output (not over the screen).
@@ -197,4 +233,30 @@ fn exit_code_of(status: std::process::ExitStatus) -> ExitCode {
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.downcast_ref::<std::io::Error>()
         .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    #[test]
+    fn old_demo_recordings_go_the_newest_stay() {
+        let dir = std::env::temp_dir().join(format!("heaptui-recordings-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let epoch = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        for i in 0..5u64 {
+            let file = std::fs::File::create(dir.join(format!("demo-{i}.rec"))).unwrap();
+            file.set_modified(epoch + Duration::from_secs(i)).unwrap();
+        }
+        std::fs::write(dir.join("run-1.log"), "kept").unwrap();
+        super::remove_old_recordings(&dir, 2);
+        let mut left: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["demo-3.rec", "demo-4.rec", "run-1.log"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

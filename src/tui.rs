@@ -58,8 +58,8 @@ pub fn open(file: &Path) -> anyhow::Result<()> {
     if crate::offline::recording::is_recording(file) {
         return open_recording(file);
     }
-    let graph = heaptui_analysis::snapshot::read_file(file)
-        .with_context(|| format!("cannot open {}", file.display()))?;
+    // The reader's errors name the file already.
+    let graph = heaptui_analysis::snapshot::read_file(file)?;
     let description = format!("{} (snapshot file)", file.display());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -443,9 +443,9 @@ fn bad_snapshot_files_exit_1_with_one_clear_line() {
 }
 
 #[test]
-fn an_unknown_thread_in_release_exits_1_naming_the_threads() {
+fn an_unknown_thread_in_release_is_a_usage_error_naming_the_threads() {
     let out = heaptui(&["report", fixture().to_str().unwrap(), "--release", "1,9"]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert!(out.stdout.is_empty());
     assert_eq!(
         stderr(&out),
@@ -500,4 +500,44 @@ fn usage_errors_exit_2() {
         "{}",
         stdout(&out)
     );
+}
+
+#[test]
+fn a_bare_port_is_answered_with_the_address_to_write() {
+    let out = heaptui(&["report", "8000"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr(&out),
+        "heaptui: 8000: no such file; for the agent listening on port 8000, write :8000\n"
+    );
+}
+
+#[test]
+fn open_of_a_file_that_is_no_snapshot_names_it_once() {
+    let readme = Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
+    let out = heaptui(&["open", readme.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert_eq!(err.matches("README.md").count(), 1, "{err}");
+    assert!(err.contains("not a heaptui snapshot"), "{err}");
+}
+
+#[test]
+fn demo_without_a_terminal_names_the_one_program_to_run() {
+    let cache = Scratch::new("demo-cache");
+    let out = Command::new(env!("CARGO_BIN_EXE_heaptui"))
+        .arg("demo")
+        .env("XDG_CACHE_HOME", &cache.0)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    let path = err
+        .trim_end()
+        .rsplit_once("heaptui run -- ")
+        .unwrap_or_else(|| panic!("{err}"))
+        .1;
+    assert!(!path.contains('*'), "{err}");
+    assert!(Path::new(path).is_file(), "{err}");
 }

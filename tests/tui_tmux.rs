@@ -243,7 +243,7 @@ fn demo_runs_the_workload_under_the_agent_and_stops_it_on_quit() {
     ));
     t.keys(&["Enter"]);
     let s = t.wait_for("the demo's ranking", |s| {
-        s.contains("live (agent") && s.contains("report-builder") && s.contains("worker-4")
+        s.contains("· live") && s.contains("report-builder") && s.contains("worker-4")
     });
     for name in [
         "worker-1",
@@ -307,12 +307,14 @@ fn demo_units_show_the_workload_code() {
     ));
     t.keys(&["Enter"]);
     t.wait_within("the demo's ranking", Duration::from_secs(30), |s| {
-        s.contains("live (agent") && s.contains("report-builder")
+        s.contains("· live") && s.contains("report-builder")
     });
 
     t.keys(&["u"]);
     let s = t.wait_for("the units by library", |s| {
-        s.contains("Allocation units · library · outermost") && s.contains(" heaptui-demo-")
+        s.contains("Allocation units · library · outermost")
+            && s.lines()
+                .any(|l| l.starts_with('│') && l.contains(" heaptui-demo-"))
     });
     assert!(
         !s.contains("HEAPTUI_RECORD"),

@@ -10,7 +10,7 @@
 
 use heaptui_protocol::message::{
     CancelVerdict, MeasuredRelease, Mechanism, PolicyAnswer, ShortageCause, ShortageOutcome,
-    ShortageReport,
+    ShortageReport, Verdict,
 };
 
 use crate::figures::count;
@@ -62,9 +62,22 @@ impl CancelDialog {
     }
 
     /// Whether confirming now may send the real cancel: only once, only after the dry run
-    /// answered (so the operator saw the verdict first).
+    /// answered (so the operator saw the verdict first), and not when it refused (the agent
+    /// would refuse again).
     pub fn can_confirm(&self) -> bool {
         self.phase == CancelPhase::Ready
+            && !self
+                .prediction
+                .as_ref()
+                .is_some_and(|p| matches!(p.verdict, Verdict::Refused(_)))
+    }
+
+    /// The release the agent predicted when it acted, when it is not the dry run's: the
+    /// thread's heap changed between the two (the demo's runaway starts over at a cap).
+    pub fn acted_on(&self) -> Option<(u64, u64)> {
+        let dry_run = self.prediction.as_ref()?.predicted_release?;
+        let acted = self.outcome.as_ref()?.predicted_release?;
+        (acted != dry_run).then_some((acted, dry_run))
     }
 
     /// The operator confirmed: true when the real cancel is to be sent now.

@@ -659,21 +659,16 @@ fn a_refusal_and_a_failure_stay_in_the_dialog() {
     let reason = "no permit rule matches thread `thread-1`";
     h.cancel_answers
         .push_back(verdict(1, Verdict::Refused(reason.into()), 180));
-    h.cancel_answers
-        .push_back(verdict(1, Verdict::Refused(reason.into()), 180));
     h.key(KeyCode::Char('c'));
     let p = h.app.cancel.as_ref().unwrap().prediction.clone().unwrap();
     assert_eq!(p.verdict, Verdict::Refused(reason.into()));
+    assert_eq!(super::verdict_line(&p), format!("refused: {reason}"));
+    // A refused dry run offers no confirmation: `y` sends nothing.
+    assert!(!h.app.cancel.as_ref().unwrap().can_confirm());
     h.key(KeyCode::Char('y'));
     let dialog = h.app.cancel.as_ref().unwrap();
-    assert_eq!(
-        dialog.outcome.as_ref().unwrap().verdict,
-        Verdict::Refused(reason.into())
-    );
-    assert_eq!(
-        super::verdict_line(dialog.outcome.as_ref().unwrap()),
-        format!("refused: {reason}")
-    );
+    assert!(dialog.outcome.is_none());
+    assert_eq!(cancels(&h), [(1, true)], "the dry run only");
     assert!(h.log.iter().all(|r| r != &RequestBody::TakeSnapshot));
 
     // A failed request (here the agent lost the thread) is kept in the dialog too.
@@ -688,7 +683,7 @@ fn a_refusal_and_a_failure_stay_in_the_dialog() {
     assert_eq!(dialog.error.as_deref(), Some("thread 1 is gone"));
     assert_eq!(dialog.phase, CancelPhase::Finished);
     h.key(KeyCode::Enter);
-    assert_eq!(cancels(&h).len(), 4, "nothing more after the failure");
+    assert_eq!(cancels(&h).len(), 3, "nothing more after the failure");
 }
 
 #[test]

@@ -9,7 +9,6 @@
 use std::io::{BufWriter, Write};
 use std::path::Path;
 
-use anyhow::bail;
 use heaptui_analysis::{
     Analysis, FrameKind, GroupId, GroupKind, HeapGraph, Leaks, Sharer, ThreadState, Totals,
 };
@@ -212,10 +211,12 @@ fn release(graph: &HeapGraph, analysis: &Analysis, tids: &[u32]) -> anyhow::Resu
     threads.sort_unstable();
     threads.dedup();
     if let Some(&unknown) = threads.iter().find(|&&t| graph.thread_index(t).is_none()) {
-        bail!(
+        // An argument that does not fit the file: a usage error (exit 2), as README says.
+        return Err(super::views::UsageError(format!(
             "unknown thread id {unknown} in --release (threads in this snapshot: {})",
             tid_list(graph)
-        );
+        ))
+        .into());
     }
     let bytes = analysis.release(&threads)?;
     Ok(Release { threads, bytes })

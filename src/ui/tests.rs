@@ -605,3 +605,30 @@ fn titles_say_the_sort_and_messages_stay_on_their_screen() {
     assert!(s.contains("Frames of thread"), "{s}");
     assert!(!s.contains("a snapshot file does not change"), "{s}");
 }
+
+/// The agent acted on another prediction than the dry run's (the thread's heap changed in
+/// between, as the demo's runaway does when it starts over): the dialog shows both and why.
+#[test]
+fn cancel_dialog_says_why_the_agent_acted_on_another_prediction() {
+    use heaptui_protocol::message::{Response, Verdict};
+    let mut h = with_policy();
+    h.cancel_answers.push_back(cancel_verdict(Verdict::DryRun));
+    let Response::Cancel(mut done) = cancel_verdict(Verdict::Done) else {
+        unreachable!()
+    };
+    done.predicted_release = Some(8_912_896);
+    h.cancel_answers.push_back(Response::Cancel(done));
+    h.keys(&[KeyCode::Char('c'), KeyCode::Char('y')]);
+    let s = screen(&h);
+    let flat: String = s
+        .replace('│', " ")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        flat.contains("Acted on 8.5 MiB (8912896 bytes) predicted when the agent cancelled")
+            && flat.contains("not the dry run's 1.4 MiB")
+            && flat.contains("changed in between"),
+        "{s}"
+    );
+}

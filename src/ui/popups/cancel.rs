@@ -14,7 +14,7 @@ use ratatui::widgets::{Block, Clear, Paragraph, Wrap};
 use crate::app::action::{Action, CANCEL_DIALOG};
 use crate::app::cancel::{CancelDialog, CancelPhase, mechanism_name, policy_line};
 use crate::app::verdict_line;
-use crate::size::human_exact;
+use crate::size::{human, human_exact};
 use crate::ui::theme;
 
 pub fn draw(frame: &mut Frame, area: Rect, dialog: &CancelDialog) {
@@ -68,6 +68,20 @@ pub fn draw(frame: &mut Frame, area: Rect, dialog: &CancelDialog) {
             Span::styled("Outcome    ", theme::dim()),
             Span::styled(verdict_line(o), style),
         ]));
+        if let Some((acted, dry_run)) = dialog.acted_on() {
+            lines.push(Line::from(vec![
+                Span::styled("Acted on   ", theme::dim()),
+                Span::styled(format!("{} predicted", human_exact(acted)), theme::total()),
+                Span::styled(
+                    format!(
+                        " when the agent cancelled, not the dry run's {}: the thread's heap \
+                         changed in between",
+                        human(dry_run)
+                    ),
+                    theme::dim(),
+                ),
+            ]));
+        }
     } else if dialog.phase == CancelPhase::Sending {
         lines.push(Line::default());
         lines.push(Line::styled("cancelling…", theme::dim()));
