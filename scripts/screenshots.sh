@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Screenshots of every TUI screen from a real terminal session: heaptui runs in a detached tmux
-# session of 120x36, keys are sent, each screen is captured with its colours
-# (`capture-pane -e`) and rendered to screenshots/<screen>.png by scripts/render_ansi.py.
+# session of 160x45 (the header and every column whole), keys are sent, each screen is captured
+# with its colours (`capture-pane -e`) once nothing on it is still loading, and rendered to
+# screenshots/<screen>.png by scripts/render_ansi.py; the home screen again at 80x24
+# (threads-80x24.png), where the columns that matter least give way.
 #
 #   scripts/screenshots.sh            # `heaptui demo`: the bundled workload under the real agent
 #   scripts/screenshots.sh SNAPSHOT-FILE   # `heaptui open` of a snapshot file, e.g. the fixture
@@ -40,11 +42,44 @@ wait_for() {
     done
 }
 
+# The terminal's size, and the size a shot is rendered at.
+width=160
+height=45
+
+# Polls the pane until nothing on it says "loading…" (a list still on its way), up to 10 s.
+wait_loaded() {
+    local deadline=$((SECONDS + 10))
+    while tmux_ capture-pane -p -t 0 | grep -qF "loading…"; do
+        if ((SECONDS > deadline)); then
+            echo "screenshots.sh: still loading after 10 s; the screen was:" >&2
+            tmux_ capture-pane -p -t 0 >&2
+            exit 1
+        fi
+        sleep 0.05
+    done
+}
+
 shot() {
+    wait_loaded
     tmux_ capture-pane -e -p -t 0 >"$out/$1.ansi"
-    python3 scripts/render_ansi.py "$out/$1.ansi" "$out/$1.png" 120 36
+    python3 scripts/render_ansi.py "$out/$1.ansi" "$out/$1.png" "$width" "$height"
     rm "$out/$1.ansi"
     echo "$out/$1.png"
+}
+
+# The home screen at 80x24, then back to the full size.
+shot_small() {
+    tmux_ resize-window -t 0 -x 80 -y 24
+    width=80 height=24
+    # Redrawn for 80 columns once the STATE column, the first to give way, is gone.
+    local deadline=$((SECONDS + 10))
+    while tmux_ capture-pane -p -t 0 | grep -qF "STATE"; do
+        ((SECONDS <= deadline)) || { echo "screenshots.sh: no redraw at 80x24" >&2; exit 1; }
+        sleep 0.05
+    done
+    shot threads-80x24
+    tmux_ resize-window -t 0 -x 160 -y 45
+    width=160 height=45
 }
 
 keys() { tmux_ send-keys -t 0 "$@"; }
@@ -54,12 +89,13 @@ if [[ -z $source_file ]]; then
     # thread to grow, then take a fresh snapshot so the ranking shows it.
     cache=$(mktemp -d)
     trap 'tmux_ kill-server 2>/dev/null || true; rm -rf "$cache"' EXIT
-    tmux_ new-session -d -x 120 -y 36 "env TERM=xterm-256color XDG_CACHE_HOME=$cache $bin demo"
+    tmux_ new-session -d -x "$width" -y "$height" "env TERM=xterm-256color XDG_CACHE_HOME=$cache $bin demo"
     tmux_ set-option -g escape-time 0
     wait_for "report-builder"
     sleep 8
     keys r; wait_for "snapshot #2"
     shot threads
+    shot_small
 
     keys Tab;   wait_for "RELEASE ALONE"
     keys Space; keys Down; keys Space; wait_for "Ending threads {"
@@ -122,10 +158,11 @@ if [[ -z $source_file ]]; then
     exit 0
 fi
 
-tmux_ new-session -d -x 120 -y 36 "env TERM=xterm-256color $bin open $source_file"
+tmux_ new-session -d -x "$width" -y "$height" "env TERM=xterm-256color $bin open $source_file"
 tmux_ set-option -g escape-time 0
 wait_for "Threads by total"
 shot threads
+shot_small
 
 keys Tab;   wait_for "RELEASE ALONE"
 keys Space; keys Down; keys Space; wait_for "Ending threads {"
