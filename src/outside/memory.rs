@@ -1,7 +1,9 @@
 //! Copies of the target's memory, read with `process_vm_readv`, and reads from those copies.
 //!
 //! Owns [`Image`]: a set of disjoint address ranges of the target with their bytes as they
-//! were when copied, and the one way the outside capture reads target memory. Everything after
+//! were when copied, held in one buffer whose pages were backed before the stop
+//! ([`prepared`]), so that the copy is the pause, not heaptui's page faults; and the one way
+//! the outside capture reads target memory. Everything after
 //! the resume (the arena walk, unwinding, the scan) reads the image, never the live process, so
 //! what it finds is the process as it was while stopped.
 //!
@@ -19,53 +21,57 @@ const PAGE: u64 = 4096;
 /// At most this many remote pieces per `process_vm_readv` call (the kernel's `UIO_MAXIOV`).
 const MAX_IOV: usize = 1024;
 
-/// One copied range.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// One copied range: `len` bytes of the target from `start`, at `offset` in the image's buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Segment {
     start: u64,
-    bytes: Vec<u8>,
+    offset: usize,
+    len: usize,
 }
 
 impl Segment {
     fn end(&self) -> u64 {
-        self.start + self.bytes.len() as u64
+        self.start + self.len as u64
     }
 }
 
-/// Copied target memory, sorted by address, disjoint.
+/// Copied target memory, sorted by address, disjoint, in one buffer.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Image {
+    data: Vec<u8>,
     segments: Vec<Segment>,
 }
 
 impl Image {
     /// An image of the given bytes (tests).
     #[cfg(test)]
-    pub fn from_parts(parts: Vec<(u64, Vec<u8>)>) -> Image {
+    pub fn from_parts(mut parts: Vec<(u64, Vec<u8>)>) -> Image {
+        parts.sort_by_key(|(start, _)| *start);
         let mut image = Image::default();
         for (start, bytes) in parts {
-            image.insert(start, bytes);
+            image.segments.push(Segment {
+                start,
+                offset: image.data.len(),
+                len: bytes.len(),
+            });
+            image.data.extend_from_slice(&bytes);
         }
         image
     }
 
-    /// Adds a copied range (replacing nothing: ranges must not overlap what is there).
-    fn insert(&mut self, start: u64, bytes: Vec<u8>) {
-        if bytes.is_empty() {
-            return;
-        }
-        let at = self.segments.partition_point(|s| s.start < start);
-        self.segments.insert(at, Segment { start, bytes });
-    }
-
     /// Total bytes copied.
     pub fn len(&self) -> u64 {
-        self.segments.iter().map(|s| s.bytes.len() as u64).sum()
+        self.segments.iter().map(|s| s.len as u64).sum()
     }
 
     fn segment(&self, addr: u64) -> Option<&Segment> {
         let i = self.segments.partition_point(|s| s.end() <= addr);
         self.segments.get(i).filter(|s| s.start <= addr)
+    }
+
+    fn slice(&self, s: &Segment, range: Range<u64>) -> &[u8] {
+        let from = s.offset + (range.start - s.start) as usize;
+        &self.data[from..from + (range.end - range.start) as usize]
     }
 
     /// The copied bytes of `range`, when the whole range was copied in one piece.
@@ -74,7 +80,7 @@ impl Image {
         if range.end > s.end() || range.end < range.start {
             return None;
         }
-        Some(&s.bytes[(range.start - s.start) as usize..(range.end - s.start) as usize])
+        Some(self.slice(s, range))
     }
 
     /// The little-endian word at `addr` (any alignment), if copied.
@@ -98,10 +104,7 @@ impl Image {
             .map(move |s| {
                 let start = s.start.max(range.start);
                 let end = s.end().min(range.end);
-                (
-                    start,
-                    &s.bytes[(start - s.start) as usize..(end - s.start) as usize],
-                )
+                (start, self.slice(s, start..end))
             })
     }
 
@@ -111,20 +114,43 @@ impl Image {
     }
 }
 
-/// Copies `ranges` of process `pid` into an image. Ranges should be page-aligned and sorted;
-/// the parts the kernel refuses are left out (a page at a time), the rest is copied in as few
-/// calls as the kernel allows.
-pub fn copy(pid: Pid, ranges: &[Range<u64>]) -> Image {
-    let mut image = Image::default();
+/// A buffer of `bytes` whose every page is already backed by memory, made before the stop so
+/// that the copy made while the target is stopped ([`copy`]) costs no page fault in heaptui.
+pub fn prepared(bytes: u64) -> Vec<u8> {
+    let mut buffer = vec![0u8; bytes as usize];
+    // A zeroed allocation is backed lazily: a write to each page backs it. (A store of the zero
+    // it already holds could be optimised away; a one cannot.)
+    for page in buffer.chunks_mut(PAGE as usize) {
+        page[0] = 1;
+    }
+    buffer
+}
+
+/// Copies `ranges` of process `pid` into an image whose buffer is `buffer` (see [`prepared`];
+/// it grows if the ranges need more). Ranges should be page-aligned and sorted; the parts the
+/// kernel refuses are left out (a page at a time), the rest is copied in as few calls as the
+/// kernel allows.
+pub fn copy(pid: Pid, ranges: &[Range<u64>], buffer: Vec<u8>) -> Image {
+    let mut image = Image {
+        data: buffer,
+        segments: Vec::new(),
+    };
+    let mut used = 0usize;
     for r in ranges {
         let mut at = r.start;
         while at < r.end {
             let len = (r.end - at) as usize;
-            let mut bytes = vec![0u8; len];
-            let got = read_into(pid, at, &mut bytes);
+            if image.data.len() < used + len {
+                image.data.resize(used + len, 0);
+            }
+            let got = read_into(pid, at, &mut image.data[used..used + len]);
             if got > 0 {
-                bytes.truncate(got);
-                image.insert(at, bytes);
+                image.segments.push(Segment {
+                    start: at,
+                    offset: used,
+                    len: got,
+                });
+                used += got;
                 at += got as u64;
             }
             if at < r.end {
@@ -133,6 +159,7 @@ pub fn copy(pid: Pid, ranges: &[Range<u64>]) -> Image {
             }
         }
     }
+    image.data.truncate(used);
     image
 }
 
@@ -222,7 +249,7 @@ mod tests {
         let start = data.as_ptr() as u64;
         let end = start + 8 * 1024;
         let me = Pid::this();
-        let image = copy(me, &[0..PAGE, start..end]);
+        let image = copy(me, &[0..PAGE, start..end], prepared(PAGE));
         assert_eq!(image.word(0), None);
         for (i, &v) in data.iter().enumerate() {
             assert_eq!(image.word(start + 8 * i as u64), Some(v));

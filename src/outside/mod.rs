@@ -127,10 +127,11 @@ pub fn capture(pid: u32) -> Result<Capture, CaptureError> {
     let stopped = loop {
         attempts += 1;
         let last = attempts == MAX_ATTEMPTS;
+        let buffer = memory::prepared(planned_bytes(target, &maps));
         let outcome = std::thread::scope(|s| {
             std::thread::Builder::new()
                 .name("heaptui-ptrace".into())
-                .spawn_scoped(s, || stop_once(target, &glibc, last))
+                .spawn_scoped(s, || stop_once(target, &glibc, last, buffer))
                 .map_err(|e| {
                     CaptureError::Access(format!(
                         "cannot capture process {pid}: no thread to trace it from ({e})"
@@ -170,7 +171,12 @@ fn read_maps(pid: Pid) -> Option<Maps> {
 
 /// One stop: stop, read, copy, resume. `None` when an arena's lock was held and this is not
 /// the last attempt.
-fn stop_once(pid: Pid, glibc: &Glibc, last: bool) -> Result<Option<Stopped>, CaptureError> {
+fn stop_once(
+    pid: Pid,
+    glibc: &Glibc,
+    last: bool,
+    buffer: Vec<u8>,
+) -> Result<Option<Stopped>, CaptureError> {
     let began = Instant::now();
     let mut world = World::stop(pid, ptrace::STOP_DEADLINE).map_err(|e| match e {
         ptrace::StopError::Attach(errno) => {
@@ -185,7 +191,7 @@ fn stop_once(pid: Pid, glibc: &Glibc, last: bool) -> Result<Option<Stopped>, Cap
         return Ok(None);
     }
     let plan = copy_plan(&maps, &world);
-    let image = memory::copy(pid, &plan);
+    let image = memory::copy(pid, &plan, buffer);
     world.resume();
     let pause = began.elapsed();
     Ok(Some(Stopped {
@@ -195,6 +201,55 @@ fn stop_once(pid: Pid, glibc: &Glibc, last: bool) -> Result<Option<Stopped>, Cap
         pause,
         busy,
     }))
+}
+
+/// How many bytes the stop will copy ([`copy_plan`]), estimated before it: every mapping it
+/// copies, less the part of each stack below the stack pointer of a thread blocked in a system
+/// call (`/proc/PID/task/TID/syscall` shows it; a running thread's whole stack is counted).
+fn planned_bytes(pid: Pid, maps: &Maps) -> u64 {
+    let whole: u64 = maps
+        .maps
+        .iter()
+        .filter(|m| m.readable && m.writable && !m.is_kernel_special())
+        .map(|m| m.end - m.start)
+        .sum();
+    let mut below_sp: Vec<(u64, u64)> = ptrace::list_threads(pid)
+        .into_iter()
+        .filter_map(|tid| {
+            let call = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?;
+            let sp = call.split_whitespace().nth(7)?.strip_prefix("0x")?;
+            let sp = u64::from_str_radix(sp, 16).ok()?;
+            let m = maps.find(sp)?;
+            Some((m.start, sp.saturating_sub(RED_ZONE).max(m.start) - m.start))
+        })
+        .collect();
+    // Threads sharing a stack mapping: the least of their unused parts.
+    below_sp.sort_unstable();
+    below_sp.dedup_by_key(|(start, _)| *start);
+    let planned = whole.saturating_sub(below_sp.iter().map(|&(_, unused)| unused).sum());
+    // A reservation the program never touched reads as zeros but is mapped all the same:
+    // preparing more than its resident memory (plus room for what it touches meanwhile) would
+    // only cost heaptui memory.
+    planned.min(resident_anon(pid).saturating_add(16 << 20))
+}
+
+/// The process's resident anonymous and shared memory in bytes (`/proc/PID/status`), or
+/// unbounded when unknown.
+fn resident_anon(pid: Pid) -> u64 {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return u64::MAX;
+    };
+    ["RssAnon:", "RssShmem:"]
+        .iter()
+        .map(|key| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.trim().strip_suffix("kB"))
+                .and_then(|kb| kb.trim().parse::<u64>().ok())
+                .map_or(u64::MAX / 4, |kb| kb * 1024)
+        })
+        .sum()
 }
 
 /// Whether a stopped thread holds the lock of an arena (read from the live, stopped process).
