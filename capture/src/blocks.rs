@@ -1,6 +1,14 @@
 //! The lookup from an arbitrary word to the live block containing it, for the conservative
-//! pointer scan: a page index over the blocks sorted by address (one hash probe per 2 MiB
-//! chunk, then a short search among the few blocks of one 4 KiB page).
+//! pointer scan.
+//!
+//! The lookup is constant time: per 2 MiB chunk of address space that holds block starts, a
+//! bitmap with one bit per granule (16 bytes for glibc's blocks) marks the granules where a
+//! block starts, and beside each 64-bit word of it the number of blocks that start before the
+//! word (its rank). The block holding `v` is then the one numbered `rank + popcount(bits up to
+//! v) - 1`, if `v` lies below its end: one hash probe (skipped while pointers stay in one
+//! chunk), one 16-byte word and one end read. A chunk that only the middle of a large block
+//! covers names that block. (The page index it replaced searched up to 258 starts per lookup;
+//! the lookup was two thirds of a capture's time on a pointer-dense heap.)
 //!
 //! Owns the index and its lookups; it reads no memory (the caller scans, inside the target or
 //! over a copy of it) and never changes once built.
@@ -11,23 +19,33 @@ use std::ops::Range;
 
 use heaptui_analysis::ObjectIndex;
 
-const PAGE_SHIFT: u32 = 12;
 const CHUNK_SHIFT: u32 = 21;
-const PAGES_PER_CHUNK: usize = 1 << (CHUNK_SHIFT - PAGE_SHIFT);
-const NONE: u32 = u32::MAX;
-/// At most this many blocks can start in one page (16-byte minimum granularity), plus the
-/// one that reaches into it from below.
-const WINDOW: usize = (1 << PAGE_SHIFT) / 16 + 2;
+const CHUNK_MASK: u64 = (1 << CHUNK_SHIFT) - 1;
+/// A chunk entry with this bit names the one block covering the whole chunk, not a map.
+const COVERED: u32 = 1 << 31;
 
-/// Live blocks sorted by address, with a page index for interior pointers.
+/// One 64-granule word of a chunk's start bitmap and the blocks that start before it.
+#[derive(Clone, Copy, Default)]
+#[repr(C, align(16))]
+struct Word {
+    starts: u64,
+    rank: u32,
+}
+
+/// Live blocks sorted by address, with a start bitmap for interior pointers.
 pub struct BlockIndex {
     starts: Vec<u64>,
     ends: Vec<u64>,
     min: u64,
     max: u64,
+    /// log2 of the granule: 4 when no two blocks start in one 16-byte granule (always so for
+    /// malloc's blocks), else 3, else 0.
+    granule: u32,
+    /// Chunk number → index into `maps`, or `COVERED | block`.
     chunks: HashMap<u64, u32, BuildHasherDefault<FxHasher>>,
-    /// Per page of each chunk: the first block (by address) overlapping that page.
-    pages: Vec<[u32; PAGES_PER_CHUNK]>,
+    /// `words_per_chunk` words per chunk holding starts, chunks in ascending address order.
+    maps: Vec<Word>,
+    words_per_chunk: usize,
 }
 
 impl BlockIndex {
@@ -35,46 +53,65 @@ impl BlockIndex {
     /// and disjoint (heap blocks are). A zero-size block still owns its first byte.
     pub fn new(blocks: impl ExactSizeIterator<Item = (u64, u64)>) -> BlockIndex {
         let n = blocks.len();
+        let mut starts = Vec::with_capacity(n);
+        let mut ends = Vec::with_capacity(n);
+        for (addr, size) in blocks {
+            starts.push(addr);
+            ends.push(addr.saturating_add(size.max(1)));
+        }
+        // The coarsest granule in which no two blocks start together.
+        let granule = [4u32, 3]
+            .into_iter()
+            .find(|&g| starts.windows(2).all(|w| w[0] >> g != w[1] >> g))
+            .unwrap_or(0);
+        let words_per_chunk = 1usize << (CHUNK_SHIFT - granule - 6);
         let mut index = BlockIndex {
-            starts: Vec::with_capacity(n),
-            ends: Vec::with_capacity(n),
-            min: u64::MAX,
-            max: 0,
+            min: starts.first().copied().unwrap_or(u64::MAX),
+            max: ends.iter().copied().max().unwrap_or(0),
+            starts,
+            ends,
+            granule,
             chunks: HashMap::default(),
-            pages: Vec::new(),
+            maps: Vec::new(),
+            words_per_chunk,
         };
-        // Blocks come in address order, so consecutive pages mostly fall in the same chunk:
-        // remember the last one instead of hashing every page.
-        let mut last: Option<(u64, usize)> = None;
-        for (i, (addr, size)) in blocks.enumerate() {
-            let end = addr.saturating_add(size.max(1));
-            index.starts.push(addr);
-            index.ends.push(end);
-            index.min = index.min.min(addr);
-            index.max = index.max.max(end);
-            let first_page = addr >> PAGE_SHIFT;
-            let last_page = (end - 1) >> PAGE_SHIFT;
-            for page in first_page..=last_page {
-                let chunk = page >> (CHUNK_SHIFT - PAGE_SHIFT);
-                let c = match last {
-                    Some((k, c)) if k == chunk => c,
-                    _ => {
-                        let pages = &mut index.pages;
-                        let c = *index.chunks.entry(chunk).or_insert_with(|| {
-                            pages.push([NONE; PAGES_PER_CHUNK]);
-                            (pages.len() - 1) as u32
-                        }) as usize;
-                        last = Some((chunk, c));
-                        c
-                    }
-                };
-                let entry = &mut index.pages[c][(page as usize) & (PAGES_PER_CHUNK - 1)];
-                if *entry == NONE {
-                    *entry = i as u32;
-                }
+        index.build_maps();
+        index
+    }
+
+    fn build_maps(&mut self) {
+        // Blocks come in address order, so the chunks of their starts do too: a new map is
+        // always the last one.
+        let mut first_block: Vec<u32> = Vec::new();
+        let mut last_chunk = u64::MAX;
+        for i in 0..self.starts.len() {
+            let (start, end) = (self.starts[i], self.ends[i]);
+            let chunk = start >> CHUNK_SHIFT;
+            if chunk != last_chunk {
+                last_chunk = chunk;
+                // A chunk only covered so far (by an earlier block's tail) gets its map now.
+                let m = (self.maps.len() / self.words_per_chunk) as u32;
+                self.chunks.insert(chunk, m);
+                self.maps
+                    .resize(self.maps.len() + self.words_per_chunk, Word::default());
+                first_block.push(i as u32);
+            }
+            let m = (self.maps.len() / self.words_per_chunk) - 1;
+            let g = ((start & CHUNK_MASK) >> self.granule) as usize;
+            self.maps[m * self.words_per_chunk + g / 64].starts |= 1 << (g % 64);
+            // Chunks the block covers past its first are named after it, unless a later
+            // block starts there (then it gets a map, whose ranks find this block too).
+            for covered in chunk + 1..=(end - 1) >> CHUNK_SHIFT {
+                self.chunks.entry(covered).or_insert(COVERED | i as u32);
             }
         }
-        index
+        for (m, &first) in first_block.iter().enumerate() {
+            let mut rank = first;
+            for w in &mut self.maps[m * self.words_per_chunk..(m + 1) * self.words_per_chunk] {
+                w.rank = rank;
+                rank += w.starts.count_ones();
+            }
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -103,8 +140,7 @@ impl BlockIndex {
         if v < self.min || v >= self.max {
             return None;
         }
-        let page = v >> PAGE_SHIFT;
-        let chunk = page >> (CHUNK_SHIFT - PAGE_SHIFT);
+        let chunk = v >> CHUNK_SHIFT;
         let c = if cache.0 == chunk {
             cache.1
         } else {
@@ -112,15 +148,15 @@ impl BlockIndex {
             *cache = (chunk, c);
             c
         };
-        let first = self.pages[c as usize][(page as usize) & (PAGES_PER_CHUNK - 1)];
-        if first == NONE {
-            return None;
-        }
-        let lo = first as usize;
-        let hi = (lo + WINDOW).min(self.starts.len());
-        let k = lo + self.starts[lo..hi].partition_point(|&s| s <= v);
-        let j = k.checked_sub(1)?;
-        (j >= lo && v < self.ends[j]).then_some(j as ObjectIndex)
+        let i = if c & COVERED != 0 {
+            c & !COVERED
+        } else {
+            let g = ((v & CHUNK_MASK) >> self.granule) as usize;
+            let word = self.maps[c as usize * self.words_per_chunk + g / 64];
+            let below = word.starts & (u64::MAX >> (63 - g % 64));
+            (word.rank + below.count_ones()).checked_sub(1)?
+        };
+        (v < self.ends[i as usize]).then_some(i)
     }
 }
 
@@ -186,6 +222,59 @@ mod tests {
                 .position(|&(a, s)| a <= v && v < a + s)
                 .map(|p| p as u32);
             assert_eq!(index.lookup(v), expect, "{v:#x}");
+        }
+    }
+
+    #[test]
+    fn lookup_agrees_with_a_linear_search_on_random_layouts() {
+        // Random disjoint blocks: odd alignments (down to 8 bytes apart, which makes the index
+        // fall back to finer granules), zero sizes, blocks straddling chunks and blocks
+        // covering several whole chunks; every probe is checked against a linear search.
+        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        for align in [16u64, 8, 1] {
+            let mut blocks: Vec<(u64, u64)> = Vec::new();
+            let mut at = 0x7f00_0000_0000u64 + next(1 << 20) * align;
+            for _ in 0..1000 {
+                let size = match next(100) {
+                    0 => 5 << 20,
+                    1..=3 => next(1 << 22),
+                    4..=9 => 0,
+                    _ => next(256),
+                };
+                blocks.push((at, size));
+                at += size.max(1).next_multiple_of(align) + next(4) * align;
+                if next(50) == 0 {
+                    at += next(1 << 30) / align * align;
+                }
+            }
+            let index = BlockIndex::new(blocks.iter().copied());
+            let linear = |v: u64| {
+                blocks
+                    .iter()
+                    .position(|&(a, s)| a <= v && v < a + s.max(1))
+                    .map(|p| p as u32)
+            };
+            for &(a, s) in &blocks {
+                for v in [
+                    a.wrapping_sub(1),
+                    a,
+                    a + s / 2,
+                    a + s.max(1) - 1,
+                    a + s.max(1),
+                ] {
+                    assert_eq!(index.lookup(v), linear(v), "align {align}: {v:#x}");
+                }
+            }
+            for _ in 0..5000 {
+                let v = blocks[0].0 + next(at - blocks[0].0 + 64);
+                assert_eq!(index.lookup(v), linear(v), "align {align}: {v:#x}");
+            }
         }
     }
 }
