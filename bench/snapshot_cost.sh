@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# What a snapshot costs the target (docs/reference.md §9, BENCHMARKS.md "What a snapshot costs
+# the target"), on a real heap of millions of blocks: perl building a hash (bench/hash.pl,
+# KEYS keys, default 1.5M: about 4.6M blocks, 400 MB) under the release agent.
+#
+#   bash bench/snapshot_cost.sh          # KEYS=1500000 REPORTS=2
+#   KEYS=300000 bash bench/snapshot_cost.sh
+#
+# For each of REPORTS `heaptui report :PORT --json` in a row: the target's resident memory
+# before, at its peak during the report (sampled every 10 ms) and after, per captured object
+# over the bare program's (its RSS before the first report: a kept snapshot is the agent's);
+# the scan child's own memory at its peak (private pages: what the child costs beyond the
+# pages it shares with the target); the agent's pause, capture and analysis times (its log
+# line); the report's end-to-end wall time and the client's peak RSS; beside the time perl
+# took to build the heap in the same run and the physical floor of a scan (one sequential
+# read of the [heap] mapping, bench/heap_floor.c).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+KEYS=${KEYS:-1500000}
+REPORTS=${REPORTS:-2}
+cargo build --release -q -p heaptui-agent -p heaptui
+TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target}
+AGENT="$TARGET_DIR/release/libheaptui_agent.so"
+HEAPTUI="$TARGET_DIR/release/heaptui"
+work=$(mktemp -d)
+pid=
+cleanup() {
+    [[ -n "$pid" ]] && kill "$pid" 2>/dev/null
+    rm -rf "$work"
+}
+trap cleanup EXIT
+gcc -O2 bench/heap_floor.c -o "$work/heap_floor"
+sampler=bench/memory_sampler.py
+
+HEAPTUI_LISTEN=127.0.0.1:0 HEAPTUI_LOG="$work/agent.log" LD_PRELOAD="$AGENT" \
+    perl bench/hash.pl "$KEYS" >"$work/perl.out" &
+pid=$!
+until grep -q '^ready' "$work/perl.out"; do
+    kill -0 "$pid" 2>/dev/null || { echo "perl ended early" >&2; exit 1; }
+    sleep 0.2
+done
+built=$(sed -n 's/^built \([0-9.]*\) s/\1/p' "$work/perl.out")
+port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "$work/agent.log" | head -1)
+echo "perl bench/hash.pl $KEYS (pid $pid): heap built in $built s; agent on :$port; load $(cut -d' ' -f1-3 /proc/loadavg)"
+
+kb() { awk -v k="$1" 'BEGIN { printf "%.0f", k / 1024 }'; }
+per_object() { awk -v k="$1" -v n="$2" 'BEGIN { printf "%.0f", k * 1024 / n }'; }
+field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<"$2"; }
+
+printf '| report | objects | RSS before MiB | peak MiB (B/object over the bare program) | after MiB (B/object over the bare program) | child private peak MiB (B/object) | pause ms | capture ms | analysis ms | report wall s | client peak MiB (B/object) |\n'
+printf '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n'
+read -r bare _ _ < <(python3 "$sampler" now "$pid")
+for ((r = 1; r <= REPORTS; r++)); do
+    read -r before _ _ < <(python3 "$sampler" now "$pid")
+    python3 "$sampler" sample "$pid" "$work/peak.json" &
+    sampler_pid=$!
+    /usr/bin/time -f '%e %M' -o "$work/time" "$HEAPTUI" report ":$port" --json >"$work/report.json"
+    kill -TERM "$sampler_pid"
+    wait "$sampler_pid"
+    read -r after _ _ < <(python3 "$sampler" now "$pid")
+    read -r wall client <"$work/time"
+    line=$(grep "snapshot $r[: ]" "$work/agent.log" | tail -1)
+    objects=$(sed -n 's/.*snapshot [0-9]*[^:]*: \([0-9]*\) objects.*/\1/p' <<<"$line")
+    peak=$(python3 -c "import json; print(json.load(open('$work/peak.json'))['VmRSS'])")
+    child=$(python3 -c "import json; print(json.load(open('$work/peak.json'))['child_private'])")
+    printf '| %s | %s | %s | %s (%s) | %s (%s) | %s (%s) | %s | %s | %s | %s | %s (%s) |\n' \
+        "$r" "$objects" "$(kb "$before")" \
+        "$(kb "$peak")" "$(per_object $((peak - bare)) "$objects")" \
+        "$(kb "$after")" "$(per_object $((after - bare)) "$objects")" \
+        "$(kb "$child")" "$(per_object "$child" "$objects")" \
+        "$(field pause_ms "$line")" "$(field capture_ms "$line")" "$(field analysis_ms "$line")" \
+        "$wall" "$(kb "$client")" "$(per_object "$client" "$objects")"
+    grep "snapshot $r[: ]" "$work/agent.log" | tail -1 >&2
+done
+read -r bytes copy_s read_s < <("$work/heap_floor" "$pid")
+echo "floor: one sequential read of the [heap] mapping ($(kb $((bytes / 1024))) MiB): ${read_s} s (copying it out of the target first: ${copy_s} s)"
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
