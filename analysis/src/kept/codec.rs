@@ -1,0 +1,690 @@
+//! The bytes of a [`Kept`]: how a kept snapshot travels from the agent's scanning child to the
+//! agent (a pipe), or is stored.
+//!
+//! Layout: [`KEPT_MAGIC`], [`KEPT_VERSION`] (u32), the length of the head (u64) and the head —
+//! process, sites, threads with their frames, globals, figures, totals, leaks, sharer sets,
+//! little-endian integers and length-prefixed strings and lists —, then every packed column:
+//! its length, width, runs, exceptions and raw bytes. Both ends are the same build of heaptui,
+//! but the decoder trusts nothing: every length is checked against what follows and against
+//! the other columns, every index against what it indexes, and every buffer is reserved
+//! fallibly, so a reader short of memory gets [`DecodeError::Memory`] instead of aborting.
+
+use std::collections::TryReserveError;
+use std::io::{self, Read, Write};
+
+use thiserror::Error;
+
+use super::{GroupTable, Kept};
+use crate::figures::{FrameFigures, GroupId, GroupKind, Leaks, Sharer, ThreadFigures, Totals};
+use crate::graph::{Frame, FrameKind, Process, Site, Thread, ThreadState};
+use crate::packed::{Packed, PackedCsr};
+
+/// The first bytes of a kept snapshot.
+pub const KEPT_MAGIC: [u8; 12] = *b"HEAPTUI\0KEPT";
+
+/// Bump on any change of the layout.
+pub const KEPT_VERSION: u32 = 1;
+
+/// Longest head accepted (threads, frames and sites are few; a bad length must not allocate).
+const MAX_HEAD: u64 = 1 << 30;
+
+/// Why bytes are not a kept snapshot.
+#[derive(Debug, Error)]
+pub enum DecodeError {
+    #[error(transparent)]
+    Io(#[from] io::Error),
+    #[error("not a kept snapshot (bad magic or version)")]
+    NotKept,
+    #[error("the kept snapshot is malformed: {0}")]
+    Malformed(String),
+    /// The memory for a column could not be had.
+    #[error("cannot reserve {bytes} bytes for the kept snapshot")]
+    Memory { bytes: usize },
+}
+
+fn malformed(what: impl Into<String>) -> DecodeError {
+    DecodeError::Malformed(what.into())
+}
+
+/// Little-endian writer of the head.
+struct Out(Vec<u8>);
+
+impl Out {
+    fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn len(&mut self, n: usize) {
+        self.u64(n as u64);
+    }
+    fn str(&mut self, s: &str) {
+        self.len(s.len());
+        self.0.extend_from_slice(s.as_bytes());
+    }
+    fn u32s(&mut self, v: &[u32]) {
+        self.len(v.len());
+        v.iter().for_each(|&x| self.u32(x));
+    }
+    fn group_ids(&mut self, ids: &[GroupId]) {
+        self.len(ids.len());
+        for id in ids {
+            self.u8(kind_tag(id.kind));
+            self.u32(id.number);
+        }
+    }
+}
+
+/// Reader of the head, over bytes already in memory.
+struct In<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl In<'_> {
+    fn take(&mut self, n: usize) -> Result<&[u8], DecodeError> {
+        let end = self
+            .at
+            .checked_add(n)
+            .filter(|&e| e <= self.bytes.len())
+            .ok_or_else(|| malformed(format!("the head ends before byte {}", self.at + n)))?;
+        let s = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+    fn u8(&mut self) -> Result<u8, DecodeError> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32, DecodeError> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4")))
+    }
+    fn u64(&mut self) -> Result<u64, DecodeError> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8")))
+    }
+    /// A count of items of at least `min` bytes each, checked against the bytes left.
+    fn len(&mut self, min: usize) -> Result<usize, DecodeError> {
+        let n = self.u64()?;
+        let left = (self.bytes.len() - self.at) as u64;
+        if n.saturating_mul(min.max(1) as u64) > left {
+            return Err(malformed(format!(
+                "a list of {n} items does not fit the head"
+            )));
+        }
+        Ok(n as usize)
+    }
+    fn str(&mut self) -> Result<String, DecodeError> {
+        let n = self.len(1)?;
+        String::from_utf8(self.take(n)?.to_vec()).map_err(|_| malformed("a string is not UTF-8"))
+    }
+    fn u32s(&mut self) -> Result<Vec<u32>, DecodeError> {
+        let n = self.len(4)?;
+        (0..n).map(|_| self.u32()).collect()
+    }
+    fn group_ids(&mut self) -> Result<Vec<GroupId>, DecodeError> {
+        let n = self.len(5)?;
+        (0..n)
+            .map(|_| {
+                let kind = kind_of(self.u8()?)?;
+                let number = self.u32()?;
+                Ok(GroupId { kind, number })
+            })
+            .collect()
+    }
+}
+
+fn kind_tag(kind: GroupKind) -> u8 {
+    match kind {
+        GroupKind::FrameShared => 0,
+        GroupKind::ThreadShared => 1,
+        GroupKind::GlobalOnly => 2,
+    }
+}
+
+fn kind_of(tag: u8) -> Result<GroupKind, DecodeError> {
+    Ok(match tag {
+        0 => GroupKind::FrameShared,
+        1 => GroupKind::ThreadShared,
+        2 => GroupKind::GlobalOnly,
+        _ => return Err(malformed(format!("group kind {tag}"))),
+    })
+}
+
+fn write_head(k: &Kept) -> Vec<u8> {
+    let mut o = Out(Vec::new());
+    o.u32(k.process.pid);
+    o.str(&k.process.command);
+    o.len(k.sites.len());
+    for s in &k.sites {
+        o.u64(s.id);
+        o.len(s.frames.len());
+        s.frames.iter().for_each(|f| o.str(f));
+    }
+    o.len(k.threads.len());
+    for t in &k.threads {
+        o.u32(t.tid);
+        o.str(&t.name);
+        match &t.state {
+            ThreadState::Stopped => o.u8(0),
+            ThreadState::NotStoppable(why) => {
+                o.u8(1);
+                o.str(why);
+            }
+        }
+        o.len(t.frames.len());
+        for f in &t.frames {
+            o.str(&f.function);
+            o.str(&f.module);
+            o.u8(matches!(f.kind, FrameKind::System) as u8);
+            o.u32s(&f.refs);
+        }
+    }
+    o.u32s(&k.globals);
+    for f in &k.figures {
+        o.u32(f.tid);
+        for v in [f.proprietary, f.shared, f.total] {
+            o.u64(v);
+        }
+        o.len(f.frames.len());
+        for fr in &f.frames {
+            o.u64(fr.proprietary);
+            o.group_ids(&fr.frame_shared);
+            o.group_ids(&fr.thread_shared);
+        }
+    }
+    let t = &k.totals;
+    for v in [t.objects, t.bytes, t.unreachable_bytes, t.global_only_bytes] {
+        o.u64(v);
+    }
+    let l = &k.leaks;
+    for v in [
+        l.bytes,
+        l.objects,
+        l.definitely_lost,
+        l.indirectly_lost,
+        l.definitely_lost_objects,
+        l.indirectly_lost_objects,
+    ] {
+        o.u64(v);
+    }
+    o.u32s(&k.frame_base);
+    o.len(k.objects);
+    o.u8(k.ids.is_some() as u8);
+    k.groups.kind_start.iter().for_each(|&s| o.u32(s));
+    o.len(k.groups.sets.len());
+    for set in &k.groups.sets {
+        o.len(set.len());
+        for s in set {
+            match s {
+                Sharer::Thread(tid) => {
+                    o.u8(0);
+                    o.u32(*tid);
+                }
+                Sharer::Globals => {
+                    o.u8(1);
+                    o.u32(0);
+                }
+            }
+        }
+    }
+    k.groups.set_bytes.iter().for_each(|&b| o.u64(b));
+    o.0
+}
+
+impl Kept {
+    /// Writes the kept snapshot (see the module docs).
+    pub fn encode(&self, out: &mut impl Write) -> io::Result<()> {
+        out.write_all(&KEPT_MAGIC)?;
+        out.write_all(&KEPT_VERSION.to_le_bytes())?;
+        let head = write_head(self);
+        out.write_all(&(head.len() as u64).to_le_bytes())?;
+        out.write_all(&head)?;
+        for p in self.columns() {
+            p.encode(out)?;
+        }
+        Ok(())
+    }
+
+    /// The packed columns in their order on the wire.
+    fn columns(&self) -> Vec<&Packed> {
+        let mut c: Vec<&Packed> = self.ids.iter().collect();
+        c.extend([
+            &self.addrs,
+            &self.sizes,
+            &self.site,
+            &self.thread,
+            &self.seqs,
+            &self.edges.offsets,
+            &self.edges.targets,
+            &self.slots,
+            &self.doms,
+            &self.groups.entries,
+            &self.groups.sizes,
+            &self.groups.members,
+            &self.groups.sharers,
+            &self.groups.refs.offsets,
+            &self.groups.refs.targets,
+        ]);
+        c
+    }
+
+    /// Reads a kept snapshot written by [`Kept::encode`], checking it whole.
+    pub fn decode(input: &mut impl Read) -> Result<Kept, DecodeError> {
+        let mut magic = [0u8; 16];
+        input.read_exact(&mut magic)?;
+        if magic[..12] != KEPT_MAGIC || magic[12..] != KEPT_VERSION.to_le_bytes() {
+            return Err(DecodeError::NotKept);
+        }
+        let mut len = [0u8; 8];
+        input.read_exact(&mut len)?;
+        let len = u64::from_le_bytes(len);
+        if len > MAX_HEAD {
+            return Err(malformed(format!("a head of {len} bytes")));
+        }
+        let head = read_bytes(input, len as usize)?;
+        let mut k = read_head(&mut In {
+            bytes: &head,
+            at: 0,
+        })?;
+        let n = k.objects;
+        let has_ids = k.ids.is_some();
+        if has_ids {
+            k.ids = Some(Packed::decode(input, n)?);
+        }
+        k.addrs = Packed::decode(input, n)?;
+        k.sizes = Packed::decode(input, n)?;
+        k.site = Packed::decode(input, n)?;
+        k.thread = Packed::decode(input, n)?;
+        k.seqs = Packed::decode(input, n)?;
+        k.edges = PackedCsr::decode(input, n)?;
+        k.slots = Packed::decode(input, n)?;
+        k.doms = Packed::decode(input, n)?;
+        let g = k.groups.len();
+        k.groups.entries = Packed::decode(input, g)?;
+        k.groups.sizes = Packed::decode(input, g)?;
+        k.groups.members = Packed::decode(input, g)?;
+        k.groups.sharers = Packed::decode(input, g)?;
+        k.groups.refs = PackedCsr::decode(input, g)?;
+        k.check()?;
+        Ok(k)
+    }
+
+    /// The indices every reader relies on are in range.
+    fn check(&self) -> Result<(), DecodeError> {
+        let n = self.objects as u64;
+        let frames = u64::from(*self.frame_base.last().unwrap_or(&0));
+        let groups = self.groups.len() as u64;
+        let below = |what: &str, p: &Packed, bound: u64| match p.iter().position(|v| v >= bound) {
+            Some(i) => Err(malformed(format!(
+                "{what} {i} is {} (bound {bound})",
+                p.get(i)
+            ))),
+            None => Ok(()),
+        };
+        below("reference", &self.edges.targets, n)?;
+        below("slot of object", &self.slots, frames + groups + 2)?;
+        below("dominator of object", &self.doms, n + 1)?;
+        below("site of object", &self.site, self.sites.len() as u64 + 1)?;
+        below("entry of group", &self.groups.entries, n)?;
+        below(
+            "sharer set of group",
+            &self.groups.sharers,
+            self.groups.sets.len() as u64,
+        )?;
+        below("referent", &self.groups.refs.targets, groups)?;
+        let roots = self
+            .threads
+            .iter()
+            .flat_map(|t| t.frames.iter().flat_map(|f| f.refs.iter()))
+            .chain(&self.globals);
+        if let Some(r) = roots.into_iter().find(|&&r| u64::from(r) >= n) {
+            return Err(malformed(format!("a root refers to object {r} of {n}")));
+        }
+        Ok(())
+    }
+}
+
+fn read_head(i: &mut In<'_>) -> Result<Kept, DecodeError> {
+    let pid = i.u32()?;
+    let command = i.str()?;
+    let sites = (0..i.len(16)?)
+        .map(|_| {
+            let id = i.u64()?;
+            let frames = (0..i.len(8)?).map(|_| i.str()).collect::<Result<_, _>>()?;
+            Ok(Site { id, frames })
+        })
+        .collect::<Result<Vec<_>, DecodeError>>()?;
+    let threads = (0..i.len(13)?)
+        .map(|_| {
+            let tid = i.u32()?;
+            let name = i.str()?;
+            let state = match i.u8()? {
+                0 => ThreadState::Stopped,
+                _ => ThreadState::NotStoppable(i.str()?),
+            };
+            let frames = (0..i.len(25)?)
+                .map(|_| {
+                    Ok(Frame {
+                        function: i.str()?,
+                        module: i.str()?,
+                        kind: if i.u8()? == 0 {
+                            FrameKind::User
+                        } else {
+                            FrameKind::System
+                        },
+                        refs: i.u32s()?,
+                    })
+                })
+                .collect::<Result<_, DecodeError>>()?;
+            Ok(Thread {
+                tid,
+                name,
+                state,
+                frames,
+            })
+        })
+        .collect::<Result<Vec<_>, DecodeError>>()?;
+    let globals = i.u32s()?;
+    let figures = threads
+        .iter()
+        .map(|t| {
+            let tid = i.u32()?;
+            let (proprietary, shared, total) = (i.u64()?, i.u64()?, i.u64()?);
+            let n = i.len(24)?;
+            if tid != t.tid || n != t.frames.len() {
+                return Err(malformed(format!(
+                    "the figures of thread {tid} do not match it"
+                )));
+            }
+            let frames = (0..n)
+                .map(|_| {
+                    Ok(FrameFigures {
+                        proprietary: i.u64()?,
+                        frame_shared: i.group_ids()?,
+                        thread_shared: i.group_ids()?,
+                    })
+                })
+                .collect::<Result<_, DecodeError>>()?;
+            Ok(ThreadFigures {
+                tid,
+                proprietary,
+                shared,
+                total,
+                frames,
+            })
+        })
+        .collect::<Result<Vec<_>, DecodeError>>()?;
+    let totals = Totals {
+        objects: i.u64()?,
+        bytes: i.u64()?,
+        unreachable_bytes: i.u64()?,
+        global_only_bytes: i.u64()?,
+    };
+    let leaks = Leaks {
+        bytes: i.u64()?,
+        objects: i.u64()?,
+        definitely_lost: i.u64()?,
+        indirectly_lost: i.u64()?,
+        definitely_lost_objects: i.u64()?,
+        indirectly_lost_objects: i.u64()?,
+    };
+    let frame_base = i.u32s()?;
+    let counts: Vec<usize> = threads.iter().map(|t| t.frames.len()).collect();
+    let consistent = frame_base.len() == threads.len() + 1
+        && frame_base.first() == Some(&0)
+        && frame_base
+            .windows(2)
+            .zip(&counts)
+            .all(|(w, &c)| u64::from(w[1]) == u64::from(w[0]) + c as u64);
+    if !consistent {
+        return Err(malformed("the frame numbering does not match the threads"));
+    }
+    let objects = i.u64()?;
+    if objects >= u64::from(u32::MAX) {
+        return Err(malformed(format!("{objects} objects")));
+    }
+    let has_ids = i.u8()? != 0;
+    let mut kind_start = [0u32; 4];
+    for s in &mut kind_start {
+        *s = i.u32()?;
+    }
+    if kind_start[0] != 0 || kind_start.windows(2).any(|w| w[0] > w[1]) {
+        return Err(malformed("the group numbering is not ascending"));
+    }
+    let sets = (0..i.len(8)?)
+        .map(|_| {
+            (0..i.len(5)?)
+                .map(|_| {
+                    let tag = i.u8()?;
+                    let tid = i.u32()?;
+                    Ok(if tag == 0 {
+                        Sharer::Thread(tid)
+                    } else {
+                        Sharer::Globals
+                    })
+                })
+                .collect::<Result<Vec<_>, DecodeError>>()
+        })
+        .collect::<Result<Vec<_>, DecodeError>>()?;
+    let set_bytes = (0..sets.len())
+        .map(|_| i.u64())
+        .collect::<Result<Vec<_>, _>>()?;
+    if i.at != i.bytes.len() {
+        return Err(malformed("bytes after the head"));
+    }
+    Ok(Kept {
+        process: Process { pid, command },
+        sites,
+        threads,
+        globals,
+        figures,
+        totals,
+        leaks,
+        frame_base,
+        objects: objects as usize,
+        ids: has_ids.then(Packed::default),
+        groups: GroupTable {
+            kind_start,
+            sets,
+            set_bytes,
+            ..GroupTable::default()
+        },
+        ..Kept::default()
+    })
+}
+
+/// `n` bytes of `input`, in a buffer reserved fallibly.
+fn read_bytes(input: &mut impl Read, n: usize) -> Result<Vec<u8>, DecodeError> {
+    let mut buf = Vec::new();
+    reserve(&mut buf, n)?;
+    input.take(n as u64).read_to_end(&mut buf)?;
+    if buf.len() != n {
+        return Err(malformed(format!(
+            "{} bytes where {n} were announced",
+            buf.len()
+        )));
+    }
+    Ok(buf)
+}
+
+fn reserve<T>(v: &mut Vec<T>, n: usize) -> Result<(), DecodeError> {
+    v.try_reserve_exact(n)
+        .map_err(|_: TryReserveError| DecodeError::Memory {
+            bytes: n * size_of::<T>(),
+        })
+}
+
+fn read_u64(input: &mut impl Read) -> Result<u64, DecodeError> {
+    let mut b = [0u8; 8];
+    input.read_exact(&mut b)?;
+    Ok(u64::from_le_bytes(b))
+}
+
+fn read_pairs(input: &mut impl Read, max: usize) -> Result<Vec<(u32, u64)>, DecodeError> {
+    let n = read_u64(input)?;
+    if n > max as u64 {
+        return Err(malformed(format!(
+            "{n} runs or exceptions for {max} values"
+        )));
+    }
+    let bytes = read_bytes(input, n as usize * 12)?;
+    let mut out = Vec::new();
+    reserve(&mut out, n as usize)?;
+    out.extend(bytes.chunks_exact(12).map(|c| {
+        (
+            u32::from_le_bytes(c[..4].try_into().expect("4")),
+            u64::from_le_bytes(c[4..].try_into().expect("8")),
+        )
+    }));
+    Ok(out)
+}
+
+impl Packed {
+    fn encode(&self, out: &mut impl Write) -> io::Result<()> {
+        out.write_all(&(self.len as u64).to_le_bytes())?;
+        out.write_all(&[self.width as u8])?;
+        for pairs in [&self.runs, &self.exceptions] {
+            out.write_all(&(pairs.len() as u64).to_le_bytes())?;
+            for &(i, v) in pairs.iter() {
+                out.write_all(&i.to_le_bytes())?;
+                out.write_all(&v.to_le_bytes())?;
+            }
+        }
+        out.write_all(&self.bytes[..self.len * self.width])
+    }
+
+    /// Reads a column that must hold `len` values.
+    fn decode(input: &mut impl Read, len: usize) -> Result<Packed, DecodeError> {
+        let got = read_u64(input)?;
+        if got != len as u64 {
+            return Err(malformed(format!(
+                "a column of {got} values where {len} were due"
+            )));
+        }
+        let mut width = [0u8];
+        input.read_exact(&mut width)?;
+        let width = width[0] as usize;
+        if width > 8 {
+            return Err(malformed(format!("a column {width} bytes wide")));
+        }
+        let runs = read_pairs(input, len.max(1))?;
+        let exceptions = read_pairs(input, len)?;
+        let ascending = |p: &[(u32, u64)]| p.windows(2).all(|w| w[0].0 < w[1].0);
+        if runs.first().map(|r| r.0) != Some(0) || !ascending(&runs) {
+            return Err(malformed("a column's runs do not start at 0 and ascend"));
+        }
+        if !ascending(&exceptions) || exceptions.last().is_some_and(|e| e.0 as usize >= len) {
+            return Err(malformed("a column's exceptions are out of order"));
+        }
+        if runs.len() > 1 && !exceptions.is_empty() {
+            return Err(malformed("a column has both runs and exceptions"));
+        }
+        let mut bytes = read_bytes_padded(input, len * width)?;
+        bytes.resize(len * width + crate::packed::PAD, 0);
+        Ok(Packed::from_parts(len, width, runs, exceptions, bytes))
+    }
+}
+
+/// `n` bytes with room for the padding after them, reserved fallibly.
+fn read_bytes_padded(input: &mut impl Read, n: usize) -> Result<Vec<u8>, DecodeError> {
+    let mut buf = Vec::new();
+    reserve(&mut buf, n + crate::packed::PAD)?;
+    input.take(n as u64).read_to_end(&mut buf)?;
+    if buf.len() != n {
+        return Err(malformed(format!(
+            "{} bytes where {n} were announced",
+            buf.len()
+        )));
+    }
+    Ok(buf)
+}
+
+impl PackedCsr {
+    /// Reads a list of `sources` sources; offsets must ascend from 0 to the target count.
+    fn decode(input: &mut impl Read, sources: usize) -> Result<PackedCsr, DecodeError> {
+        let offsets = Packed::decode(input, sources + 1)?;
+        let total = offsets.get(sources);
+        let targets = Packed::decode(input, usize::try_from(total).unwrap_or(usize::MAX))?;
+        let mut previous = 0;
+        for i in 0..=sources {
+            let o = offsets.get(i);
+            if o < previous || (i == 0 && o != 0) {
+                return Err(malformed(format!("list offsets descend at {i}")));
+            }
+            previous = o;
+        }
+        Ok(PackedCsr { offsets, targets })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attribution::Analysis;
+    use crate::graph::NO_SITE;
+    use crate::synthetic::{SyntheticConfig, generate};
+
+    fn kept(objects: usize) -> Kept {
+        let graph = generate(&SyntheticConfig::new(objects, 4, 5));
+        Kept::new(&graph, &Analysis::new(&graph))
+    }
+
+    #[test]
+    fn a_kept_snapshot_survives_its_bytes() {
+        let k = kept(20_000);
+        let mut bytes = Vec::new();
+        k.encode(&mut bytes).unwrap();
+        let back = Kept::decode(&mut bytes.as_slice()).unwrap();
+        assert_eq!(back, k);
+    }
+
+    #[test]
+    fn truncated_or_altered_bytes_are_refused() {
+        let k = kept(2_000);
+        let mut bytes = Vec::new();
+        k.encode(&mut bytes).unwrap();
+        for cut in [0, 10, 20, bytes.len() / 2, bytes.len() - 1] {
+            assert!(Kept::decode(&mut &bytes[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut wrong = bytes.clone();
+        wrong[12] ^= 1;
+        assert!(matches!(
+            Kept::decode(&mut wrong.as_slice()),
+            Err(DecodeError::NotKept)
+        ));
+    }
+
+    #[test]
+    fn an_impossible_length_is_refused_without_allocating_it() {
+        let k = kept(100);
+        let mut bytes = Vec::new();
+        k.encode(&mut bytes).unwrap();
+        // The head's length, then a head claiming 2^60 sites.
+        let mut huge = bytes[..24].to_vec();
+        huge[16..24].copy_from_slice(&(1u64 << 29).to_le_bytes());
+        huge.extend_from_slice(&[0u8; 64]);
+        assert!(Kept::decode(&mut huge.as_slice()).is_err());
+    }
+
+    #[test]
+    fn out_of_range_indices_are_refused() {
+        let mut k = kept(1_000);
+        let n = k.objects;
+        k.doms = Packed::new(n, |o| if o == 7 { n as u64 + 5 } else { 0 });
+        let mut bytes = Vec::new();
+        k.encode(&mut bytes).unwrap();
+        let err = Kept::decode(&mut bytes.as_slice()).unwrap_err().to_string();
+        assert!(err.contains("dominator of object 7"), "{err}");
+    }
+
+    #[test]
+    fn no_site_stays_no_site() {
+        let k = kept(500);
+        for o in 0..k.objects as u32 {
+            assert!(k.site(o) == NO_SITE || (k.site(o) as usize) < k.sites.len());
+        }
+    }
+}

@@ -1,0 +1,774 @@
+//! A kept snapshot: everything drill-down asks of one analysed heap graph, in little memory.
+//!
+//! The agent keeps its latest snapshot inside the very process it describes, so what it keeps
+//! must cost that process little: a [`Kept`] holds, per heap block, its address, size, site,
+//! thread, sequence number, outgoing references, holder slot and dominator as [`Packed`]
+//! columns (a few bytes each, see `packed`); per group its entry, size, member count, sharer
+//! set and referents, the sharer sets interned (a million groups shared by the same two
+//! threads hold one set); threads, frames and sites as they are (they are few). No per-group
+//! or per-object heap vector: a group's members are found by one pass over the slot column
+//! when asked (a few milliseconds for millions of blocks), an object's referrers by one pass
+//! over the references.
+//!
+//! A `Kept` is made once from a [`HeapGraph`] and its [`Analysis`] ([`Kept::new`]), after
+//! which both can be dropped: every figure of docs/reference.md §3 and every question the
+//! protocol asks is answered from it alone, and it writes the graph back as a binary snapshot
+//! file. It travels between processes as bytes ([`Kept::encode`], [`Kept::decode`], see
+//! `kept_codec`), decoded with fallible allocations so that a process short of memory refuses
+//! instead of aborting.
+//!
+//! This module owns the kept form and its invariants. It computes nothing that `attribution`
+//! decides (classes, groups, sharers); it only stores and reads them back.
+
+use std::collections::HashMap;
+
+use crate::attribution::{Analysis, UnknownThread};
+use crate::figures::{
+    Group, GroupId, GroupKind, Holder, Leaks, ObjectClass, Sharer, ThreadFigures, Totals,
+};
+use crate::graph::{HeapGraph, NO_SITE, ObjectIndex, ObjectRecord, Process, Site, Thread};
+use crate::packed::{Packed, PackedCsr};
+
+/// Group kinds in id order, as indices of [`GroupTable::kind_start`].
+const KINDS: [GroupKind; 3] = [
+    GroupKind::FrameShared,
+    GroupKind::ThreadShared,
+    GroupKind::GlobalOnly,
+];
+
+/// The groups of a snapshot, in id order `F1..`, `T1..`, `G1..`, as columns.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GroupTable {
+    /// First group index of each kind, then the group count.
+    pub(crate) kind_start: [u32; 4],
+    pub(crate) entries: Packed,
+    pub(crate) sizes: Packed,
+    pub(crate) members: Packed,
+    /// Index in `sets` of each group's sharers.
+    pub(crate) sharers: Packed,
+    /// The distinct sharer sets, each ascending (threads by tid, globals last).
+    pub(crate) sets: Vec<Vec<Sharer>>,
+    /// Per set: bytes of the thread-shared groups with exactly that set (their release).
+    pub(crate) set_bytes: Vec<u64>,
+    /// Group indices each group refers to directly, ascending.
+    pub(crate) refs: PackedCsr,
+}
+
+/// One group as read from a [`GroupTable`].
+#[derive(Clone, Copy, Debug)]
+pub struct GroupView<'a> {
+    pub id: GroupId,
+    /// The entry object.
+    pub entry: ObjectIndex,
+    /// Sum of the members' sizes.
+    pub size: u64,
+    /// Number of members.
+    pub objects: u64,
+    /// Threads (and globals) that reach the group, ascending, globals last.
+    pub sharers: &'a [Sharer],
+    table: &'a GroupTable,
+    index: u32,
+}
+
+impl GroupView<'_> {
+    /// Groups a member of this group refers to directly, ascending.
+    pub fn refs(&self) -> impl ExactSizeIterator<Item = GroupId> + '_ {
+        self.table
+            .refs
+            .of(self.index as usize)
+            .map(|g| self.table.id(g as u32))
+    }
+}
+
+impl GroupTable {
+    /// Packs the analysis's groups, interning their sharer sets.
+    fn new(groups: &[Group], kind_start: [u32; 4]) -> GroupTable {
+        let mut set_index: HashMap<&[Sharer], u32> = HashMap::new();
+        let mut sets: Vec<Vec<Sharer>> = Vec::new();
+        let mut set_bytes: Vec<u64> = Vec::new();
+        let mut set_of = Vec::with_capacity(groups.len());
+        for g in groups {
+            let s = *set_index.entry(&g.sharers).or_insert_with(|| {
+                sets.push(g.sharers.clone());
+                set_bytes.push(0);
+                (sets.len() - 1) as u32
+            });
+            if g.id.kind == GroupKind::ThreadShared {
+                set_bytes[s as usize] += g.size;
+            }
+            set_of.push(s);
+        }
+        let index = |id: GroupId| -> u64 {
+            let k = KINDS.iter().position(|&k| k == id.kind).unwrap_or(0);
+            u64::from(kind_start[k] + id.number - 1)
+        };
+        GroupTable {
+            kind_start,
+            entries: Packed::new(groups.len(), |g| u64::from(groups[g].entry)),
+            sizes: Packed::new(groups.len(), |g| groups[g].size),
+            members: Packed::new(groups.len(), |g| groups[g].objects),
+            sharers: Packed::from_slice(&set_of),
+            sets,
+            set_bytes,
+            refs: PackedCsr::new(groups.len(), |g| groups[g].refs.iter().map(|&r| index(r))),
+        }
+    }
+
+    /// Number of groups.
+    pub fn len(&self) -> usize {
+        self.kind_start[3] as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The id of group index `g`.
+    pub fn id(&self, g: u32) -> GroupId {
+        let k = (0..3).rev().find(|&k| g >= self.kind_start[k]).unwrap_or(0);
+        GroupId {
+            kind: KINDS[k],
+            number: g - self.kind_start[k] + 1,
+        }
+    }
+
+    /// The index of a group id, if the snapshot has that group.
+    pub fn index(&self, id: GroupId) -> Option<u32> {
+        let k = KINDS.iter().position(|&k| k == id.kind)?;
+        let count = self.kind_start[k + 1] - self.kind_start[k];
+        (id.number >= 1 && id.number <= count).then(|| self.kind_start[k] + id.number - 1)
+    }
+
+    /// Group index `g`.
+    pub fn at(&self, g: u32) -> GroupView<'_> {
+        let i = g as usize;
+        GroupView {
+            id: self.id(g),
+            entry: self.entries.get_u32(i),
+            size: self.sizes.get(i),
+            objects: self.members.get(i),
+            sharers: &self.sets[self.sharers.get(i) as usize],
+            table: self,
+            index: g,
+        }
+    }
+
+    pub fn get(&self, id: GroupId) -> Option<GroupView<'_>> {
+        self.index(id).map(|g| self.at(g))
+    }
+
+    /// Every group, in id order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = GroupView<'_>> + '_ {
+        (0..self.len() as u32).map(|g| self.at(g))
+    }
+
+    /// The size of group index `g` (for sorting without building views).
+    pub fn size_at(&self, g: u32) -> u64 {
+        self.sizes.get(g as usize)
+    }
+
+    /// The distinct sharer sets.
+    pub fn sharer_sets(&self) -> &[Vec<Sharer>] {
+        &self.sets
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.entries.heap_bytes()
+            + self.sizes.heap_bytes()
+            + self.members.heap_bytes()
+            + self.sharers.heap_bytes()
+            + self.refs.heap_bytes()
+            + self
+                .sets
+                .iter()
+                .map(|s| s.capacity() * size_of::<Sharer>() + size_of::<Vec<Sharer>>())
+                .sum::<usize>()
+            + self.set_bytes.capacity() * 8
+    }
+}
+
+/// A kept snapshot (see the module docs).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Kept {
+    pub(crate) process: Process,
+    pub(crate) sites: Vec<Site>,
+    pub(crate) threads: Vec<Thread>,
+    pub(crate) globals: Vec<ObjectIndex>,
+    pub(crate) figures: Vec<ThreadFigures>,
+    pub(crate) totals: Totals,
+    pub(crate) leaks: Leaks,
+    /// First flat frame index of each thread, then the frame count.
+    pub(crate) frame_base: Vec<u32>,
+    pub(crate) objects: usize,
+    /// `None` when every id equals the sequence number (the agent's blocks).
+    pub(crate) ids: Option<Packed>,
+    pub(crate) addrs: Packed,
+    pub(crate) sizes: Packed,
+    /// Site index + 1, 0 for [`NO_SITE`] (so that "no site" does not widen the column).
+    pub(crate) site: Packed,
+    pub(crate) thread: Packed,
+    pub(crate) seqs: Packed,
+    pub(crate) edges: PackedCsr,
+    /// Holder slot: flat frame when frame-proprietary, `frames + g` in group `g`, then the
+    /// definitely and the indirectly lost slots.
+    pub(crate) slots: Packed,
+    /// Immediate dominator + 1 when that is an object, else 0.
+    pub(crate) doms: Packed,
+    pub(crate) groups: GroupTable,
+}
+
+impl Kept {
+    /// Keeps `graph` analysed by `analysis` (which must be `Analysis::new(graph)`).
+    pub fn new(graph: &HeapGraph, analysis: &Analysis) -> Kept {
+        let n = graph.object_count();
+        let cols = graph.objects();
+        let mut frame_base = Vec::with_capacity(graph.threads.len() + 1);
+        let mut frames = 0u32;
+        for t in &graph.threads {
+            frame_base.push(frames);
+            frames += t.frames.len() as u32;
+        }
+        frame_base.push(frames);
+        let groups = GroupTable::new(analysis.groups(), group_starts(analysis));
+        let group_count = groups.len() as u32;
+        let slot_of = |o: usize| -> u64 {
+            let o = o as ObjectIndex;
+            u64::from(match analysis.class_of(o) {
+                ObjectClass::FrameProprietary { thread, frame } => {
+                    frame_base[thread] + frame as u32
+                }
+                ObjectClass::DefinitelyLost => frames + group_count,
+                ObjectClass::IndirectlyLost => frames + group_count + 1,
+                _ => {
+                    let id = analysis.group_of(o).expect("a shared object is in a group");
+                    frames + groups.index(id).expect("the group exists")
+                }
+            })
+        };
+        let ids_are_seqs = cols.id == cols.seq;
+        Kept {
+            process: graph.process.clone(),
+            sites: graph.sites.clone(),
+            threads: graph.threads.clone(),
+            globals: graph.globals.clone(),
+            figures: analysis.threads().to_vec(),
+            totals: analysis.totals(),
+            leaks: analysis.leaks(),
+            objects: n,
+            ids: (!ids_are_seqs).then(|| Packed::from_slice(&cols.id)),
+            addrs: Packed::from_slice(&cols.addr),
+            sizes: Packed::from_slice(&cols.size),
+            site: Packed::new(n, |o| u64::from(cols.site[o].wrapping_add(1))),
+            thread: Packed::from_slice(&cols.thread),
+            seqs: Packed::from_slice(&cols.seq),
+            edges: PackedCsr::new(n, |o| {
+                graph
+                    .edges()
+                    .of(o as ObjectIndex)
+                    .iter()
+                    .map(|&t| u64::from(t))
+            }),
+            slots: Packed::new(n, slot_of),
+            doms: Packed::new(n, |o| {
+                analysis
+                    .dominator(o as ObjectIndex)
+                    .map_or(0, |d| u64::from(d) + 1)
+            }),
+            frame_base,
+            groups,
+        }
+    }
+
+    /// Memory held, in bytes (columns, sites, threads and frames).
+    pub fn heap_bytes(&self) -> usize {
+        let strings = |s: &String| s.capacity();
+        let packed = [
+            &self.addrs,
+            &self.sizes,
+            &self.site,
+            &self.thread,
+            &self.seqs,
+            &self.slots,
+            &self.doms,
+        ]
+        .iter()
+        .map(|p| p.heap_bytes())
+        .sum::<usize>()
+            + self.ids.as_ref().map_or(0, Packed::heap_bytes)
+            + self.edges.heap_bytes();
+        let sites: usize = self
+            .sites
+            .iter()
+            .map(|s| size_of::<Site>() + s.frames.iter().map(strings).sum::<usize>())
+            .sum();
+        let threads: usize = self
+            .threads
+            .iter()
+            .map(|t| {
+                size_of::<Thread>()
+                    + t.name.capacity()
+                    + t.frames
+                        .iter()
+                        .map(|f| {
+                            size_of_val(f)
+                                + f.function.capacity()
+                                + f.module.capacity()
+                                + f.refs.capacity() * 4
+                        })
+                        .sum::<usize>()
+            })
+            .sum();
+        let figures: usize = self
+            .figures
+            .iter()
+            .map(|t| {
+                size_of::<ThreadFigures>()
+                    + t.frames
+                        .iter()
+                        .map(|f| {
+                            size_of_val(f)
+                                + (f.frame_shared.capacity() + f.thread_shared.capacity())
+                                    * size_of::<GroupId>()
+                        })
+                        .sum::<usize>()
+            })
+            .sum();
+        packed
+            + sites
+            + threads
+            + figures
+            + self.groups.heap_bytes()
+            + self.globals.capacity() * 4
+            + self.frame_base.capacity() * 4
+    }
+
+    pub fn process(&self) -> &Process {
+        &self.process
+    }
+
+    pub fn sites(&self) -> &[Site] {
+        &self.sites
+    }
+
+    /// The threads with their frames (and each frame's references), in snapshot order.
+    pub fn threads(&self) -> &[Thread] {
+        &self.threads
+    }
+
+    /// Objects referenced from the globals root.
+    pub fn globals(&self) -> &[ObjectIndex] {
+        &self.globals
+    }
+
+    /// One entry per thread of [`Kept::threads`], same order.
+    pub fn figures(&self) -> &[ThreadFigures] {
+        &self.figures
+    }
+
+    pub fn totals(&self) -> Totals {
+        self.totals
+    }
+
+    pub fn leaks(&self) -> Leaks {
+        self.leaks
+    }
+
+    pub fn object_count(&self) -> usize {
+        self.objects
+    }
+
+    /// Index of the thread with this id.
+    pub fn thread_index(&self, tid: u32) -> Option<usize> {
+        self.threads.iter().position(|t| t.tid == tid)
+    }
+
+    /// Thread indices ranked by total descending, ties by tid ascending.
+    pub fn ranking(&self) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..self.figures.len()).collect();
+        order.sort_by_key(|&t| {
+            (
+                std::cmp::Reverse(self.figures[t].total),
+                self.figures[t].tid,
+            )
+        });
+        order
+    }
+
+    pub fn size(&self, o: ObjectIndex) -> u64 {
+        self.sizes.get(o as usize)
+    }
+
+    pub fn addr(&self, o: ObjectIndex) -> u64 {
+        self.addrs.get(o as usize)
+    }
+
+    pub fn seq(&self, o: ObjectIndex) -> u64 {
+        self.seqs.get(o as usize)
+    }
+
+    pub fn id(&self, o: ObjectIndex) -> u64 {
+        match &self.ids {
+            Some(ids) => ids.get(o as usize),
+            None => self.seq(o),
+        }
+    }
+
+    /// The allocation site index, or [`NO_SITE`].
+    pub fn site(&self, o: ObjectIndex) -> u32 {
+        (self.site.get(o as usize) as u32).wrapping_sub(1)
+    }
+
+    /// The allocating thread's id.
+    pub fn thread(&self, o: ObjectIndex) -> u32 {
+        self.thread.get(o as usize) as u32
+    }
+
+    /// One object's scalar fields.
+    pub fn record(&self, o: ObjectIndex) -> ObjectRecord {
+        ObjectRecord {
+            id: self.id(o),
+            addr: self.addr(o),
+            size: self.size(o),
+            site: self.site(o),
+            thread: self.thread(o),
+            seq: self.seq(o),
+        }
+    }
+
+    /// The allocation-site label of an object, `?` when unknown.
+    pub fn site_label(&self, o: ObjectIndex) -> &str {
+        match self.site(o) {
+            NO_SITE => "?",
+            s => self.sites[s as usize].label(),
+        }
+    }
+
+    /// The objects `o` refers to, in reference order.
+    pub fn edges_of(&self, o: ObjectIndex) -> impl ExactSizeIterator<Item = ObjectIndex> + '_ {
+        self.edges.of(o as usize).map(|t| t as ObjectIndex)
+    }
+
+    /// Every reference of every object, as `(holder, target)`, holders ascending.
+    pub fn all_edges(&self) -> impl Iterator<Item = (ObjectIndex, ObjectIndex)> + '_ {
+        let mut holder = 0usize;
+        let mut end = if self.objects > 0 {
+            self.edges.range(0).end
+        } else {
+            0
+        };
+        (0..self.edges.len()).map(move |k| {
+            while k >= end {
+                holder += 1;
+                end = self.edges.range(holder).end;
+            }
+            (holder as ObjectIndex, self.edges.target(k) as ObjectIndex)
+        })
+    }
+
+    pub fn groups(&self) -> &GroupTable {
+        &self.groups
+    }
+
+    pub fn group(&self, id: GroupId) -> Option<GroupView<'_>> {
+        self.groups.get(id)
+    }
+
+    fn frames(&self) -> u32 {
+        *self.frame_base.last().unwrap_or(&0)
+    }
+
+    /// Thread and frame index of a flat frame.
+    fn frame_position(&self, f: u32) -> (usize, usize) {
+        let t = self.frame_base.partition_point(|&b| b <= f) - 1;
+        (t, (f - self.frame_base[t]) as usize)
+    }
+
+    /// The class of one object.
+    pub fn class_of(&self, o: ObjectIndex) -> ObjectClass {
+        let s = self.slots.get_u32(o as usize);
+        let frames = self.frames();
+        let groups = self.groups.len() as u32;
+        if s < frames {
+            let (thread, frame) = self.frame_position(s);
+            return ObjectClass::FrameProprietary { thread, frame };
+        }
+        if s == frames + groups {
+            return ObjectClass::DefinitelyLost;
+        }
+        if s > frames + groups {
+            return ObjectClass::IndirectlyLost;
+        }
+        let g = self.groups.at(s - frames);
+        match g.id.kind {
+            GroupKind::FrameShared => ObjectClass::FrameShared {
+                thread: self
+                    .thread_of_sharer(g.sharers)
+                    .expect("a frame-shared group has its thread as sharer"),
+            },
+            GroupKind::ThreadShared => ObjectClass::ThreadShared,
+            GroupKind::GlobalOnly => ObjectClass::GlobalOnly,
+        }
+    }
+
+    fn thread_of_sharer(&self, sharers: &[Sharer]) -> Option<usize> {
+        match sharers {
+            [Sharer::Thread(tid)] => self.thread_index(*tid),
+            _ => None,
+        }
+    }
+
+    /// The group an object belongs to (None for frame-proprietary and unreachable objects).
+    pub fn group_of(&self, o: ObjectIndex) -> Option<GroupId> {
+        let s = self.slots.get_u32(o as usize);
+        let g = s.checked_sub(self.frames())?;
+        ((g as usize) < self.groups.len()).then(|| self.groups.id(g))
+    }
+
+    /// Immediate dominator of an object, when that is another object.
+    pub fn dominator(&self, o: ObjectIndex) -> Option<ObjectIndex> {
+        (self.doms.get(o as usize) as u32).checked_sub(1)
+    }
+
+    /// The objects in holder slot `slot`, ascending: one pass over the slot column.
+    fn slot_members(&self, slot: u32) -> Vec<ObjectIndex> {
+        (0..self.objects)
+            .filter(|&o| self.slots.get_u32(o) == slot)
+            .map(|o| o as ObjectIndex)
+            .collect()
+    }
+
+    /// Members of a group, ascending object index (entry included); empty for an unknown id.
+    pub fn members(&self, id: GroupId) -> Vec<ObjectIndex> {
+        match self.groups.index(id) {
+            Some(g) => self.slot_members(self.frames() + g),
+            None => Vec::new(),
+        }
+    }
+
+    /// Objects frame-proprietary to a frame, ascending (empty when the frame does not exist).
+    pub fn frame_members(&self, thread: usize, frame: usize) -> Vec<ObjectIndex> {
+        let (Some(&start), Some(&end)) =
+            (self.frame_base.get(thread), self.frame_base.get(thread + 1))
+        else {
+            return Vec::new();
+        };
+        let f = start + frame as u32;
+        if f >= end {
+            return Vec::new();
+        }
+        self.slot_members(f)
+    }
+
+    /// Unreachable objects, ascending: definitely lost ones, then indirectly lost ones.
+    pub fn leaked(&self) -> (Vec<ObjectIndex>, Vec<ObjectIndex>) {
+        let definitely = self.frames() + self.groups.len() as u32;
+        let (mut d, mut i) = (Vec::new(), Vec::new());
+        for o in 0..self.objects {
+            let s = self.slots.get_u32(o);
+            if s == definitely {
+                d.push(o as ObjectIndex);
+            } else if s > definitely {
+                i.push(o as ObjectIndex);
+            }
+        }
+        (d, i)
+    }
+
+    /// Bytes freed if every thread in `tids` ended: `Σ size(o) : ∅ ≠ T(o) ⊆ S`
+    /// (docs/reference.md §3 "Release").
+    pub fn release(&self, tids: &[u32]) -> Result<u64, UnknownThread> {
+        let mut set: Vec<u32> = tids.to_vec();
+        set.sort_unstable();
+        set.dedup();
+        let mut bytes = 0;
+        for &tid in &set {
+            let t = self
+                .figures
+                .iter()
+                .position(|f| f.tid == tid)
+                .ok_or(UnknownThread(tid))?;
+            bytes += self.figures[t].proprietary;
+        }
+        for (sharers, &shared) in self.groups.sets.iter().zip(&self.groups.set_bytes) {
+            let within = sharers.iter().all(|s| match s {
+                Sharer::Thread(tid) => set.binary_search(tid).is_ok(),
+                Sharer::Globals => false,
+            });
+            if within {
+                bytes += shared;
+            }
+        }
+        Ok(bytes)
+    }
+
+    /// Groups the holder refers to directly (ascending).
+    pub fn direct_referents(&self, holder: Holder) -> Vec<GroupId> {
+        match holder {
+            Holder::Frame { thread, frame } => self
+                .figures
+                .get(thread)
+                .and_then(|t| t.frames.get(frame))
+                .map(|f| {
+                    let mut ids: Vec<GroupId> = f
+                        .frame_shared
+                        .iter()
+                        .chain(&f.thread_shared)
+                        .copied()
+                        .collect();
+                    ids.sort_unstable();
+                    ids
+                })
+                .unwrap_or_default(),
+            Holder::Group(id) => self
+                .group(id)
+                .map(|g| g.refs().collect())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Transitive closure of [`Kept::direct_referents`] (ascending), e.g. F3 → T1 → F2 gives
+    /// [F2, F3, T1]. A group holder is not listed among its own developed referents even when
+    /// a cycle of references leads back to it. One walk over the groups reached, with a bitset
+    /// of all groups.
+    pub fn developed_referents(&self, holder: Holder) -> Vec<GroupId> {
+        let mut seen = vec![0u64; self.groups.len().div_ceil(64)];
+        let mut reached: Vec<u32> = Vec::new();
+        let mut todo: Vec<u32> = self
+            .direct_referents(holder)
+            .into_iter()
+            .filter_map(|id| self.groups.index(id))
+            .collect();
+        while let Some(g) = todo.pop() {
+            let (w, b) = (g as usize / 64, g % 64);
+            if seen[w] & (1 << b) != 0 {
+                continue;
+            }
+            seen[w] |= 1 << b;
+            reached.push(g);
+            todo.extend(self.groups.refs.of(g as usize).map(|r| r as u32));
+        }
+        if let Holder::Group(id) = holder
+            && let Some(g) = self.groups.index(id)
+        {
+            reached.retain(|&r| r != g);
+        }
+        // Group indices ascend in id order (F, T, G, each by number).
+        reached.sort_unstable();
+        reached.into_iter().map(|g| self.groups.id(g)).collect()
+    }
+}
+
+/// The analysis's group index of each kind's first group, then the group count.
+fn group_starts(analysis: &Analysis) -> [u32; 4] {
+    let mut starts = [0u32; 4];
+    for (k, kind) in KINDS.iter().enumerate() {
+        starts[k + 1] = starts[k]
+            + analysis
+                .groups()
+                .iter()
+                .filter(|g| g.id.kind == *kind)
+                .count() as u32;
+    }
+    starts
+}
+
+mod codec;
+pub use codec::{DecodeError, KEPT_MAGIC, KEPT_VERSION};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synthetic::{SyntheticConfig, generate};
+
+    /// Every answer of the kept form equals the graph's and the analysis's.
+    fn agrees(graph: &HeapGraph) {
+        let analysis = Analysis::new(graph);
+        let k = Kept::new(graph, &analysis);
+        let n = graph.object_count();
+        assert_eq!(k.object_count(), n);
+        assert_eq!(k.totals(), analysis.totals());
+        assert_eq!(k.leaks(), analysis.leaks());
+        assert_eq!(k.figures(), analysis.threads());
+        assert_eq!(k.ranking(), analysis.ranking());
+        for o in 0..n as ObjectIndex {
+            assert_eq!(k.record(o), graph.objects().record(o), "object {o}");
+            assert_eq!(k.class_of(o), analysis.class_of(o), "object {o}");
+            assert_eq!(k.group_of(o), analysis.group_of(o), "object {o}");
+            assert_eq!(k.dominator(o), analysis.dominator(o), "object {o}");
+            assert_eq!(k.site_label(o), graph.site_label(o));
+            assert!(k.edges_of(o).eq(graph.edges().of(o).iter().copied()));
+        }
+        let edges: Vec<_> = k.all_edges().collect();
+        let expected: Vec<_> = (0..n as ObjectIndex)
+            .flat_map(|o| graph.edges().of(o).iter().map(move |&t| (o, t)))
+            .collect();
+        assert_eq!(edges, expected);
+        assert_eq!(k.groups().len(), analysis.groups().len());
+        for (view, g) in k.groups().iter().zip(analysis.groups()) {
+            assert_eq!(view.id, g.id);
+            assert_eq!(k.groups().index(g.id).map(|i| k.groups().id(i)), Some(g.id));
+            assert_eq!(
+                (view.entry, view.size, view.objects, view.sharers),
+                (g.entry, g.size, g.objects, g.sharers.as_slice())
+            );
+            assert!(view.refs().eq(g.refs.iter().copied()), "{}", g.id);
+            assert_eq!(k.members(g.id), analysis.members(g.id), "{}", g.id);
+            assert_eq!(
+                k.developed_referents(Holder::Group(g.id)),
+                analysis.developed_referents(Holder::Group(g.id)),
+                "{}",
+                g.id
+            );
+        }
+        for (t, thread) in graph.threads.iter().enumerate() {
+            for f in 0..thread.frames.len() + 1 {
+                let frame = Holder::Frame {
+                    thread: t,
+                    frame: f,
+                };
+                assert_eq!(k.frame_members(t, f), analysis.frame_members(t, f));
+                assert_eq!(
+                    k.developed_referents(frame),
+                    analysis.developed_referents(frame)
+                );
+                let mut direct = analysis.direct_referents(frame);
+                direct.sort_unstable();
+                assert_eq!(k.direct_referents(frame), direct);
+            }
+        }
+        let (d, i) = analysis.leaked();
+        assert_eq!(k.leaked(), (d.to_vec(), i.to_vec()));
+        let tids: Vec<u32> = graph.threads.iter().map(|t| t.tid).collect();
+        for size in 0..=tids.len().min(4) {
+            for start in 0..tids.len() {
+                let set: Vec<u32> = tids
+                    .iter()
+                    .cycle()
+                    .skip(start)
+                    .take(size)
+                    .copied()
+                    .collect();
+                assert_eq!(k.release(&set), analysis.release(&set), "{set:?}");
+            }
+        }
+        assert_eq!(k.release(&[u32::MAX]), Err(UnknownThread(u32::MAX)));
+    }
+
+    #[test]
+    fn the_kept_form_answers_like_the_graph_and_its_analysis() {
+        for (objects, threads, frames, seed) in [(0, 0, 0, 1), (300, 3, 4, 2), (5_000, 6, 5, 3)] {
+            agrees(&generate(
+                &SyntheticConfig::new(objects, threads, frames).seed(seed),
+            ));
+        }
+    }
+
+    #[test]
+    fn objects_keep_in_a_few_bytes_each() {
+        let graph = generate(&SyntheticConfig::new(200_000, 64, 16));
+        let k = Kept::new(&graph, &Analysis::new(&graph));
+        let per_object = k.heap_bytes() / graph.object_count();
+        // Four references per object here: ids, columns and references fit well under 48.
+        assert!(per_object < 48, "{per_object} bytes per object");
+    }
+}

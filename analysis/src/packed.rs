@@ -1,0 +1,358 @@
+//! Integer columns stored in as few bytes as their values need, read back in constant time.
+//!
+//! A kept snapshot (`kept`) holds a few integers per heap block — address, size, sequence
+//! number, site, slot, dominator, references — for millions of blocks, in the memory of the
+//! very process it describes. A [`Packed`] column stores each value as an offset from a base
+//! in a fixed number of bytes (0 to 8), chosen per column from the values themselves:
+//! - one base for the whole column (its minimum), when the offsets fit few bytes; the rare
+//!   values that do not (a 16 MiB block among small ones) are kept aside as exceptions;
+//! - or runs of indices, each with its own base, when the values are sorted but spread wide
+//!   (block addresses: a program's brk heap and its mmapped regions are terabytes apart).
+//!
+//! So a column of thread ids in a one-thread program takes no byte per value, a column of
+//! slot numbers below 16M takes three. Reading value `i` is one unaligned 8-byte load and a
+//! mask (the byte string carries 8 bytes of padding), plus a binary search among the runs or
+//! the exceptions only when there are several runs or the value is marked as an exception.
+//!
+//! This module owns the layout and its invariants; it knows nothing of what the values mean.
+
+use std::collections::TryReserveError;
+
+/// Bytes of padding after the last value, so that every read is one 8-byte load.
+pub(crate) const PAD: usize = 8;
+
+/// A column of `u64` values, packed (see the module docs).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Packed {
+    pub(crate) len: usize,
+    pub(crate) width: usize,
+    /// `(1 << 8 * width) - 1`; a stored value equal to it marks an exception.
+    mask: u64,
+    /// `(first index, base)` of each run, ascending by index; the first run starts at 0.
+    pub(crate) runs: Vec<(u32, u64)>,
+    /// `(index, value)` of the values kept aside, ascending by index (single-run columns only).
+    pub(crate) exceptions: Vec<(u32, u64)>,
+    /// `len * width` bytes, then [`PAD`] zero bytes.
+    pub(crate) bytes: Vec<u8>,
+}
+
+/// Bytes needed to store `v` below the exception marker of that width (0 for 0: a column
+/// of one value stores nothing).
+fn width_of(v: u64) -> usize {
+    if v == 0 {
+        return 0;
+    }
+    (1..8).find(|&w| v < mask_of(w)).unwrap_or(8)
+}
+
+fn mask_of(width: usize) -> u64 {
+    if width >= 8 {
+        u64::MAX
+    } else {
+        (1u64 << (8 * width)) - 1
+    }
+}
+
+impl Packed {
+    /// Packs `len` values given by `value(i)` (called a few times per index, in order).
+    pub fn new(len: usize, value: impl Fn(usize) -> u64) -> Packed {
+        Self::try_new(len, value).unwrap_or_else(|e| panic!("packing {len} values: {e}"))
+    }
+
+    /// [`Packed::new`], failing instead of aborting when the memory cannot be had.
+    pub fn try_new(len: usize, value: impl Fn(usize) -> u64) -> Result<Packed, TryReserveError> {
+        assert!(
+            len < u32::MAX as usize,
+            "a packed column holds fewer than 2^32 values"
+        );
+        let (mut min, mut max) = (u64::MAX, 0u64);
+        for i in 0..len {
+            let v = value(i);
+            min = min.min(v);
+            max = max.max(v);
+        }
+        if len == 0 {
+            min = 0;
+        }
+        let span_width = width_of(max - min);
+        // One base: the narrowest width whose values plus exceptions cost least.
+        let (mut width, mut exceptions) = (span_width, 0usize);
+        if span_width > 1 {
+            let mut needs = [0usize; 9];
+            for i in 0..len {
+                needs[width_of(value(i) - min)] += 1;
+            }
+            let mut best = len * span_width;
+            let mut above = 0usize;
+            for w in (1..span_width).rev() {
+                above += needs[w + 1];
+                let cost = len * w + above * 12;
+                if cost < best {
+                    (best, width, exceptions) = (cost, w, above);
+                }
+            }
+        }
+        // Runs of width 4 for sorted, widely spread values (addresses).
+        let mut runs = vec![(0u32, min)];
+        if width > 4 {
+            let mut candidate = Vec::new();
+            let (mut lo, mut hi) = (u64::MAX, 0u64);
+            let mut sorted = true;
+            for i in 0..len {
+                let v = value(i);
+                if i > 0 && v < value(i - 1) {
+                    sorted = false;
+                    break;
+                }
+                if i == 0 || v.max(hi) - v.min(lo) >= mask_of(4) {
+                    candidate.push((i as u32, v));
+                    (lo, hi) = (v, v);
+                } else {
+                    (lo, hi) = (lo.min(v), hi.max(v));
+                }
+            }
+            if sorted && candidate.len() * 12 + len * 4 < len * width + exceptions * 12 {
+                (width, exceptions, runs) = (4, 0, candidate);
+            }
+        }
+        let mask = mask_of(width);
+        let mut bytes = Vec::new();
+        bytes.try_reserve_exact(len * width + PAD)?;
+        let mut kept_aside = Vec::new();
+        kept_aside.try_reserve_exact(exceptions)?;
+        let mut run = 0;
+        for i in 0..len {
+            while run + 1 < runs.len() && runs[run + 1].0 as usize <= i {
+                run += 1;
+            }
+            let v = value(i);
+            let mut offset = v - runs[run].1;
+            // Width 0 stores nothing and has no marker (chosen only when all values are equal).
+            if width > 0 && width < 8 && offset >= mask {
+                kept_aside.push((i as u32, v));
+                offset = mask;
+            }
+            bytes.extend_from_slice(&offset.to_le_bytes()[..width]);
+        }
+        bytes.resize(len * width + PAD, 0);
+        Ok(Packed {
+            len,
+            width,
+            mask,
+            runs,
+            exceptions: kept_aside,
+            bytes,
+        })
+    }
+
+    /// A column from its parts, as the kept codec reads them (which checks them first:
+    /// `width <= 8`, runs ascending from index 0, `bytes` holding `len * width + PAD`).
+    pub(crate) fn from_parts(
+        len: usize,
+        width: usize,
+        runs: Vec<(u32, u64)>,
+        exceptions: Vec<(u32, u64)>,
+        bytes: Vec<u8>,
+    ) -> Packed {
+        debug_assert!(width <= 8 && bytes.len() == len * width + PAD);
+        Packed {
+            len,
+            width,
+            mask: mask_of(width),
+            runs,
+            exceptions,
+            bytes,
+        }
+    }
+
+    /// Packs a slice of values.
+    pub fn from_slice<T: Copy + Into<u64>>(values: &[T]) -> Packed {
+        Packed::new(values.len(), |i| values[i].into())
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Value `i`. Panics when `i` is out of range.
+    #[inline]
+    pub fn get(&self, i: usize) -> u64 {
+        assert!(i < self.len, "index {i} of a packed column of {}", self.len);
+        let at = i * self.width;
+        let word = u64::from_le_bytes(self.bytes[at..at + 8].try_into().expect("8 bytes"));
+        let offset = word & self.mask;
+        if offset == self.mask && !self.exceptions.is_empty() {
+            if let Ok(k) = self.exceptions.binary_search_by_key(&(i as u32), |e| e.0) {
+                return self.exceptions[k].1;
+            }
+        }
+        let base = if self.runs.len() == 1 {
+            self.runs[0].1
+        } else {
+            self.runs[self.runs.partition_point(|r| r.0 as usize <= i) - 1].1
+        };
+        base.wrapping_add(offset)
+    }
+
+    /// Value `i` as a `u32` (for columns of indices, which always fit).
+    #[inline]
+    pub fn get_u32(&self, i: usize) -> u32 {
+        self.get(i) as u32
+    }
+
+    /// Every value, in order.
+    pub fn iter(&self) -> impl Iterator<Item = u64> + '_ {
+        (0..self.len).map(|i| self.get(i))
+    }
+
+    /// Bytes per value (the stored width, not counting runs and exceptions).
+    pub fn width(&self) -> usize {
+        self.width
+    }
+
+    /// Heap memory the column holds.
+    pub fn heap_bytes(&self) -> usize {
+        self.bytes.capacity()
+            + (self.runs.capacity() + self.exceptions.capacity()) * size_of::<(u32, u64)>()
+    }
+}
+
+/// A compressed adjacency list of packed columns: the targets of source `i` are
+/// `targets[offsets[i]..offsets[i + 1]]`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PackedCsr {
+    pub(crate) offsets: Packed,
+    pub(crate) targets: Packed,
+}
+
+impl PackedCsr {
+    /// Packs `sources` lists whose lengths and items `list(i)` gives (called twice per source).
+    pub fn new<I: IntoIterator<Item = u64>>(sources: usize, list: impl Fn(usize) -> I) -> Self {
+        let mut offsets = Vec::with_capacity(sources + 1);
+        let mut targets = Vec::new();
+        offsets.push(0u64);
+        for i in 0..sources {
+            targets.extend(list(i));
+            offsets.push(targets.len() as u64);
+        }
+        PackedCsr {
+            offsets: Packed::from_slice(&offsets),
+            targets: Packed::from_slice(&targets),
+        }
+    }
+
+    /// Number of sources.
+    pub fn sources(&self) -> usize {
+        self.offsets.len().saturating_sub(1)
+    }
+
+    /// Total number of targets.
+    pub fn len(&self) -> usize {
+        self.targets.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.targets.is_empty()
+    }
+
+    /// The range of `targets` that source `i` owns.
+    #[inline]
+    pub fn range(&self, i: usize) -> std::ops::Range<usize> {
+        self.offsets.get(i) as usize..self.offsets.get(i + 1) as usize
+    }
+
+    /// The targets of source `i`, in order.
+    pub fn of(&self, i: usize) -> impl ExactSizeIterator<Item = u64> + '_ {
+        self.range(i).map(|k| self.targets.get(k))
+    }
+
+    /// Target number `k` of the whole list.
+    #[inline]
+    pub fn target(&self, k: usize) -> u64 {
+        self.targets.get(k)
+    }
+
+    pub fn heap_bytes(&self) -> usize {
+        self.offsets.heap_bytes() + self.targets.heap_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(values: &[u64]) -> Packed {
+        let p = Packed::from_slice(values);
+        assert_eq!(p.len(), values.len());
+        for (i, &v) in values.iter().enumerate() {
+            assert_eq!(p.get(i), v, "value {i} of {values:?}");
+        }
+        p
+    }
+
+    #[test]
+    fn constant_columns_take_no_byte_per_value() {
+        let p = round_trip(&[7; 1000]);
+        assert_eq!(p.width(), 0);
+        assert!(p.heap_bytes() < 64, "{}", p.heap_bytes());
+        assert_eq!(round_trip(&[]).len(), 0);
+    }
+
+    #[test]
+    fn widths_follow_the_span_not_the_magnitude() {
+        let base = 0x7f00_0000_0000u64;
+        assert_eq!(round_trip(&[base, base + 200, base + 17]).width(), 1);
+        assert_eq!(round_trip(&[5, 70_000, 1_000_000]).width(), 3);
+        let wide: Vec<u64> = (0..100).map(|i| u64::MAX / 100 * i).collect();
+        assert_eq!(round_trip(&wide).width(), 8);
+        assert_eq!(round_trip(&[u64::MAX, u64::MAX - 1]).width(), 1);
+    }
+
+    #[test]
+    fn rare_large_values_are_exceptions() {
+        let mut values: Vec<u64> = (0..10_000).map(|i| 16 + i % 200).collect();
+        values[17] = 16 << 20;
+        values[9000] = u64::MAX;
+        values[9001] = 255 + 16;
+        let p = round_trip(&values);
+        assert_eq!(p.width(), 1);
+    }
+
+    #[test]
+    fn sorted_spread_values_use_runs() {
+        let mut values: Vec<u64> = (0..5000).map(|i| 0x5555_0000_0000 + 48 * i).collect();
+        values.extend((0..5000).map(|i| 0x7f12_0000_0000 + 4096 * i));
+        let p = round_trip(&values);
+        assert_eq!(p.width(), 4);
+        assert!(p.heap_bytes() < values.len() * 4 + 256);
+    }
+
+    #[test]
+    fn unsorted_spread_values_stay_exact() {
+        let mut x = 1u64;
+        let values: Vec<u64> = (0..3000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x >> (x % 64)
+            })
+            .collect();
+        round_trip(&values);
+    }
+
+    #[test]
+    fn csr_lists_come_back_in_order() {
+        let lists: Vec<Vec<u64>> = vec![vec![3, 1], vec![], vec![9, 9, 2_000_000], vec![]];
+        let csr = PackedCsr::new(lists.len(), |i| lists[i].clone());
+        assert_eq!(csr.sources(), 4);
+        assert_eq!(csr.len(), 5);
+        for (i, l) in lists.iter().enumerate() {
+            assert_eq!(csr.of(i).collect::<Vec<_>>(), *l);
+        }
+    }
+}
