@@ -185,10 +185,11 @@ impl Packed {
         let at = i * self.width;
         let word = u64::from_le_bytes(self.bytes[at..at + 8].try_into().expect("8 bytes"));
         let offset = word & self.mask;
-        if offset == self.mask && !self.exceptions.is_empty() {
-            if let Ok(k) = self.exceptions.binary_search_by_key(&(i as u32), |e| e.0) {
-                return self.exceptions[k].1;
-            }
+        if offset == self.mask
+            && !self.exceptions.is_empty()
+            && let Ok(k) = self.exceptions.binary_search_by_key(&(i as u32), |e| e.0)
+        {
+            return self.exceptions[k].1;
         }
         let base = if self.runs.len() == 1 {
             self.runs[0].1

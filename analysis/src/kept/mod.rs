@@ -448,6 +448,11 @@ impl Kept {
         self.edges.of(o as usize).map(|t| t as ObjectIndex)
     }
 
+    /// Number of references between objects.
+    pub fn edge_count(&self) -> usize {
+        self.edges.len()
+    }
+
     /// Every reference of every object, as `(holder, target)`, holders ascending.
     pub fn all_edges(&self) -> impl Iterator<Item = (ObjectIndex, ObjectIndex)> + '_ {
         let mut holder = 0usize;
@@ -752,6 +757,13 @@ mod tests {
             }
         }
         assert_eq!(k.release(&[u32::MAX]), Err(UnknownThread(u32::MAX)));
+        let (mut from_graph, mut from_kept) = (Vec::new(), Vec::new());
+        crate::snapshot::write_binary(graph, &mut from_graph).unwrap();
+        crate::snapshot::write_binary_kept(&k, &mut from_kept).unwrap();
+        assert!(
+            from_kept == from_graph,
+            "the kept graph writes the same file"
+        );
     }
 
     #[test]

@@ -20,6 +20,7 @@ use super::SnapshotError;
 use crate::graph::{
     Edges, Frame, HeapGraph, ObjectIndex, Objects, Process, Site, Thread, ThreadState,
 };
+use crate::kept::Kept;
 
 /// The first bytes of every binary snapshot.
 pub const MAGIC: [u8; 12] = *b"HEAPTUI\0SNAP";
@@ -44,15 +45,17 @@ pub fn write_binary(graph: &HeapGraph, out: impl Write) -> Result<(), SnapshotEr
 }
 
 fn write_unchecked(graph: &HeapGraph, out: impl Write) -> Result<(), SnapshotError> {
+    write_wire(&WireOut::of(graph), out)
+}
+
+fn write_wire(wire: &WireOut<'_>, out: impl Write) -> Result<(), SnapshotError> {
     let mut out = BufWriter::with_capacity(1 << 20, out);
     out.write_all(&MAGIC)?;
     out.write_all(&BINARY_VERSION.to_le_bytes())?;
-    bincode::serde::encode_into_std_write(WireOut::of(graph), &mut out, encoding()).map_err(
-        |e| match e {
-            bincode::error::EncodeError::Io { inner, .. } => SnapshotError::Io(inner),
-            other => SnapshotError::Encode(other.to_string()),
-        },
-    )?;
+    bincode::serde::encode_into_std_write(wire, &mut out, encoding()).map_err(|e| match e {
+        bincode::error::EncodeError::Io { inner, .. } => SnapshotError::Io(inner),
+        other => SnapshotError::Encode(other.to_string()),
+    })?;
     out.flush()?;
     Ok(())
 }
@@ -125,20 +128,49 @@ impl<'a> WireOut<'a> {
     fn of(g: &'a HeapGraph) -> Self {
         let o = g.objects();
         let e = g.edges();
-        let u32s = |column: &[u32]| PackedOut::new(column.iter().map(|&v| u64::from(v)));
+        let n = o.len();
+        WireOut::new(
+            &g.process,
+            &g.sites,
+            &g.threads,
+            &g.globals,
+            Columns {
+                objects: n,
+                id: &|i| o.id[i],
+                addr: &|i| o.addr[i],
+                size: &|i| o.size[i],
+                site: &|i| o.site[i],
+                thread: &|i| o.thread[i],
+                seq: &|i| o.seq[i],
+                degree: &|i| e.of(i as ObjectIndex).len(),
+                edges: e.len(),
+                targets: &mut e.targets().iter().copied(),
+            },
+        )
+    }
+
+    fn new(
+        process: &'a Process,
+        sites: &'a [Site],
+        threads: &'a [Thread],
+        globals: &'a [ObjectIndex],
+        c: Columns<'_>,
+    ) -> Self {
+        let n = c.objects;
+        let column = |value: &dyn Fn(usize) -> u64| PackedOut::new((0..n).map(value));
+        let deltas = |value: &dyn Fn(usize) -> u64| PackedOut::deltas((0..n).map(value));
         WireOut {
-            process: &g.process,
-            sites: &g.sites,
-            ids: PackedOut::deltas(&o.id),
-            addrs: PackedOut::deltas(&o.addr),
-            sizes: PackedOut::new(o.size.iter().copied()),
-            object_sites: PackedOut::new(o.site.iter().map(|&s| u64::from(s.wrapping_add(1)))),
-            object_threads: u32s(&o.thread),
-            seqs: PackedOut::deltas(&o.seq),
-            degrees: PackedOut::new((0..e.sources() as ObjectIndex).map(|v| e.of(v).len() as u64)),
-            targets: u32s(e.targets()),
-            threads: g
-                .threads
+            process,
+            sites,
+            ids: deltas(c.id),
+            addrs: deltas(c.addr),
+            sizes: column(c.size),
+            object_sites: column(&|i| u64::from((c.site)(i).wrapping_add(1))),
+            object_threads: column(&|i| u64::from((c.thread)(i))),
+            seqs: deltas(c.seq),
+            degrees: column(&|i| (c.degree)(i) as u64),
+            targets: PackedOut::counted(c.edges, c.targets.map(u64::from)),
+            threads: threads
                 .iter()
                 .map(|t| WireThread {
                     tid: t.tid,
@@ -150,9 +182,49 @@ impl<'a> WireOut<'a> {
                     frames: t.frames.as_slice(),
                 })
                 .collect(),
-            globals: &g.globals,
+            globals,
         }
     }
+}
+
+/// The object columns of a graph, however they are stored (a [`HeapGraph`] or a [`Kept`]).
+struct Columns<'c> {
+    objects: usize,
+    id: &'c dyn Fn(usize) -> u64,
+    addr: &'c dyn Fn(usize) -> u64,
+    size: &'c dyn Fn(usize) -> u64,
+    site: &'c dyn Fn(usize) -> u32,
+    thread: &'c dyn Fn(usize) -> u32,
+    seq: &'c dyn Fn(usize) -> u64,
+    degree: &'c dyn Fn(usize) -> usize,
+    /// How many references there are in all.
+    edges: usize,
+    /// Every object's references, one object after the other.
+    targets: &'c mut dyn Iterator<Item = ObjectIndex>,
+}
+
+/// Writes the graph a kept snapshot holds, in the binary form: the same file as
+/// [`write_binary`] of the graph it was made from.
+pub fn write_binary_kept(kept: &Kept, out: impl Write) -> Result<(), SnapshotError> {
+    let wire = WireOut::new(
+        kept.process(),
+        kept.sites(),
+        kept.threads(),
+        kept.globals(),
+        Columns {
+            objects: kept.object_count(),
+            id: &|i| kept.id(i as ObjectIndex),
+            addr: &|i| kept.addr(i as ObjectIndex),
+            size: &|i| kept.size(i as ObjectIndex),
+            site: &|i| kept.site(i as ObjectIndex),
+            thread: &|i| kept.thread(i as ObjectIndex),
+            seq: &|i| kept.seq(i as ObjectIndex),
+            degree: &|i| kept.edges_of(i as ObjectIndex).len(),
+            edges: kept.edge_count(),
+            targets: &mut kept.all_edges().map(|(_, t)| t),
+        },
+    );
+    write_wire(&wire, out)
 }
 
 /// A column of unsigned integers: how many, then their LEB128 varints as one byte string.
@@ -179,8 +251,12 @@ fn byte_string<S: serde::Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Err
 
 impl PackedOut {
     fn new(values: impl ExactSizeIterator<Item = u64>) -> PackedOut {
-        let count = values.len() as u64;
-        let mut bytes = Vec::with_capacity(values.len() * 2);
+        PackedOut::counted(values.len(), values)
+    }
+
+    /// [`PackedOut::new`] of `count` values from an iterator that does not know its length.
+    fn counted(count: usize, values: impl Iterator<Item = u64>) -> PackedOut {
+        let mut bytes = Vec::with_capacity(count * 2);
         for mut v in values {
             while v >= 0x80 {
                 bytes.push(v as u8 | 0x80);
@@ -188,14 +264,17 @@ impl PackedOut {
             }
             bytes.push(v as u8);
         }
-        PackedOut { count, bytes }
+        PackedOut {
+            count: count as u64,
+            bytes,
+        }
     }
 
     /// Differences from the previous value (the first from 0), zigzag-encoded so that small
     /// steps down are as short as small steps up.
-    fn deltas(column: &[u64]) -> PackedOut {
+    fn deltas(column: impl ExactSizeIterator<Item = u64>) -> PackedOut {
         let mut previous = 0u64;
-        PackedOut::new(column.iter().map(|&v| {
+        PackedOut::new(column.map(|v| {
             let d = v.wrapping_sub(previous) as i64;
             previous = v;
             ((d << 1) ^ (d >> 63)) as u64
@@ -506,11 +585,13 @@ mod tests {
         assert_eq!(p.bytes.len(), 1 + 1 + 1 + 2 + 2 + 6 + 10 + 10);
         assert_eq!(p.view().unpack_u64("c").unwrap(), values);
         let column = [5, 3, u64::MAX, 0, 1 << 63];
-        let deltas = PackedOut::deltas(&column);
+        let deltas = PackedOut::deltas(column.iter().copied());
         assert_eq!(deltas.view().unpack_deltas("c").unwrap(), column);
         // Sequential ids: one byte each after the first.
         assert_eq!(
-            PackedOut::deltas(&[1000, 1001, 1002, 1003]).bytes.len(),
+            PackedOut::deltas([1000, 1001, 1002, 1003].into_iter())
+                .bytes
+                .len(),
             2 + 3
         );
     }

@@ -23,7 +23,7 @@ use thiserror::Error;
 
 use crate::graph::{GraphError, HeapGraph};
 
-pub use binary::{BINARY_VERSION, MAGIC, write_binary};
+pub use binary::{BINARY_VERSION, MAGIC, write_binary, write_binary_kept};
 pub use json::{JSON_FORMAT, JSON_VERSION, write_json};
 
 /// Why a snapshot could not be read or written. Each variant is one clear line; paths such as
