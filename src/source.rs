@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use heaptui_analysis::{Analysis, HeapGraph};
+use heaptui_analysis::{Analysis, HeapGraph, Kept};
 use heaptui_protocol::answer::Answerer;
 use heaptui_protocol::message::{
     ErrorKind, ProcessInfo, Push, Request, RequestBody, RequestId, Response, SnapshotId,
@@ -103,17 +103,19 @@ impl SourceHandle {
 /// The snapshot id an offline source gives its one snapshot.
 pub const OFFLINE_SNAPSHOT: SnapshotId = SnapshotId(1);
 
-/// Offline: answers from a snapshot file's graph + analysis (on a thread of its own, since the
-/// analysis of a big graph takes a while and answers over millions of objects are not free).
-/// `Connected` comes once the analysis is done; requests made before wait in the queue.
+/// Offline: answers from a snapshot file's graph + analysis, kept as a `Kept` (the graph and
+/// the analysis are dropped once it is made), on a thread of its own, since the analysis of a
+/// big graph takes a while and answers over millions of objects are not free. `Connected`
+/// comes once the analysis is done; requests made before wait in the queue.
 pub fn offline(graph: HeapGraph, description: String) -> (SourceHandle, SourceEvents) {
     let (request_tx, mut request_rx) = mpsc::unbounded_channel::<Request>();
     let (event_tx, event_rx) = mpsc::unbounded_channel();
     std::thread::Builder::new()
         .name("heaptui-offline".into())
         .spawn(move || {
-            let analysis = Analysis::new(&graph);
-            let answerer = Answerer::new(OFFLINE_SNAPSHOT, &graph, &analysis);
+            let kept = Kept::new(&graph, &Analysis::new(&graph));
+            drop(graph);
+            let answerer = Answerer::new(OFFLINE_SNAPSHOT, &kept);
             if event_tx
                 .send(SourceEvent::Connected { description })
                 .is_err()
@@ -121,7 +123,7 @@ pub fn offline(graph: HeapGraph, description: String) -> (SourceHandle, SourceEv
                 return;
             }
             while let Some(request) = request_rx.blocking_recv() {
-                let body = answer_offline(&answerer, &graph, &request.body);
+                let body = answer_offline(&answerer, &request.body);
                 let answer = SourceEvent::Answer {
                     id: request.id,
                     body,
@@ -168,21 +170,18 @@ pub fn recording(mut recording: Recording, description: String) -> (SourceHandle
 
 /// The offline answer to one request: snapshot requests from the answerer, the process from the
 /// file, and an honest refusal for what only a live agent can do.
-pub(crate) fn answer_offline(
-    answerer: &Answerer<'_>,
-    graph: &HeapGraph,
-    body: &RequestBody,
-) -> Response {
+pub(crate) fn answer_offline(answerer: &Answerer<'_>, body: &RequestBody) -> Response {
     if let Some(answer) = answerer.answer(body) {
         return answer;
     }
+    let kept = answerer.kept();
     match body {
         RequestBody::ProcessInfo => Response::ProcessInfo(ProcessInfo {
-            pid: graph.process.pid,
-            command: graph.process.command.clone(),
+            pid: kept.process().pid,
+            command: kept.process().command.clone(),
             agent_version: String::new(),
             counters: Default::default(),
-            threads: graph.threads.len() as u32,
+            threads: kept.threads().len() as u32,
             snapshot: Some(answerer.snapshot_info()),
             policy_loaded: false,
             peak_snapshot: None,

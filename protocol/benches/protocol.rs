@@ -12,7 +12,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use heaptui_analysis::synthetic::{SyntheticConfig, generate};
-use heaptui_analysis::{Analysis, Edges, HeapGraph, ObjectRecord, Objects, Process, Site};
+use heaptui_analysis::{Analysis, Edges, HeapGraph, Kept, ObjectRecord, Objects, Process, Site};
 use heaptui_protocol::answer::Answerer;
 use heaptui_protocol::handshake::{client_handshake, server_handshake};
 use heaptui_protocol::*;
@@ -85,7 +85,8 @@ fn serve(graph: HeapGraph) -> u16 {
     let port = listener.local_addr().unwrap().port();
     thread::spawn(move || {
         let analysis = Analysis::new(&graph);
-        let answerer = Answerer::new(SnapshotId(1), &graph, &analysis);
+        let kept = Kept::new(&graph, &analysis);
+        let answerer = Answerer::new(SnapshotId(1), &kept);
         for stream in listener.incoming() {
             let mut stream = stream.unwrap();
             stream.set_nodelay(true).unwrap();
@@ -135,7 +136,8 @@ fn main() {
     // Ranking: 256 threads × 16 frames over 200k objects.
     let ranking_graph = generate(&SyntheticConfig::new(200_000, 256, 16));
     let analysis = Analysis::new(&ranking_graph);
-    let a = Answerer::new(SnapshotId(1), &ranking_graph, &analysis);
+    let kept = Kept::new(&ranking_graph, &analysis);
+    let a = Answerer::new(SnapshotId(1), &kept);
     let ranking = RequestBody::Threads {
         sort: Sort::desc(ThreadKey::Total),
         page: Page::FIRST,
@@ -182,7 +184,8 @@ fn main() {
         "1M-object group: graph + analysis built in {}",
         ms(started.elapsed())
     );
-    let a = Answerer::new(SnapshotId(1), &graph, &analysis);
+    let kept = Kept::new(&graph, &analysis);
+    let a = Answerer::new(SnapshotId(1), &kept);
     let group: GroupId = "G1".parse().unwrap();
     for offset in [0, 500_000, 990_000] {
         let t = time(9, || {

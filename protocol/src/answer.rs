@@ -1,6 +1,6 @@
-//! Builds every answer about a snapshot from its heap graph and its analysis, so that the live
-//! agent and the offline `heaptui open` answer identically: both hold a `HeapGraph` and an
-//! `Analysis` and call [`Answerer::answer`].
+//! Builds every answer about a snapshot from its kept form ([`Kept`]: the heap graph and its
+//! analysis in a few bytes per object), so that the live agent and the offline `heaptui open`
+//! answer identically: both keep a `Kept` and call [`Answerer::answer`].
 //!
 //! Pure: no I/O, no clock, no state between calls; the same request over the same snapshot
 //! gives the same answer. Requests about the process or the agent (process info, counters,
@@ -16,7 +16,7 @@
 
 use std::cmp::Ordering;
 
-use heaptui_analysis::{self as engine, Analysis, HeapGraph, Holder, NO_SITE, ObjectIndex, views};
+use heaptui_analysis::{self as engine, Holder, Kept, NO_SITE, ObjectIndex, views};
 use serde::Serialize;
 
 use crate::codec::{MAX_FRAME_LEN, encoded_len};
@@ -74,8 +74,7 @@ pub const MAX_TEXT_LEN: usize = 4096;
 #[derive(Clone, Copy)]
 pub struct Answerer<'a> {
     snapshot: SnapshotId,
-    graph: &'a HeapGraph,
-    analysis: &'a Analysis,
+    kept: &'a Kept,
     /// `last_seq` of the snapshot boundaries before this snapshot, ascending; `None` when
     /// the source keeps no history (ages are then unknown).
     boundaries: Option<&'a [u64]>,
@@ -91,12 +90,11 @@ fn error(kind: ErrorKind, message: String) -> ErrorAnswer {
 }
 
 impl<'a> Answerer<'a> {
-    /// `analysis` must be `Analysis::new(graph)`; `snapshot` is the id the answers carry.
-    pub fn new(snapshot: SnapshotId, graph: &'a HeapGraph, analysis: &'a Analysis) -> Self {
+    /// Answers about `kept`; `snapshot` is the id the answers carry.
+    pub fn new(snapshot: SnapshotId, kept: &'a Kept) -> Self {
         Answerer {
             snapshot,
-            graph,
-            analysis,
+            kept,
             boundaries: None,
             clock: None,
         }
@@ -133,6 +131,11 @@ impl<'a> Answerer<'a> {
 
     pub fn snapshot(&self) -> SnapshotId {
         self.snapshot
+    }
+
+    /// The snapshot answered about.
+    pub fn kept(&self) -> &'a Kept {
+        self.kept
     }
 
     /// The answer to a snapshot request, `None` for requests this module does not answer
@@ -195,17 +198,17 @@ impl<'a> Answerer<'a> {
     pub fn snapshot_info(&self) -> SnapshotInfo {
         SnapshotInfo {
             snapshot: self.snapshot,
-            threads: self.graph.threads.len() as u32,
-            totals: self.analysis.totals().into(),
-            leaks: self.analysis.leaks().into(),
+            threads: self.kept.threads().len() as u32,
+            totals: self.kept.totals().into(),
+            leaks: self.kept.leaks().into(),
             ..SnapshotInfo::default()
         }
     }
 
     /// A page of the thread ranking.
     pub fn threads(&self, sort: Sort<ThreadKey>, page: Page) -> ThreadPage {
-        let figures = self.analysis.threads();
-        let threads = &self.graph.threads;
+        let figures = self.kept.figures();
+        let threads = self.kept.threads();
         let mut order: Vec<u32> = (0..threads.len() as u32).collect();
         let window = select_page(&mut order, page, |&a, &b| {
             let (ta, tb) = (&threads[a as usize], &threads[b as usize]);
@@ -242,8 +245,8 @@ impl<'a> Answerer<'a> {
     /// A page of one thread's frames, innermost first, with their referents.
     pub fn frames(&self, tid: u32, page: Page) -> Answer<FramePage> {
         let t = self.thread_index(tid)?;
-        let thread = &self.graph.threads[t];
-        let figures = &self.analysis.threads()[t].frames;
+        let thread = &self.kept.threads()[t];
+        let figures = &self.kept.figures()[t].frames;
         let n = thread.frames.len();
         let (start, end) = bounds(page, n);
         let window: Vec<usize> = (start..end).collect();
@@ -259,7 +262,7 @@ impl<'a> Answerer<'a> {
                 frame_shared: IdList::capped(fig.frame_shared.iter().copied(), MAX_IDS_PER_ROW),
                 thread_shared: IdList::capped(fig.thread_shared.iter().copied(), MAX_IDS_PER_ROW),
                 developed: IdList::capped(
-                    self.analysis.developed_referents(Holder::Frame {
+                    self.kept.developed_referents(Holder::Frame {
                         thread: t,
                         frame: i,
                     }),
@@ -278,7 +281,7 @@ impl<'a> Answerer<'a> {
     /// One group with its entry, sharers and referents.
     pub fn group(&self, id: GroupId) -> Answer<GroupInfo> {
         let engine_id = engine::GroupId::from(id);
-        let group = self.analysis.group(engine_id).ok_or_else(|| {
+        let group = self.kept.group(engine_id).ok_or_else(|| {
             error(
                 ErrorKind::UnknownGroup,
                 format!("unknown group {id} in snapshot {}", self.snapshot.0),
@@ -288,13 +291,13 @@ impl<'a> Answerer<'a> {
             snapshot: self.snapshot,
             id,
             entry: self.object_row(group.entry),
-            label: clip(self.graph.site_label(group.entry)),
+            label: clip(self.kept.site_label(group.entry)),
             size: group.size,
             members: group.objects,
             sharers: group.sharers.iter().copied().map(Sharer::from).collect(),
-            direct: IdList::capped(group.refs.iter().copied(), MAX_IDS_PER_GROUP),
+            direct: IdList::capped(group.refs(), MAX_IDS_PER_GROUP),
             developed: IdList::capped(
-                self.analysis.developed_referents(Holder::Group(engine_id)),
+                self.kept.developed_referents(Holder::Group(engine_id)),
                 MAX_IDS_PER_GROUP,
             ),
         })
@@ -309,13 +312,13 @@ impl<'a> Answerer<'a> {
         filter: Option<&ObjectFilter>,
     ) -> Answer<ObjectPage> {
         let engine_id = engine::GroupId::from(id);
-        if self.analysis.group(engine_id).is_none() {
+        if self.kept.group(engine_id).is_none() {
             return Err(error(
                 ErrorKind::UnknownGroup,
                 format!("unknown group {id} in snapshot {}", self.snapshot.0),
             ));
         }
-        let members = self.filtered(self.analysis.members(engine_id), filter);
+        let members = self.filtered(self.kept.members(engine_id), filter);
         Ok(self.object_page(members, sort, page))
     }
 
@@ -328,24 +331,18 @@ impl<'a> Answerer<'a> {
         page: Page,
         filter: Option<&ObjectFilter>,
     ) -> Answer<ObjectPage> {
-        if site != NO_SITE && site as usize >= self.graph.sites.len() {
+        let sites = self.kept.sites().len();
+        if site != NO_SITE && site as usize >= sites {
             return Err(error(
                 ErrorKind::UnknownSite,
                 format!(
-                    "unknown site {site} in snapshot {} ({} sites)",
+                    "unknown site {site} in snapshot {} ({sites} sites)",
                     self.snapshot.0,
-                    self.graph.sites.len()
                 ),
             ));
         }
-        let objects: Vec<ObjectIndex> = self
-            .graph
-            .objects()
-            .site
-            .iter()
-            .enumerate()
-            .filter(|&(_, &s)| s == site)
-            .map(|(o, _)| o as ObjectIndex)
+        let objects: Vec<ObjectIndex> = (0..self.kept.object_count() as ObjectIndex)
+            .filter(|&o| self.kept.site(o) == site)
             .collect();
         Ok(self.object_page(self.filtered(objects, filter), sort, page))
     }
@@ -361,18 +358,19 @@ impl<'a> Answerer<'a> {
         let Some(filter) = filter.filter(|f| !f.query.is_empty()) else {
             return objects;
         };
-        let cols = self.graph.objects();
+        let k = self.kept;
         let mut text = String::new();
         objects.retain(|&o| {
             use std::fmt::Write as _;
-            let i = o as usize;
             text.clear();
             // Same text as ObjectFilter::row_text, without building a row.
-            let label = self.graph.site_label(o);
+            let label = k.site_label(o);
             let _ = write!(
                 text,
                 "{:#x} {} {label} {}",
-                cols.addr[i], cols.size[i], cols.thread[i]
+                k.addr(o),
+                k.size(o),
+                k.thread(o)
             );
             filter.matches(&text)
         });
@@ -382,7 +380,7 @@ impl<'a> Answerer<'a> {
     /// One object: its class, group, dominator, allocation stack, and a page of its outgoing
     /// and of its incoming references.
     pub fn object(&self, object: u32, refs: Page) -> Answer<ObjectDetail> {
-        let n = self.graph.object_count();
+        let n = self.kept.object_count();
         if object as usize >= n {
             return Err(error(
                 ErrorKind::UnknownObject,
@@ -392,22 +390,21 @@ impl<'a> Answerer<'a> {
                 ),
             ));
         }
-        let class = ObjectClass::from_engine(self.analysis.class_of(object), self.graph)
+        let class = ObjectClass::from_engine(self.kept.class_of(object), self.kept.threads())
             .ok_or_else(|| {
                 error(
                     ErrorKind::Internal,
                     format!("object {object}: its class names a thread or frame the snapshot does not have"),
                 )
             })?;
-        let site = self.graph.objects().site[object as usize];
-        let stack = match site {
+        let stack = match self.kept.site(object) {
             NO_SITE => Vec::new(),
-            s => stack_text(&self.graph.sites[s as usize].frames),
+            s => stack_text(&self.kept.sites()[s as usize].frames),
         };
 
         // Both lists share the budget; half each keeps one from starving the other.
         let half = ANSWER_BUDGET / 2;
-        let targets = self.graph.edges().of(object);
+        let targets: Vec<ObjectIndex> = self.kept.edges_of(object).collect();
         let (start, end) = bounds(refs, targets.len());
         let outgoing = fill_within(&targets[start..end], half, |&o| self.object_row(o));
 
@@ -415,7 +412,7 @@ impl<'a> Answerer<'a> {
         let (start, end) = bounds(refs, referrers.len());
         let incoming = fill_within(&referrers[start..end], half, |r| match *r {
             Source::Frame(t, f) => {
-                let thread = &self.graph.threads[t];
+                let thread = &self.kept.threads()[t];
                 Referrer::Frame {
                     tid: thread.tid,
                     frame: f as u32,
@@ -430,8 +427,8 @@ impl<'a> Answerer<'a> {
             snapshot: self.snapshot,
             object: self.object_row(object),
             class,
-            group: self.analysis.group_of(object).map(GroupId::from),
-            dominator: self.analysis.dominator(object),
+            group: self.kept.group_of(object).map(GroupId::from),
+            dominator: self.kept.dominator(object),
             stack,
             outgoing_page: info(refs, targets.len()),
             outgoing,
@@ -443,15 +440,16 @@ impl<'a> Answerer<'a> {
     /// A sorted page of the allocation sites that have live blocks (plus one row for blocks of
     /// unknown site, `site = u32::MAX`, when there are any).
     pub fn sites(&self, sort: Sort<SiteKey>, page: Page) -> SitePage {
-        let objects = self.graph.objects();
-        let sites = &self.graph.sites;
+        let k = self.kept;
+        let sites = k.sites();
         let unknown = sites.len();
         // Slot `unknown` gathers the blocks without a site.
         let mut bytes = vec![0u64; sites.len() + 1];
         let mut blocks = vec![0u64; sites.len() + 1];
-        for (&s, &size) in objects.site.iter().zip(&objects.size) {
+        for o in 0..k.object_count() as ObjectIndex {
+            let s = k.site(o);
             let slot = if s == NO_SITE { unknown } else { s as usize };
-            bytes[slot] += size;
+            bytes[slot] += k.size(o);
             blocks[slot] += 1;
         }
         let label = |slot: usize| sites.get(slot).map_or("?", |s| s.label());
@@ -500,7 +498,7 @@ impl<'a> Answerer<'a> {
     /// Release of a set of threads (docs/reference.md §3); the answer lists the set sorted, once
     /// each.
     pub fn release(&self, tids: &[u32]) -> Answer<ReleaseAnswer> {
-        let bytes = self.analysis.release(tids).map_err(|e| {
+        let bytes = self.kept.release(tids).map_err(|e| {
             error(
                 ErrorKind::UnknownThread,
                 format!("{e} in snapshot {}", self.snapshot.0),
@@ -518,14 +516,14 @@ impl<'a> Answerer<'a> {
 
     /// One object as a row.
     pub fn object_row(&self, o: ObjectIndex) -> ObjectRow {
-        let r = self.graph.objects().record(o);
+        let r = self.kept.record(o);
         ObjectRow {
             index: o,
             id: r.id,
             addr: r.addr,
             size: r.size,
             site: r.site,
-            site_label: clip(self.graph.site_label(o)),
+            site_label: clip(self.kept.site_label(o)),
             thread: r.thread,
             seq: r.seq,
             age: match self.boundaries {
@@ -539,15 +537,14 @@ impl<'a> Answerer<'a> {
 
     /// Unreachable blocks by allocation site, most bytes first (ties by site index).
     pub fn leaks(&self, page: Page) -> LeakPage {
-        let (definitely, indirectly) = self.analysis.leaked();
-        let cols = self.graph.objects();
+        let (definitely, indirectly) = self.kept.leaked();
         // Site index → row; `NO_SITE` gathers the blocks without one.
         let mut by_site: std::collections::HashMap<u32, LeakRow> = Default::default();
         for (objects, definite) in [(definitely, true), (indirectly, false)] {
-            for &o in objects {
-                let site = cols.site[o as usize];
+            for o in objects {
+                let site = self.kept.site(o);
                 let row = by_site.entry(site).or_insert_with(|| self.leak_row(site));
-                let size = cols.size[o as usize];
+                let size = self.kept.size(o);
                 if definite {
                     row.definitely_lost += size;
                     row.definitely_lost_objects += 1;
@@ -574,7 +571,7 @@ impl<'a> Answerer<'a> {
         let (label, frames) = match site {
             NO_SITE => ("?".to_string(), Vec::new()),
             s => {
-                let site = &self.graph.sites[s as usize];
+                let site = &self.kept.sites()[s as usize];
                 (clip(site.label()), stack_text(&site.frames))
             }
         };
@@ -600,15 +597,15 @@ impl<'a> Answerer<'a> {
             })
             .collect();
         let oldest = (oldest as usize).min(MAX_PAGE_ROWS as usize);
-        let cols = self.graph.objects();
-        let blocks = (0..cols.len())
-            .filter(|&i| cols.seq[i] != engine::NO_SEQ)
-            .map(|i| views::ages::AgedBlock {
-                seq: cols.seq[i],
-                size: cols.size[i],
-                site: cols.site[i],
-                tid: cols.thread[i],
-                unix_ms: self.allocated_ms(cols.seq[i]),
+        let k = self.kept;
+        let blocks = (0..k.object_count() as ObjectIndex)
+            .filter(|&o| k.seq(o) != engine::NO_SEQ)
+            .map(|o| views::ages::AgedBlock {
+                seq: k.seq(o),
+                size: k.size(o),
+                site: k.site(o),
+                tid: k.thread(o),
+                unix_ms: self.allocated_ms(k.seq(o)),
             });
         let now_ms = self.clock.map_or(0, |(_, now)| now);
         let ages = views::ages::Ages::new(blocks, &boundaries, now_ms, oldest);
@@ -628,10 +625,10 @@ impl<'a> Answerer<'a> {
             label: match by {
                 AgeScope::Sites => match key {
                     NO_SITE => "?".to_string(),
-                    s => clip(self.graph.sites[s as usize].label()),
+                    s => clip(k.sites()[s as usize].label()),
                 },
-                AgeScope::Threads => match self.graph.thread_index(key) {
-                    Some(t) => clip(&self.graph.threads[t].name),
+                AgeScope::Threads => match k.thread_index(key) {
+                    Some(t) => clip(&k.threads()[t].name),
                     None => format!("thread {key}"),
                 },
             },
@@ -645,9 +642,9 @@ impl<'a> Answerer<'a> {
             .map(|(i, s)| (s.seq, i))
             .collect();
         let mut found: Vec<Option<ObjectIndex>> = vec![None; ages.oldest.len()];
-        for (o, seq) in self.graph.objects().seq.iter().enumerate() {
-            if let Some(&i) = wanted.get(seq) {
-                found[i].get_or_insert(o as ObjectIndex);
+        for o in 0..k.object_count() as ObjectIndex {
+            if let Some(&i) = wanted.get(&k.seq(o)) {
+                found[i].get_or_insert(o);
             }
         }
         let oldest = ages
@@ -676,7 +673,7 @@ impl<'a> Answerer<'a> {
     /// call; a server that keeps the encoding answers with [`snapshot_chunk`] instead.
     pub fn snapshot_data(&self, offset: u64) -> Answer<SnapshotChunk> {
         let mut encoded = Vec::new();
-        heaptui_analysis::snapshot::write_binary(self.graph, &mut encoded).map_err(|e| {
+        heaptui_analysis::snapshot::write_binary_kept(self.kept, &mut encoded).map_err(|e| {
             error(
                 ErrorKind::Internal,
                 format!("cannot encode snapshot {}: {e}", self.snapshot.0),
@@ -700,7 +697,7 @@ impl<'a> Answerer<'a> {
     }
 
     fn thread_index(&self, tid: u32) -> Answer<usize> {
-        self.graph.thread_index(tid).ok_or_else(|| {
+        self.kept.thread_index(tid).ok_or_else(|| {
             error(
                 ErrorKind::UnknownThread,
                 format!("unknown thread id {tid} in snapshot {}", self.snapshot.0),
@@ -715,23 +712,22 @@ impl<'a> Answerer<'a> {
         page: Page,
     ) -> ObjectPage {
         let total = objects.len();
-        let cols = self.graph.objects();
+        let k = self.kept;
         let site_rank = match sort.key {
             ObjectKey::Site => self.site_ranks(),
             _ => Vec::new(),
         };
         let key = |o: ObjectIndex| -> u64 {
-            let i = o as usize;
             match sort.key {
-                ObjectKey::Size => cols.size[i],
-                ObjectKey::Addr => cols.addr[i],
-                ObjectKey::Seq => cols.seq[i],
-                ObjectKey::Id => cols.id[i],
-                ObjectKey::Site => match cols.site[i] {
+                ObjectKey::Size => k.size(o),
+                ObjectKey::Addr => k.addr(o),
+                ObjectKey::Seq => k.seq(o),
+                ObjectKey::Id => k.id(o),
+                ObjectKey::Site => match k.site(o) {
                     NO_SITE => u64::MAX,
                     s => u64::from(site_rank[s as usize]),
                 },
-                ObjectKey::Thread => u64::from(cols.thread[i]),
+                ObjectKey::Thread => u64::from(k.thread(o)),
                 ObjectKey::Index => u64::from(o),
             }
         };
@@ -758,7 +754,7 @@ impl<'a> Answerer<'a> {
 
     /// Rank of each site in alphabetical order of its label, ties by index.
     fn site_ranks(&self) -> Vec<u32> {
-        let sites = &self.graph.sites;
+        let sites = self.kept.sites();
         let mut order: Vec<u32> = (0..sites.len() as u32).collect();
         order.sort_by(|&a, &b| {
             sites[a as usize]
@@ -778,20 +774,20 @@ impl<'a> Answerer<'a> {
     /// request costs O(edges), and keeps no reverse index alive between requests.
     fn referrers(&self, target: ObjectIndex) -> Vec<Source> {
         let mut out = Vec::new();
-        for (t, thread) in self.graph.threads.iter().enumerate() {
+        for (t, thread) in self.kept.threads().iter().enumerate() {
             for (f, frame) in thread.frames.iter().enumerate() {
                 if frame.refs.contains(&target) {
                     out.push(Source::Frame(t, f));
                 }
             }
         }
-        if self.graph.globals.contains(&target) {
+        if self.kept.globals().contains(&target) {
             out.push(Source::Globals);
         }
-        let edges = self.graph.edges();
-        for o in 0..self.graph.object_count() as ObjectIndex {
-            if edges.of(o).contains(&target) {
-                out.push(Source::Object(o));
+        for (holder, to) in self.kept.all_edges() {
+            // A holder that refers to the target twice is listed once.
+            if to == target && out.last() != Some(&Source::Object(holder)) {
+                out.push(Source::Object(holder));
             }
         }
         out
@@ -799,7 +795,7 @@ impl<'a> Answerer<'a> {
 }
 
 /// A referrer before it is turned into a row (only the page's window is).
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Source {
     Frame(usize, usize),
     Globals,

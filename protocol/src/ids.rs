@@ -188,11 +188,11 @@ impl From<ThreadState> for engine::ThreadState {
 }
 
 impl ObjectClass {
-    /// Converts the engine's class, whose thread and frame are indices into `graph.threads`,
-    /// into the wire's tid + frame index. `None` when the indices do not fit the graph (a
+    /// Converts the engine's class, whose thread and frame are indices into the snapshot's
+    /// `threads`, into the wire's tid + frame index. `None` when the indices do not fit them (a
     /// mismatched graph and analysis: the caller reports an internal error).
-    pub fn from_engine(class: engine::ObjectClass, graph: &engine::HeapGraph) -> Option<Self> {
-        let tid_of = |thread: usize| graph.threads.get(thread).map(|t| t.tid);
+    pub fn from_engine(class: engine::ObjectClass, threads: &[engine::Thread]) -> Option<Self> {
+        let tid_of = |thread: usize| threads.get(thread).map(|t| t.tid);
         Some(match class {
             engine::ObjectClass::FrameProprietary { thread, frame } => {
                 ObjectClass::FrameProprietary {

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use heaptui_analysis::{
-    self as engine, Analysis, Edges, HeapGraph, NO_SITE, ObjectRecord, Objects, Process, Site,
+    self as engine, Analysis, Edges, HeapGraph, Kept, NO_SITE, ObjectRecord, Objects, Process, Site,
 };
 use heaptui_protocol::answer::{ANSWER_BUDGET, Answerer, MAX_TEXT_LEN, select_page};
 use heaptui_protocol::*;
@@ -48,7 +48,8 @@ fn error_of(response: Option<Response>) -> ErrorAnswer {
 #[test]
 fn the_ranking_is_by_total_and_pages_follow_it() {
     let (graph, analysis) = fixture();
-    let a = Answerer::new(SNAP, &graph, &analysis);
+    let kept = Kept::new(&graph, &analysis);
+    let a = Answerer::new(SNAP, &kept);
     let page = a.threads(Sort::desc(ThreadKey::Total), Page::FIRST);
     assert_eq!(page.snapshot, SNAP);
     assert_eq!(
@@ -116,7 +117,8 @@ fn the_ranking_is_by_total_and_pages_follow_it() {
 #[test]
 fn frames_carry_proprietary_bytes_and_referents() {
     let (graph, analysis) = fixture();
-    let a = Answerer::new(SNAP, &graph, &analysis);
+    let kept = Kept::new(&graph, &analysis);
+    let a = Answerer::new(SNAP, &kept);
     let t1 = a.frames(1, Page::FIRST).unwrap();
     assert_eq!((t1.tid, t1.page.total), (1, 2));
     let f0 = &t1.rows[0];
@@ -153,7 +155,8 @@ fn frames_carry_proprietary_bytes_and_referents() {
 #[test]
 fn groups_carry_entry_sharers_and_referents() {
     let (graph, analysis) = fixture();
-    let a = Answerer::new(SNAP, &graph, &analysis);
+    let kept = Kept::new(&graph, &analysis);
+    let a = Answerer::new(SNAP, &kept);
     let t1 = a.group(g("T1")).unwrap();
     assert_eq!((t1.entry.id, t1.entry.addr), (5, 66816));
     assert_eq!(t1.label, "Class2.Cache");
@@ -192,7 +195,8 @@ fn groups_carry_entry_sharers_and_referents() {
 #[test]
 fn group_objects_are_sorted_and_paged() {
     let (graph, analysis) = fixture();
-    let a = Answerer::new(SNAP, &graph, &analysis);
+    let kept = Kept::new(&graph, &analysis);
+    let a = Answerer::new(SNAP, &kept);
     let page = a
         .group_objects(g("F2"), Sort::desc(ObjectKey::Size), Page::FIRST, None)
         .unwrap();
@@ -225,7 +229,8 @@ fn group_objects_are_sorted_and_paged() {
 #[test]
 fn a_filter_narrows_the_whole_group_before_paging() {
     let (graph, analysis) = fixture();
-    let a = Answerer::new(SNAP, &graph, &analysis);
+    let kept = Kept::new(&graph, &analysis);
+    let a = Answerer::new(SNAP, &kept);
     let only_token = ObjectFilter::new("token");
     let page = a
         .group_objects(
@@ -283,7 +288,8 @@ fn a_filter_narrows_the_whole_group_before_paging() {
 #[test]
 fn an_object_shows_class_stack_and_both_directions_of_references() {
     let (graph, analysis) = fixture();
-    let a = Answerer::new(SNAP, &graph, &analysis);
+    let kept = Kept::new(&graph, &analysis);
+    let a = Answerer::new(SNAP, &kept);
     let cache = index_of(&graph, 5);
     let d = a.object(cache, Page::FIRST).unwrap();
     assert_eq!(d.object.id, 5);
@@ -350,7 +356,8 @@ fn an_object_shows_class_stack_and_both_directions_of_references() {
 #[test]
 fn sites_list_live_bytes_and_their_objects() {
     let (graph, analysis) = fixture();
-    let a = Answerer::new(SNAP, &graph, &analysis);
+    let kept = Kept::new(&graph, &analysis);
+    let a = Answerer::new(SNAP, &kept);
     let page = a.sites(Sort::desc(SiteKey::LiveBytes), Page::new(0, 3));
     assert_eq!(page.page.total, 16);
     let rows: Vec<_> = page
@@ -391,7 +398,8 @@ fn sites_list_live_bytes_and_their_objects() {
 #[test]
 fn release_is_of_the_set_not_a_sum() {
     let (graph, analysis) = fixture();
-    let a = Answerer::new(SNAP, &graph, &analysis);
+    let kept = Kept::new(&graph, &analysis);
+    let a = Answerer::new(SNAP, &kept);
     for (tids, bytes) in [
         (vec![1, 2], 300),
         (vec![3, 4], 200),
@@ -410,7 +418,8 @@ fn release_is_of_the_set_not_a_sum() {
 #[test]
 fn the_snapshot_summary_has_the_totals_and_leaks() {
     let (graph, analysis) = fixture();
-    let info = Answerer::new(SNAP, &graph, &analysis).snapshot_info();
+    let kept = Kept::new(&graph, &analysis);
+    let info = Answerer::new(SNAP, &kept).snapshot_info();
     assert_eq!(info.snapshot, SNAP);
     assert_eq!(info.threads, 4);
     assert_eq!(
@@ -435,7 +444,8 @@ fn the_snapshot_summary_has_the_totals_and_leaks() {
 #[test]
 fn snapshot_requests_name_their_snapshot() {
     let (graph, analysis) = fixture();
-    let a = Answerer::new(SNAP, &graph, &analysis);
+    let kept = Kept::new(&graph, &analysis);
+    let a = Answerer::new(SNAP, &kept);
     for request in [
         RequestBody::Group {
             snapshot: SnapshotId(6),
@@ -470,7 +480,8 @@ fn snapshot_requests_name_their_snapshot() {
 #[test]
 fn exactly_the_snapshot_requests_are_answered_here() {
     let (graph, analysis) = fixture();
-    let a = Answerer::new(SNAP, &graph, &analysis);
+    let kept = Kept::new(&graph, &analysis);
+    let a = Answerer::new(SNAP, &kept);
     let requests = [
         RequestBody::ProcessInfo,
         RequestBody::Subscribe,
@@ -601,7 +612,8 @@ fn big_group(n: u32) -> HeapGraph {
 #[test]
 fn leaks_are_grouped_by_site_most_bytes_first() {
     let (graph, analysis) = fixture();
-    let a = Answerer::new(SNAP, &graph, &analysis);
+    let kept = Kept::new(&graph, &analysis);
+    let a = Answerer::new(SNAP, &kept);
     let Some(Response::Leaks(page)) = a.answer(&RequestBody::Leaks { page: Page::FIRST }) else {
         panic!("not a leak page");
     };
@@ -661,7 +673,8 @@ fn ages_count_the_boundaries_each_block_survived() {
     let graph = HeapGraph::new(Process::default(), sites, objects, edges, vec![], vec![]).unwrap();
     let analysis = Analysis::new(&graph);
     let boundaries = [5u64, 8];
-    let a = Answerer::new(SNAP, &graph, &analysis).with_boundaries(&boundaries);
+    let kept = Kept::new(&graph, &analysis);
+    let a = Answerer::new(SNAP, &kept).with_boundaries(&boundaries);
     let ages: Vec<Option<u32>> = (0..6).map(|o| a.object_row(o).age).collect();
     assert_eq!(ages, [2, 2, 2, 1, 0, 0].map(Some));
     let answer = a.ages(AgeScope::Sites, Page::FIRST, 2);
@@ -710,7 +723,8 @@ fn ages_count_the_boundaries_each_block_survived() {
         "no clock, no date"
     );
     // Without boundaries the ages are unknown, not zero.
-    let plain = Answerer::new(SNAP, &graph, &analysis);
+    let kept = Kept::new(&graph, &analysis);
+    let plain = Answerer::new(SNAP, &kept);
     assert_eq!(plain.object_row(0).age, None);
     assert_eq!(plain.ages(AgeScope::Sites, Page::FIRST, 0).boundaries, 0);
 }
@@ -719,7 +733,8 @@ fn ages_count_the_boundaries_each_block_survived() {
 fn paging_through_a_big_group_visits_every_member_once_in_order() {
     let graph = big_group(5000);
     let analysis = Analysis::new(&graph);
-    let a = Answerer::new(SNAP, &graph, &analysis);
+    let kept = Kept::new(&graph, &analysis);
+    let a = Answerer::new(SNAP, &kept);
     let g1 = g("G1");
     assert_eq!(a.group(g1).unwrap().members, 5001);
     let sizes = &graph.objects().size;
@@ -764,7 +779,8 @@ fn paging_through_a_big_group_visits_every_member_once_in_order() {
 fn blocks_of_unknown_site_get_their_own_site_row() {
     let graph = big_group(30);
     let analysis = Analysis::new(&graph);
-    let a = Answerer::new(SNAP, &graph, &analysis);
+    let kept = Kept::new(&graph, &analysis);
+    let a = Answerer::new(SNAP, &kept);
     let sites = a.sites(Sort::desc(SiteKey::Blocks), Page::FIRST);
     let rows: Vec<_> = sites
         .rows
@@ -793,7 +809,8 @@ fn long_names_are_clipped_so_rows_stay_small() {
     let mut graph = big_group(3);
     graph.sites[0].frames[0] = "x".repeat(100_000);
     let analysis = Analysis::new(&graph);
-    let a = Answerer::new(SNAP, &graph, &analysis);
+    let kept = Kept::new(&graph, &analysis);
+    let a = Answerer::new(SNAP, &kept);
     let page = a.sites(Sort::asc(SiteKey::Label), Page::FIRST);
     assert!(page.rows.iter().all(|r| r.label.len() <= MAX_TEXT_LEN));
     assert!(
@@ -811,7 +828,8 @@ fn a_page_of_long_rows_is_cut_by_the_byte_budget() {
     graph.sites[0].frames[0] = "y".repeat(10_000);
     graph.sites[1].frames[0] = "z".repeat(10_000);
     let analysis = Analysis::new(&graph);
-    let a = Answerer::new(SNAP, &graph, &analysis);
+    let kept = Kept::new(&graph, &analysis);
+    let a = Answerer::new(SNAP, &kept);
     let page = a
         .group_objects(
             g("G1"),
@@ -869,7 +887,8 @@ proptest! {
 #[test]
 fn object_rows_copy_the_graph_columns() {
     let (graph, analysis) = fixture();
-    let a = Answerer::new(SNAP, &graph, &analysis);
+    let kept = Kept::new(&graph, &analysis);
+    let a = Answerer::new(SNAP, &kept);
     for o in 0..graph.object_count() as u32 {
         let row = a.object_row(o);
         let r = graph.objects().record(o);
@@ -886,7 +905,8 @@ fn object_rows_copy_the_graph_columns() {
 #[test]
 fn snapshot_data_chunks_rebuild_the_graph() {
     let (graph, analysis) = fixture();
-    let a = Answerer::new(SNAP, &graph, &analysis);
+    let kept = Kept::new(&graph, &analysis);
+    let a = Answerer::new(SNAP, &kept);
     let mut bytes = Vec::new();
     loop {
         let chunk = expect(

@@ -3,8 +3,8 @@
 //! so tests can say what was asked as well as what is shown.
 
 use heaptui_analysis::{
-    Analysis, Edges, Frame, FrameKind, HeapGraph, ObjectRecord, Objects, Process, Site, Thread,
-    ThreadState,
+    Analysis, Edges, Frame, FrameKind, HeapGraph, Kept, ObjectRecord, Objects, Process, Site,
+    Thread, ThreadState,
 };
 use heaptui_protocol::answer::Answerer;
 use std::collections::VecDeque;
@@ -106,8 +106,7 @@ pub type Answers = dyn FnMut(&RequestBody) -> Option<Response>;
 pub struct Harness {
     pub app: App,
     requests: mpsc::UnboundedReceiver<Request>,
-    graph: HeapGraph,
-    analysis: Analysis,
+    kept: Kept,
     /// Every request the app made, in order.
     pub log: Vec<RequestBody>,
     /// Requests are held (not answered) while false.
@@ -181,13 +180,12 @@ impl Harness {
         requests: mpsc::UnboundedReceiver<Request>,
         recording: Option<crate::offline::recording::Recording>,
     ) -> Harness {
-        let analysis = Analysis::new(&graph);
+        let kept = Kept::new(&graph, &Analysis::new(&graph));
         let app = App::new(source, "test".into(), Rect::new(0, 0, WIDTH, HEIGHT));
         Harness {
             app,
             requests,
-            graph,
-            analysis,
+            kept,
             log: Vec::new(),
             answering: true,
             snapshot: OFFLINE_SNAPSHOT,
@@ -244,18 +242,17 @@ impl Harness {
                 }
                 RequestBody::TakeSnapshot => {
                     if let Some(graph) = self.next_graph.take() {
-                        self.analysis = Analysis::new(&graph);
-                        self.graph = graph;
+                        self.kept = Kept::new(&graph, &Analysis::new(&graph));
                     }
                     self.snapshot = SnapshotId(self.snapshot.0 + 1);
-                    let answerer = Answerer::new(self.snapshot, &self.graph, &self.analysis);
+                    let answerer = Answerer::new(self.snapshot, &self.kept);
                     return Response::Snapshot(answerer.snapshot_info());
                 }
                 _ => {}
             }
         }
-        let answerer = Answerer::new(self.snapshot, &self.graph, &self.analysis);
-        answer_offline(&answerer, &self.graph, body)
+        let answerer = Answerer::new(self.snapshot, &self.kept);
+        answer_offline(&answerer, body)
     }
 
     /// Takes the queued requests without answering them.

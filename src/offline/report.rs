@@ -72,11 +72,9 @@ pub fn write_analysed(
     report.views = match ask {
         Some(ask) => super::views::gather(args, ask)?,
         None => {
-            let answerer = heaptui_protocol::answer::Answerer::new(
-                crate::source::OFFLINE_SNAPSHOT,
-                graph,
-                analysis,
-            );
+            let kept = heaptui_analysis::Kept::new(graph, analysis);
+            let answerer =
+                heaptui_protocol::answer::Answerer::new(crate::source::OFFLINE_SNAPSHOT, &kept);
             super::views::gather(args, &mut |body| {
                 answerer.answer(&body).ok_or_else(|| {
                     anyhow::anyhow!("{}: a snapshot file cannot answer this", body.kind())

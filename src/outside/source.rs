@@ -26,6 +26,8 @@ use crate::source::{SourceEvent, SourceEvents, SourceHandle};
 pub struct Kept {
     pub graph: HeapGraph,
     pub analysis: Analysis,
+    /// The graph and analysis as the `Answerer` reads them.
+    pub columns: heaptui_analysis::Kept,
     pub info: SnapshotInfo,
     /// What the capture found partial, one line each.
     pub warnings: Vec<String>,
@@ -36,8 +38,9 @@ impl Kept {
     pub fn new(id: SnapshotId, capture: Capture) -> Kept {
         let began = Instant::now();
         let analysis = Analysis::new(&capture.graph);
+        let columns = heaptui_analysis::Kept::new(&capture.graph, &analysis);
         let analysis_us = began.elapsed().as_micros() as u64;
-        let mut info = Answerer::new(id, &capture.graph, &analysis).snapshot_info();
+        let mut info = Answerer::new(id, &columns).snapshot_info();
         info.taken_unix_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
@@ -47,6 +50,7 @@ impl Kept {
         Kept {
             graph: capture.graph,
             analysis,
+            columns,
             info,
             warnings: capture.warnings,
         }
@@ -67,7 +71,7 @@ impl Kept {
         if let Some(why) = agent_only(body) {
             return refuse(why);
         }
-        let answerer = Answerer::new(self.info.snapshot, &self.graph, &self.analysis);
+        let answerer = Answerer::new(self.info.snapshot, &self.columns);
         if let Some(answer) = answerer.answer(body) {
             return answer;
         }

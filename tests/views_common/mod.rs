@@ -171,7 +171,7 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use heaptui_analysis::{Analysis, HeapGraph};
+use heaptui_analysis::{Analysis, HeapGraph, Kept};
 use heaptui_protocol::answer::Answerer;
 use heaptui_protocol::handshake::server_handshake;
 use heaptui_protocol::{
@@ -282,7 +282,8 @@ fn serve(mut stream: std::net::TcpStream) {
     let graph = aged_graph();
     let analysis = Analysis::new(&graph);
     let snapshot = SnapshotId(3);
-    let answerer = Answerer::new(snapshot, &graph, &analysis).with_boundaries(&BOUNDARIES);
+    let kept = Kept::new(&graph, &analysis);
+    let answerer = Answerer::new(snapshot, &kept).with_boundaries(&BOUNDARIES);
     let counters = LiveCounters {
         live_bytes: 170,
         live_blocks: 3,

@@ -218,8 +218,8 @@ pub fn exposition(openmetrics: bool) -> String {
             "When the latest snapshot was taken, seconds since the Unix epoch.",
             kept.info.taken_unix_ms / 1000,
         );
-        let figures = kept.analysis.threads();
-        let graph_threads = &kept.graph.threads;
+        let figures = kept.columns.figures();
+        let graph_threads = kept.columns.threads();
         for (metric, help, value) in [
             (
                 "heaptui_thread_proprietary_bytes",

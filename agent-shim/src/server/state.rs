@@ -1,9 +1,11 @@
-//! What the server knows beyond one connection: the latest snapshot (graph, analysis, figures)
-//! shared by every client, the peak snapshot kept by the automatic rule, the history every
+//! What the server knows beyond one connection: the latest snapshot (its kept form and
+//! figures) shared by every client, the peak snapshot kept by the automatic rule, the history every
 //! snapshot leaves behind (age boundaries, per-site growth), taking a new snapshot, and the
 //! process description.
 //!
-//! Two snapshots are kept at most, each behind an `Arc`, so a client answering from one never
+//! A snapshot is kept as [`heaptui_analysis::Kept`]: the graph and its analysis are dropped as
+//! soon as the kept form is made, so what stays in the target after a snapshot is a few bytes
+//! per object (docs/reference.md §9). Two snapshots are kept at most, each behind an `Arc`, so a client answering from one never
 //! holds a lock while another takes the next: the latest (every drill-down request is answered
 //! from it) and, when `HEAPTUI_AUTO_SNAPSHOT` is on, the one taken at the highest heap bytes so
 //! far (replaced only by a higher one; often the same `Arc` as the latest). Captures are
@@ -24,6 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use heaptui_analysis::Kept as Columns;
 use heaptui_analysis::views;
 use heaptui_analysis::views::ages::Boundary;
 use heaptui_analysis::{Analysis, HeapGraph, NO_SEQ};
@@ -48,8 +51,8 @@ pub const GROWTH_WINDOW: usize = MAX_HISTORY;
 
 /// A kept snapshot.
 pub struct Kept {
-    pub graph: HeapGraph,
-    pub analysis: Analysis,
+    /// The graph and its analysis, in their kept form.
+    pub columns: Columns,
     pub info: SnapshotInfo,
     /// `last_seq` of the snapshots taken before this one, ascending: the ages of its blocks.
     pub boundaries: Vec<u64>,
@@ -62,17 +65,17 @@ pub struct Kept {
 
 impl Kept {
     pub fn answerer(&self) -> Answerer<'_> {
-        Answerer::new(self.info.snapshot, &self.graph, &self.analysis)
+        Answerer::new(self.info.snapshot, &self.columns)
             .with_boundaries(&self.boundaries)
             .with_clock(&self.clock, self.info.taken_unix_ms)
     }
 
-    /// The graph as a binary snapshot file, encoded once.
+    /// The snapshot as a binary snapshot file, encoded once.
     pub fn encoded(&self) -> Result<&[u8], &str> {
         self.encoded
             .get_or_init(|| {
                 let mut out = Vec::new();
-                heaptui_analysis::snapshot::write_binary(&self.graph, &mut out)
+                heaptui_analysis::snapshot::write_binary_kept(&self.columns, &mut out)
                     .map_err(|e| format!("cannot encode snapshot {}: {e}", self.info.snapshot.0))?;
                 Ok(out)
             })
@@ -205,9 +208,12 @@ fn take_locked(cause: Cause) -> Result<SnapshotInfo, String> {
     let graph = capture.graph;
     let analysis = std::panic::catch_unwind(|| Analysis::new(&graph))
         .map_err(|_| "the analysis panicked".to_string())?;
+    let columns = std::panic::catch_unwind(|| Columns::new(&graph, &analysis))
+        .map_err(|_| "keeping the analysis panicked".to_string())?;
+    drop(analysis);
     let analysis_us = started.elapsed().as_micros() as u64;
     let snapshot = SnapshotId(NEXT_SNAPSHOT.fetch_add(1, Ordering::Relaxed));
-    let mut info = Answerer::new(snapshot, &graph, &analysis).snapshot_info();
+    let mut info = Answerer::new(snapshot, &columns).snapshot_info();
     info.taken_unix_ms = taken_unix_ms;
     info.pause_us = capture.pause.as_micros() as u64;
     info.capture_us = capture.total.as_micros() as u64;
@@ -219,10 +225,10 @@ fn take_locked(cause: Cause) -> Result<SnapshotInfo, String> {
     };
     let boundaries = record(&graph, boundary);
     crate::record::snapshot_boundary(boundary.last_seq, boundary.unix_ms);
+    drop(graph);
     info.held_bytes = (AGENT_ALLOC.mapped_bytes() as u64).saturating_sub(mapped_before);
     let kept = Arc::new(Kept {
-        graph,
-        analysis,
+        columns,
         info: info.clone(),
         boundaries,
         clock: super::auto::allocation_clock(),
