@@ -6,8 +6,9 @@
 //!   lock on the main one), with the same profile as this build;
 //! - the demo workload (`demo/workload.c`), compiled with the system C compiler.
 //!
-//! Both paths reach the crate as `HEAPTUI_EMBEDDED_AGENT` and `HEAPTUI_EMBEDDED_DEMO`, read with
-//! `include_bytes!`. A failure here fails the build with the compiler's own output: a heaptui
+//! Both paths reach the crate as `EMBEDDED_HEAPTUI_AGENT` and `EMBEDDED_HEAPTUI_DEMO`, read with
+//! `include_bytes!` (not `HEAPTUI_*`: cargo also sets them for `cargo run`, and the agent would
+//! take them for its own variables and warn about unknown ones). A failure here fails the build with the compiler's own output: a heaptui
 //! without its agent would only fail later, less clearly.
 
 use std::env;
@@ -37,9 +38,9 @@ fn main() {
     }
 
     let agent = build_agent(&manifest_dir, &out_dir);
-    println!("cargo:rustc-env=HEAPTUI_EMBEDDED_AGENT={}", agent.display());
+    println!("cargo:rustc-env=EMBEDDED_HEAPTUI_AGENT={}", agent.display());
     let demo = build_demo(&manifest_dir, &out_dir);
-    println!("cargo:rustc-env=HEAPTUI_EMBEDDED_DEMO={}", demo.display());
+    println!("cargo:rustc-env=EMBEDDED_HEAPTUI_DEMO={}", demo.display());
 }
 
 fn build_agent(manifest_dir: &Path, out_dir: &Path) -> PathBuf {

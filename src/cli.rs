@@ -51,6 +51,30 @@ pub struct PsArgs {
     pub json: bool,
 }
 
+/// How allocation sites are named (docs/reference.md §3 "Labels").
+#[derive(Debug, Default, clap::Args)]
+pub struct LabelArgs {
+    /// Functions that allocate for their callers, as a regex matched against whole function
+    /// names, added to the built-in allocator wrappers (malloc, operator new, xmalloc,
+    /// g_malloc, Perl_safesysmalloc, PyMem_Malloc, …): a site is named by its first frame
+    /// outside them.
+    #[arg(long, value_name = "REGEX", env = "HEAPTUI_ALLOC_WRAPPERS")]
+    pub wrappers: Option<String>,
+}
+
+impl Command {
+    /// The `--wrappers` pattern of a command that names sites itself.
+    pub fn wrappers(&self) -> Option<&str> {
+        match self {
+            Command::Report(a) => a.labels.wrappers.as_deref(),
+            Command::Open(a) => a.labels.wrappers.as_deref(),
+            Command::Run(a) => a.labels.wrappers.as_deref(),
+            Command::Demo(a) => a.labels.wrappers.as_deref(),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, clap::Args)]
 pub struct CancelArgs {
     /// The agent's address: :PORT, HOST:PORT, unix:PATH, or pid:PID (the agent of that
@@ -107,6 +131,8 @@ pub struct RunArgs {
     /// Seconds between automatic snapshots once `a` turns them on.
     #[arg(long, value_name = "SECS", default_value_t = 5.0)]
     pub refresh: f64,
+    #[command(flatten)]
+    pub labels: LabelArgs,
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "PROG [ARGS]…")]
     pub program: Vec<std::ffi::OsString>,
@@ -117,6 +143,8 @@ pub struct DemoArgs {
     /// Seconds between automatic snapshots once `a` turns them on.
     #[arg(long, value_name = "SECS", default_value_t = 5.0)]
     pub refresh: f64,
+    #[command(flatten)]
+    pub labels: LabelArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -139,6 +167,8 @@ pub struct OpenArgs {
     /// (HEAPTUI_RECORD), told apart by content.
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
+    #[command(flatten)]
+    pub labels: LabelArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -181,6 +211,8 @@ pub struct ReportArgs {
     /// Who a free is charged to: the allocating unit (default) or the freeing one.
     #[arg(long, value_enum, value_name = "CHARGE")]
     pub charge: Option<ChargeArg>,
+    #[command(flatten)]
+    pub labels: LabelArgs,
 }
 
 /// `--units`.

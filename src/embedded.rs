@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-static AGENT: &[u8] = include_bytes!(env!("HEAPTUI_EMBEDDED_AGENT"));
-static DEMO: &[u8] = include_bytes!(env!("HEAPTUI_EMBEDDED_DEMO"));
+static AGENT: &[u8] = include_bytes!(env!("EMBEDDED_HEAPTUI_AGENT"));
+static DEMO: &[u8] = include_bytes!(env!("EMBEDDED_HEAPTUI_DEMO"));
 
 /// The absolute path of the agent, for `LD_PRELOAD`. `HEAPTUI_AGENT` overrides it (an agent
 /// built separately, e.g. while developing the agent itself).

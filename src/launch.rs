@@ -45,6 +45,8 @@ pub struct Launch {
     /// Wait, before returning, until a line of the program's output (in `output_log`,
     /// which must be set) starts with this text.
     pub ready_line: Option<String>,
+    /// The agent's allocator wrappers (`HEAPTUI_ALLOC_WRAPPERS`), which name its sites.
+    pub wrappers: Option<String>,
 }
 
 /// A program running under the agent, with a session open to its agent.
@@ -89,6 +91,9 @@ pub fn start(program: &[OsString], launch: &Launch) -> anyhow::Result<Target> {
     }
     if let Some(record) = &launch.record {
         command.env("HEAPTUI_RECORD", record);
+    }
+    if let Some(wrappers) = &launch.wrappers {
+        command.env("HEAPTUI_ALLOC_WRAPPERS", wrappers);
     }
     if let Some(log) = &launch.output_log {
         let file = File::create(log).with_context(|| format!("cannot create {}", log.display()))?;

@@ -23,9 +23,20 @@ use anyhow::Context;
 use clap::Parser;
 
 use cli::{Cli, Command};
+use heaptui_analysis::labels::{self, Wrappers};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(pattern) = cli.command.wrappers() {
+        match Wrappers::with_pattern(pattern) {
+            // The first and only call: no graph exists yet.
+            Ok(wrappers) => drop(labels::configure(wrappers)),
+            Err(why) => {
+                eprintln!("heaptui: --wrappers (or HEAPTUI_ALLOC_WRAPPERS): {why}");
+                return ExitCode::from(2);
+            }
+        }
+    }
     let mut stdout = std::io::stdout().lock();
     let result = match cli.command {
         Command::Report(args) => report(&args, &mut stdout),
@@ -138,13 +149,19 @@ fn run(args: &cli::RunArgs, out: &mut impl Write) -> anyhow::Result<ExitCode> {
             output_log: Some(program_log("run")?),
             record: None,
             ready_line: None,
+            wrappers: args.labels.wrappers.clone(),
         };
         tui::run_program(&args.program, &launch, args.refresh)?
     } else {
         if args.policy.is_some() {
             anyhow::bail!("--policy needs the terminal UI: run heaptui run from a terminal");
         }
-        client::commands::run(listen.as_ref(), &args.program, out)?
+        client::commands::run(
+            listen.as_ref(),
+            args.labels.wrappers.as_deref(),
+            &args.program,
+            out,
+        )?
     };
     Ok(exit_code_of(status))
 }
@@ -179,6 +196,7 @@ fn demo(args: &cli::DemoArgs) -> anyhow::Result<()> {
         // The workload prints it once every thread holds its first data: the TUI's first
         // snapshot then shows all of them (auto-refresh is off by default).
         ready_line: Some("demo: ready".into()),
+        wrappers: args.labels.wrappers.clone(),
     };
     let status = tui::run_program(&[embedded::demo_path()?.into()], &launch, args.refresh)?;
     eprintln!(

@@ -10,6 +10,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
+use heaptui_analysis::labels::{self, Wrappers};
 use heaptui_protocol::SnapshotRule;
 
 /// Allocation-stack depth when `HEAPTUI_STACK_DEPTH` is unset.
@@ -58,6 +59,9 @@ pub struct Config {
     /// `HEAPTUI_HOLD_FREES=0`: every free reaches libc at once instead of in a thread's batch
     /// (`registry::held_frees`), at the cost of the speed batches bring.
     pub hold_frees: bool,
+    /// `HEAPTUI_ALLOC_WRAPPERS`: a regex of functions that name no site, added to the
+    /// built-in allocator wrappers (docs/reference.md §3 "Labels"); checked when parsed.
+    pub alloc_wrappers: Option<String>,
 }
 
 impl Default for Config {
@@ -76,6 +80,7 @@ impl Default for Config {
             follow_exec: false,
             follow_fork: false,
             hold_frees: true,
+            alloc_wrappers: None,
         }
     }
 }
@@ -94,6 +99,7 @@ const KNOWN: &[&str] = &[
     "HEAPTUI_FOLLOW_FORK",
     "HEAPTUI_AUTO_SNAPSHOT",
     "HEAPTUI_HOLD_FREES",
+    "HEAPTUI_ALLOC_WRAPPERS",
 ];
 
 impl Config {
@@ -158,6 +164,12 @@ impl Config {
                     _ => problems.push(bad("not HOST:PORT or :PORT")),
                 },
                 "HEAPTUI_LOG" => cfg.log_path = Some(value.to_owned()),
+                "HEAPTUI_ALLOC_WRAPPERS" => match Wrappers::with_pattern(value) {
+                    Ok(_) => cfg.alloc_wrappers = Some(value.to_owned()),
+                    Err(why) => problems.push(format!(
+                        "HEAPTUI_ALLOC_WRAPPERS: {why}; using the built-in wrappers only"
+                    )),
+                },
                 _ => unreachable!("every KNOWN name has an arm"),
             }
         }
@@ -244,6 +256,11 @@ pub fn config() -> &'static Config {
         for p in problems {
             crate::log::to_stderr(format_args!("{p}"));
         }
+        // Site labels are made by the analysis code the agent shares with heaptui; first
+        // use is the agent's constructor, before any graph exists.
+        if let Some(Ok(wrappers)) = cfg.alloc_wrappers.as_deref().map(Wrappers::with_pattern) {
+            let _ = labels::configure(wrappers);
+        }
         cfg
     })
 }
@@ -281,8 +298,10 @@ mod tests {
             ("HEAPTUI_RECORD", "/r"),
             ("HEAPTUI_METRICS", "127.0.0.1:9100"),
             ("HEAPTUI_HOLD_FREES", "0"),
+            ("HEAPTUI_ALLOC_WRAPPERS", "pool_get|arena_.*"),
         ]);
         assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(cfg.alloc_wrappers.as_deref(), Some("pool_get|arena_.*"));
         assert_eq!(cfg.listen, Listen::Unix("/tmp/h.sock".into()));
         assert_eq!(cfg.stack_depth, 0);
         assert_eq!(cfg.dump_prefix.as_deref(), Some("/tmp/snap"));
@@ -303,11 +322,16 @@ mod tests {
             ("HEAPTUI_LISTEN", "nowhere"),
             ("HEAPTUI_FOLLOW_EXEC", "maybe"),
             ("HEAPTUI_BOGUS", "1"),
+            ("HEAPTUI_ALLOC_WRAPPERS", "pool_(get"),
         ]);
         assert_eq!(cfg, Config::default());
-        assert_eq!(problems.len(), 4, "{problems:?}");
+        assert_eq!(problems.len(), 5, "{problems:?}");
         assert!(problems[0].contains("HEAPTUI_STACK_DEPTH=\"lots\""));
         assert!(problems[3].contains("unknown variable HEAPTUI_BOGUS"));
+        assert!(
+            problems[4].starts_with("HEAPTUI_ALLOC_WRAPPERS: \"pool_(get\" is not a valid regex"),
+            "{problems:?}"
+        );
         let (cfg, problems) = parse(&[("HEAPTUI_STACK_DEPTH", "65")]);
         assert_eq!((cfg.stack_depth, problems.len()), (16, 1));
     }

@@ -43,9 +43,10 @@ pub struct Site {
 }
 
 impl Site {
-    /// A one-line label: the innermost frame, or `?` for an empty stack.
+    /// A one-line label: the first frame outside the allocator and its wrappers (the
+    /// process-wide [`Wrappers`](crate::labels::Wrappers)), or `?` for an empty stack.
     pub fn label(&self) -> &str {
-        self.frames.first().map_or("?", String::as_str)
+        crate::labels::Wrappers::process().label(&self.frames)
     }
 }
 

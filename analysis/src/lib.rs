@@ -10,6 +10,7 @@ pub mod figures;
 pub mod graph;
 mod groups;
 pub mod kept;
+pub mod labels;
 pub mod packed;
 pub mod recording;
 pub mod snapshot;

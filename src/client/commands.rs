@@ -128,11 +128,13 @@ pub fn snapshot(
 /// the report, and waits for PROG to end (its exit status is returned).
 pub fn run(
     listen: Option<&Address>,
+    wrappers: Option<&str>,
     program: &[std::ffi::OsString],
     out: &mut impl Write,
 ) -> anyhow::Result<ExitStatus> {
     let launch = crate::launch::Launch {
         listen: listen.cloned(),
+        wrappers: wrappers.map(str::to_owned),
         ..Default::default()
     };
     let mut target = crate::launch::start(program, &launch)?;
@@ -147,6 +149,7 @@ pub fn run(
         units: None,
         position: None,
         charge: None,
+        labels: Default::default(),
     };
     let result = live_report(&mut target.session, &args, out).and_then(|()| {
         writeln!(

@@ -14,10 +14,11 @@
 
 use std::collections::{HashMap, HashSet};
 
+use heaptui_analysis::labels::Wrappers;
 use heaptui_analysis::recording::{Event, RecordingError, RecordingReader};
 use heaptui_analysis::views::ages::Ages;
 use heaptui_analysis::views::growth::{DEFAULT_GROWTH_RUN, Growth, SiteGrowth};
-use heaptui_analysis::views::units::{ALLOCATOR_FUNCTIONS, UnitFigures, Unknown};
+use heaptui_analysis::views::units::{UnitFigures, Unknown};
 use heaptui_analysis::views::{StackId, Tracker, TrackerConfig};
 use heaptui_protocol::answer::{clip, select_page, unit_config, unit_page};
 use heaptui_protocol::message::{
@@ -424,21 +425,22 @@ impl Recording {
     }
 }
 
-/// A stack's label as a site's: its innermost frame that is neither the allocator nor the
-/// agent, `function (module)`; `?` without a stack.
+/// A stack's label as a site's: its first frame that is neither the agent nor the allocator
+/// or a wrapper of it (docs/reference.md §3 "Labels"), `function (module)`; `?` without a
+/// stack.
 fn stack_label(stacks: &heaptui_analysis::views::StackTable, stack: StackId) -> String {
     label_of(&stacks.frame_names(stack))
 }
 
 /// The label of frames written `function (module)`, innermost first (see [`stack_label`]).
 fn label_of(frames: &[String]) -> String {
-    let own = |frame: &&String| {
-        let function = frame.split(" (").next().unwrap_or(frame);
-        !ALLOCATOR_FUNCTIONS.contains(&function) && !frame.contains("heaptui_agent")
-    };
-    match frames.iter().find(own).or(frames.first()) {
-        Some(frame) => clip(frame),
-        None => "?".to_string(),
+    let own: Vec<&String> = frames
+        .iter()
+        .filter(|frame| !frame.contains("heaptui_agent"))
+        .collect();
+    match Wrappers::process().label_index(&own) {
+        Some(i) => clip(own[i]),
+        None => frames.first().map_or_else(|| "?".to_string(), |f| clip(f)),
     }
 }
 

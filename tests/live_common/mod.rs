@@ -61,18 +61,26 @@ pub fn agent() -> PathBuf {
 
 /// Compiles `src` (C) into `dir/name`.
 pub fn compile_c(dir: &Path, name: &str, src: &str) -> PathBuf {
-    let c = dir.join(format!("{name}.c"));
-    std::fs::write(&c, src).unwrap();
-    let exe = dir.join(name);
-    let out = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-        .args(["-O1", "-g", "-pthread", "-fno-omit-frame-pointer", "-o"])
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    compile(&cc, dir, &format!("{name}.c"), src, &["-O1"])
+}
+
+/// Compiles the source file `file` (its text `src`) with `compiler` and `flags` into `dir/`
+/// (the file name without its extension), with debug information and frame pointers.
+pub fn compile(compiler: &str, dir: &Path, file: &str, src: &str, flags: &[&str]) -> PathBuf {
+    let source = dir.join(file);
+    std::fs::write(&source, src).unwrap();
+    let exe = dir.join(file.rsplit_once('.').map_or(file, |(stem, _)| stem));
+    let out = Command::new(compiler)
+        .args(flags)
+        .args(["-g", "-pthread", "-fno-omit-frame-pointer", "-o"])
         .arg(&exe)
-        .arg(&c)
+        .arg(&source)
         .output()
-        .expect("a C compiler (cc)");
+        .unwrap_or_else(|e| panic!("cannot run {compiler}: {e}"));
     assert!(
         out.status.success(),
-        "{}",
+        "{compiler} {file}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     exe

@@ -731,16 +731,19 @@ fn assemble<H: Heap>(
             NO_SITE
         } else {
             *site_of.entry(b.stack).or_insert_with(|| {
-                let frames: Vec<String> = heap
-                    .stack(b.stack)
-                    .iter()
-                    .map(|&pc| symbols.symbolize(pc, false))
-                    .filter(|s| !s.agent)
-                    .map(|s| match s.location {
-                        Some(at) => format!("{} ({at})", s.function),
-                        None => s.function,
-                    })
-                    .collect();
+                let mut frames: Vec<String> = Vec::new();
+                for &pc in &heap.stack(b.stack) {
+                    // Inlined calls are frames of their own: a site names its caller with
+                    // the caller's own line.
+                    for s in symbols.symbolize_inlined(pc, false) {
+                        if !s.agent {
+                            frames.push(match &s.location {
+                                Some(at) => format!("{} ({at})", s.function),
+                                None => s.function.clone(),
+                            });
+                        }
+                    }
+                }
                 sites.push(Site {
                     id: u64::from(b.stack),
                     frames,

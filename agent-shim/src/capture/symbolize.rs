@@ -1,10 +1,14 @@
 //! Symbolization of frames and allocation sites: code address → function, module, kind, and
-//! file:line when the module has DWARF line tables.
+//! file:line when the module has DWARF line tables; with inline frames, one code address
+//! becomes the chain of inlined calls it sits in, each with its own line (docs/reference.md §3
+//! "Labels").
 //!
 //! Owns: reading each module's `.symtab` and `.dynsym` from its file on disk (ELF64 parsed by
-//! hand: only the section and symbol tables are needed), demangling C++ (cpp_demangle) and
-//! Rust (rustc-demangle) names, `dladdr` for modules without a file (the vDSO), and line
-//! lookups with addr2line (one loader per module per capture).
+//! hand: only the section and symbol tables and two notes are needed), finding a module's
+//! separate debug file (`/usr/lib/debug/.build-id/xx/rest.debug`, then `.gnu_debuglink`),
+//! demangling C++ (cpp_demangle) and Rust (rustc-demangle) names, `dladdr` for modules without
+//! a file (the vDSO), and line and inline lookups with addr2line (one loader per module per
+//! capture).
 //!
 //! Runs only after the world has been resumed: it reads files and allocates freely. Symbol
 //! tables are cached by module path for the life of the agent.
@@ -46,6 +50,68 @@ const SHT_SYMTAB: u32 = 2;
 const SHT_DYNSYM: u32 = 11;
 const STT_FUNC: u8 = 2;
 const STT_GNU_IFUNC: u8 = 10;
+const SHT_NOBITS: u32 = 8;
+
+/// The contents of the section named `name` of an ELF64 little-endian image.
+fn section<'e>(elf: &'e [u8], name: &str) -> Option<&'e [u8]> {
+    if elf.get(..4) != Some(b"\x7fELF") || elf.get(4) != Some(&2) || elf.get(5) != Some(&1) {
+        return None;
+    }
+    let shoff = u64_at(elf, 0x28)? as usize;
+    let shentsize = u16_at(elf, 0x3a)? as usize;
+    let shnum = u16_at(elf, 0x3c)? as usize;
+    let header = |i: usize| shoff.checked_add(i.checked_mul(shentsize)?);
+    let names_at = header(u16_at(elf, 0x3e)? as usize)?;
+    let names_off = u64_at(elf, names_at + 24)? as usize;
+    for i in 0..shnum {
+        let at = header(i)?;
+        let name_off = names_off.checked_add(u32_at(elf, at)? as usize)?;
+        let this = CStr::from_bytes_until_nul(elf.get(name_off..)?).ok()?;
+        if this.to_bytes() == name.as_bytes() && u32_at(elf, at + 4)? != SHT_NOBITS {
+            let off = u64_at(elf, at + 24)? as usize;
+            let size = u64_at(elf, at + 32)? as usize;
+            return elf.get(off..off.checked_add(size)?);
+        }
+    }
+    None
+}
+
+/// The GNU build id of an ELF image, in hex.
+fn build_id(elf: &[u8]) -> Option<String> {
+    let note = section(elf, ".note.gnu.build-id")?;
+    let name_size = u32_at(note, 0)? as usize;
+    let desc_size = u32_at(note, 4)? as usize;
+    let desc_at = 12 + name_size.next_multiple_of(4);
+    let id = note.get(desc_at..desc_at + desc_size)?;
+    (!id.is_empty()).then(|| id.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Where debuggers look for the debug file of the module at `path` whose image is `elf`, in
+/// their order: by build id under `/usr/lib/debug/.build-id/`, then the `.gnu_debuglink` name
+/// next to the module, in its `.debug/` directory and under `/usr/lib/debug/` (a debuglink
+/// file must carry the CRC-32 the link names).
+fn debug_file(path: &str, elf: &[u8]) -> Option<String> {
+    const ROOT: &str = "/usr/lib/debug";
+    if let Some(id) = build_id(elf).filter(|id| id.len() > 2) {
+        let candidate = format!("{ROOT}/.build-id/{}/{}.debug", &id[..2], &id[2..]);
+        if std::path::Path::new(&candidate).is_file() {
+            return Some(candidate);
+        }
+    }
+    let link = section(elf, ".gnu_debuglink")?;
+    let name = CStr::from_bytes_until_nul(link).ok()?.to_str().ok()?;
+    let crc_at = (name.len() + 1).next_multiple_of(4);
+    let crc = u32_at(link, crc_at)?;
+    let dir = path.rsplit_once('/').map_or("", |(dir, _)| dir);
+    [
+        format!("{dir}/{name}"),
+        format!("{dir}/.debug/{name}"),
+        format!("{ROOT}{dir}/{name}"),
+    ]
+    .into_iter()
+    .filter(|candidate| candidate != path)
+    .find(|candidate| std::fs::read(candidate).is_ok_and(|bytes| crc32fast::hash(&bytes) == crc))
+}
 
 impl SymbolTable {
     /// Parses the function symbols of an ELF64 little-endian image; anything else gives an
@@ -112,10 +178,31 @@ impl SymbolTable {
                 });
             }
         }
-        // Prefer sized, global-looking names when two symbols share an address.
-        symbols.sort_by(|a, b| a.addr.cmp(&b.addr).then(b.size.cmp(&a.size)));
+        SymbolTable::sorted(symbols)
+    }
+
+    /// Keeps one name per address: a sized one, then the one with the fewest leading
+    /// underscores, as debuggers show it (`clone3` rather than `__clone3` or
+    /// `__GI___clone3`, `malloc` rather than `__libc_malloc`).
+    fn sorted(mut symbols: Vec<Symbol>) -> SymbolTable {
+        let underscores = |s: &Symbol| s.name.bytes().take_while(|&b| b == b'_').count();
+        symbols.sort_by(|a, b| {
+            a.addr
+                .cmp(&b.addr)
+                .then(b.size.cmp(&a.size))
+                .then(underscores(a).cmp(&underscores(b)))
+        });
         symbols.dedup_by_key(|s| s.addr);
         SymbolTable { symbols }
+    }
+
+    /// This table with the symbols of `other` (a module's debug file: its `.symtab` names
+    /// the local functions a stripped module's `.dynsym` lacks, such as libc's
+    /// `start_thread`).
+    fn merged(self, other: SymbolTable) -> SymbolTable {
+        let mut symbols = self.symbols;
+        symbols.extend(other.symbols);
+        SymbolTable::sorted(symbols)
     }
 
     /// The symbol containing the link-time address `addr`.
@@ -148,39 +235,55 @@ pub fn demangle(name: &str) -> String {
     name.to_string()
 }
 
-/// The symbol tables read so far, by file path.
-type Tables = Mutex<HashMap<String, Arc<SymbolTable>>>;
+/// What is read once per module file: its symbols (with its debug file's) and where its
+/// DWARF is.
+#[derive(Debug, Default)]
+struct ModuleFile {
+    symbols: SymbolTable,
+    /// The separate debug file, when there is one; else the module's own DWARF, if any.
+    debug: Option<String>,
+}
 
-static TABLES: PerProcess<OnceLock<Tables>> = PerProcess::new(OnceLock::new());
+/// The module files read so far, by path.
+type Files = Mutex<HashMap<String, Arc<ModuleFile>>>;
 
-fn tables() -> &'static Tables {
-    TABLES.get_or_init(Default::default)
+static FILES: PerProcess<OnceLock<Files>> = PerProcess::new(OnceLock::new());
+
+fn files() -> &'static Files {
+    FILES.get_or_init(Default::default)
 }
 
 /// In a fork child that serves (`HEAPTUI_FOLLOW_FORK`): the parent's cache when its lock was
-/// free at the fork (the tables are the same files, and reading them again costs each child's
-/// first capture most of its time), else an empty one (the lock's holder is a thread the
-/// child does not have).
+/// free at the fork (the files are the same, and reading them again costs each child's first
+/// capture most of its time), else an empty one (the lock's holder is a thread the child does
+/// not have).
 pub fn renew_in_child() {
-    let free = TABLES.get().is_none_or(|tables| tables.try_lock().is_ok());
+    let free = FILES.get().is_none_or(|files| files.try_lock().is_ok());
     if !free {
-        TABLES.renew(OnceLock::new());
+        FILES.renew(OnceLock::new());
     }
 }
 
-/// The symbol table of the file at `path`, read once and cached.
-fn table_for(path: &str) -> Arc<SymbolTable> {
-    let mut map = tables().lock().unwrap_or_else(|e| e.into_inner());
+/// The symbols and debug file of the module at `path`, read once and cached.
+fn file_for(path: &str) -> Arc<ModuleFile> {
+    let mut map = files().lock().unwrap_or_else(|e| e.into_inner());
     if let Some(t) = map.get(path) {
         return t.clone();
     }
-    let table = Arc::new(
-        std::fs::read(path)
-            .map(|bytes| SymbolTable::parse(&bytes))
-            .unwrap_or_default(),
-    );
-    map.insert(path.to_string(), table.clone());
-    table
+    let file = Arc::new(match std::fs::read(path) {
+        Ok(bytes) => {
+            let debug = debug_file(path, &bytes);
+            let own = SymbolTable::parse(&bytes);
+            let symbols = match debug.as_deref().map(std::fs::read) {
+                Some(Ok(debug_bytes)) => own.merged(SymbolTable::parse(&debug_bytes)),
+                _ => own,
+            };
+            ModuleFile { symbols, debug }
+        }
+        Err(_) => ModuleFile::default(),
+    });
+    map.insert(path.to_string(), file.clone());
+    file
 }
 
 /// A symbolized code address.
@@ -198,9 +301,16 @@ pub struct Symbolized {
 /// Symbolizes addresses of one address space, memoizing each address.
 pub struct Symbolizer<'a> {
     space: &'a AddressSpace,
-    memo: HashMap<u64, Symbolized>,
-    /// Line-table loaders by module path (None: no file or no usable debug info).
+    /// Each looked-up address's chain of frames, innermost (inlined) first.
+    memo: HashMap<u64, Vec<Symbolized>>,
+    /// DWARF loaders by module path (None: no file or no usable debug info).
     lines: HashMap<String, Option<addr2line::Loader>>,
+}
+
+/// One frame of an address's inline chain as DWARF gives it.
+struct DwarfFrame {
+    function: Option<String>,
+    location: Option<String>,
 }
 
 impl<'a> Symbolizer<'a> {
@@ -212,75 +322,125 @@ impl<'a> Symbolizer<'a> {
         }
     }
 
-    /// Symbolizes a code address. `exact` is false for return addresses, which are looked up
-    /// one byte back so that a call at the very end of a function names that function.
+    /// Symbolizes a code address as the function that contains it, with the line of the
+    /// address in that function (for an inlined call, the line of the call). `exact` is
+    /// false for return addresses, which are looked up one byte back so that a call at the
+    /// very end of a function names that function.
     pub fn symbolize(&mut self, pc: u64, exact: bool) -> Symbolized {
+        let chain = self.symbolize_inlined(pc, exact);
+        chain.last().cloned().expect("a chain has its function")
+    }
+
+    /// Symbolizes a code address as the chain of calls it sits in: the functions inlined
+    /// there, innermost first, each with its own line, then the function that contains them
+    /// (what [`symbolize`](Self::symbolize) returns) with the line of the outermost inlined
+    /// call. Without DWARF the chain is that function alone.
+    pub fn symbolize_inlined(&mut self, pc: u64, exact: bool) -> &[Symbolized] {
         let lookup = if exact { pc } else { pc.wrapping_sub(1) };
-        if let Some(s) = self.memo.get(&lookup) {
-            return s.clone();
+        if !self.memo.contains_key(&lookup) {
+            let chain = self.resolve(lookup);
+            self.memo.insert(lookup, chain);
         }
-        let s = self.resolve(lookup);
-        self.memo.insert(lookup, s.clone());
-        s
+        &self.memo[&lookup]
     }
 
-    /// `file:line` of a link-time address in the module at `path`.
-    fn line(&mut self, path: &str, addr: u64) -> Option<String> {
-        let loader = self
-            .lines
-            .entry(path.to_string())
-            .or_insert_with(|| {
-                path.starts_with('/')
-                    .then(|| addr2line::Loader::new(path).ok())
-                    .flatten()
-            })
-            .as_ref()?;
-        let loc = loader.find_location(addr).ok()??;
-        let file = loc.file?;
-        let name = file.rsplit('/').next().unwrap_or(file);
-        Some(match loc.line {
-            Some(line) => format!("{name}:{line}"),
-            None => name.to_string(),
-        })
+    /// The inline chain DWARF gives for a link-time address in the module at `path`,
+    /// innermost first; empty without DWARF for it.
+    fn dwarf_frames(&mut self, path: &str, debug: Option<&str>, addr: u64) -> Vec<DwarfFrame> {
+        let loader = self.lines.entry(path.to_string()).or_insert_with(|| {
+            let dwarf = debug.unwrap_or(path);
+            dwarf
+                .starts_with('/')
+                .then(|| addr2line::Loader::new(dwarf).ok())
+                .flatten()
+        });
+        let Some(loader) = loader.as_ref() else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        if let Ok(mut frames) = loader.find_frames(addr) {
+            while let Ok(Some(frame)) = frames.next() {
+                let function = frame
+                    .function
+                    .as_ref()
+                    .and_then(|f| f.raw_name().ok())
+                    .map(|name| demangle(&name));
+                out.push(DwarfFrame {
+                    function,
+                    location: frame.location.as_ref().and_then(location_text),
+                });
+            }
+        }
+        if out.is_empty()
+            && let Ok(Some(location)) = loader.find_location(addr)
+        {
+            out.push(DwarfFrame {
+                function: None,
+                location: location_text(&location),
+            });
+        }
+        out
     }
 
-    fn resolve(&mut self, pc: u64) -> Symbolized {
+    fn resolve(&mut self, pc: u64) -> Vec<Symbolized> {
         // `space` outlives `self`: modules borrowed from it leave `self` free to update.
         let space: &'a AddressSpace = self.space;
         let Some(m) = space.module_for_pc(pc) else {
-            return Symbolized {
+            return vec![Symbolized {
                 function: format!("{pc:#x}"),
                 module: "?".into(),
                 kind: FrameKind::User,
                 agent: false,
                 location: None,
-            };
+            }];
         };
-        // The agent's and the system libraries' line tables are not worth their loading
-        // time: their frames are labelled by module anyway.
-        let location = if m.kind == FrameKind::User {
-            self.line(&m.path, pc.wrapping_sub(m.bias))
+        let file = if m.path.starts_with('/') {
+            file_for(&m.path)
         } else {
-            None
+            Arc::new(ModuleFile::default())
         };
-        let table = if m.path.starts_with('/') {
-            table_for(&m.path)
-        } else {
-            Arc::new(SymbolTable::default())
-        };
-        let name = table
-            .find(pc.wrapping_sub(m.bias))
+        let addr = pc.wrapping_sub(m.bias);
+        let name = file
+            .symbols
+            .find(addr)
             .map(|s| demangle(&s.name))
             .or_else(|| dladdr_name(pc))
-            .unwrap_or_else(|| format!("{}+{:#x}", m.name, pc.wrapping_sub(m.bias)));
-        Symbolized {
-            function: name,
+            .unwrap_or_else(|| format!("{}+{:#x}", m.name, addr));
+        let frame = |function: String, location: Option<String>| Symbolized {
+            function,
             module: m.name.clone(),
             kind: m.kind,
             agent: m.is_agent,
             location,
+        };
+        // The agent's and the system libraries' DWARF is not worth its loading time: their
+        // frames are named by their symbols (a debug file's included) and not by line.
+        if m.kind != FrameKind::User {
+            return vec![frame(name, None)];
         }
+        let mut dwarf = self.dwarf_frames(&m.path, file.debug.as_deref(), addr);
+        // The outermost DWARF frame is the function that contains the address: the symbol
+        // table names it (as every other frame of a thread is named), DWARF gives its line.
+        let outer = dwarf
+            .pop()
+            .map_or(frame(name.clone(), None), |d| frame(name, d.location));
+        let mut chain: Vec<Symbolized> = dwarf
+            .into_iter()
+            .map(|d| frame(d.function.unwrap_or_else(|| "?".into()), d.location))
+            .collect();
+        chain.push(outer);
+        chain
     }
+}
+
+/// `file:line` (the file name only) of a DWARF location.
+fn location_text(loc: &addr2line::Location<'_>) -> Option<String> {
+    let file = loc.file?;
+    let name = file.rsplit('/').next().unwrap_or(file);
+    Some(match loc.line {
+        Some(line) => format!("{name}:{line}"),
+        None => name.to_string(),
+    })
 }
 
 /// The dynamic symbol `dladdr` finds for `pc`, demangled.

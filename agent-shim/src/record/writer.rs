@@ -180,10 +180,18 @@ impl Recorder {
         }
         let mut frames = Vec::with_capacity(pcs.len());
         for &pc in pcs {
-            let s = self.symbolizer.symbolize(pc, false);
-            let f = self.string(&s.function);
-            let m = self.string(&s.module);
-            frames.push((f, m));
+            // Inlined calls are frames of their own, as in a snapshot's sites.
+            let chain: Vec<(String, String)> = self
+                .symbolizer
+                .symbolize_inlined(pc, false)
+                .iter()
+                .map(|s| (s.function.clone(), s.module.clone()))
+                .collect();
+            for (function, module) in chain {
+                let f = self.string(&function);
+                let m = self.string(&module);
+                frames.push((f, m));
+            }
         }
         let (sid, new) = self.table.intern_stack(&frames);
         if new {

@@ -10,7 +10,8 @@
 //! # Which frames make the unit
 //! Stacks are innermost first. Frames at and above `main` (`main`, `__libc_start_main`,
 //! `_start`; on other threads `start_thread` and `clone`) are dropped, and so are the agent's frames (a module whose name contains
-//! `heaptui_agent`) and the allocator's (`malloc`, `operator new`, …: [`ALLOCATOR_FUNCTIONS`]).
+//! `heaptui_agent`) and the allocator's and its wrappers' (`malloc`, `operator new`, `xmalloc`,
+//! …: [`Wrappers`](crate::labels::Wrappers), the list that also names sites).
 //! Of the remaining frames, those of a *library* — a module other than the program, which is
 //! the module `main` is in, or [`UnitConfig::program`] — are preferred: with the stack
 //! `main → func_0 (exe) → func_a0 (liba) → func_a1 (liba) → func_b0 (libb) → malloc`,
@@ -36,45 +37,6 @@ use std::ops::Range;
 use serde::{Deserialize, Serialize};
 
 use super::{NO_STACK, StackId, StackTable};
-
-/// Functions that are the allocator itself, skipped when choosing a unit.
-pub const ALLOCATOR_FUNCTIONS: &[&str] = &[
-    "malloc",
-    "calloc",
-    "realloc",
-    "reallocarray",
-    "free",
-    "posix_memalign",
-    "aligned_alloc",
-    "memalign",
-    "valloc",
-    "pvalloc",
-    "__libc_malloc",
-    "__libc_calloc",
-    "__libc_realloc",
-    "__libc_free",
-    "__libc_memalign",
-    "_int_malloc",
-    "_int_free",
-    "_int_realloc",
-    "_Znwm",
-    "_Znam",
-    "_ZdlPv",
-    "_ZdaPv",
-    "_ZdlPvm",
-    "_ZdaPvm",
-    "operator new",
-    "operator new[]",
-    "operator delete",
-    "operator delete[]",
-    "__rust_alloc",
-    "__rust_dealloc",
-    "__rust_realloc",
-    "__rust_alloc_zeroed",
-    "__rdl_alloc",
-    "__rdl_dealloc",
-    "__rdl_realloc",
-];
 
 /// The frames from `main` (or, on other threads, from the thread's start routine's caller)
 /// outwards are the C runtime's, not a unit.
@@ -381,6 +343,7 @@ impl Units {
             .filter(|&i| stacks.string(frames[i].0) == "main")
             .map(|i| frames[i].1);
         let program = self.config.program.as_deref();
+        let wrappers = crate::labels::Wrappers::process();
         let is_program =
             |module: u32| Some(module) == program_of_main || Some(stacks.string(module)) == program;
         // Without a named boundary (the C library's thread start is often unsymbolized:
@@ -398,7 +361,7 @@ impl Units {
             .copied()
             .filter(|&(function, module)| {
                 !stacks.string(module).contains(AGENT_MODULE)
-                    && !ALLOCATOR_FUNCTIONS.contains(&stacks.string(function))
+                    && !wrappers.is_wrapper(stacks.string(function))
             })
             .collect();
         let libraries: Vec<(u32, u32)> = considered
