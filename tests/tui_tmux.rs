@@ -341,9 +341,11 @@ fn demo_units_show_the_workload_code() {
     let s = t.wait_for("the innermost functions", |s| {
         s.contains("Allocation units · function · innermost") && s.contains("append_rows (")
     });
-    // `main` allocates its cache in its own frame (xmalloc inlined): its unit, not `?`.
+    // `main`'s start-up helpers are inlined into it, and so is `xmalloc`: the inline frames
+    // name them (docs/reference.md §3 "Labels"), not `main` or `?`.
     for function in [
-        " main (",
+        "build_cache (",
+        "load_config (",
         "append_rows (",
         "parse_request (",
         "ship_batch (",
