@@ -140,7 +140,7 @@ mod tests {
         assert_eq!(first, second);
         assert_eq!(fs::read(&first).unwrap(), AGENT);
         assert_eq!(
-            fs::read_dir(&dir).unwrap().count(),
+            fs::read_dir(&*dir).unwrap().count(),
             1,
             "no temporary file left"
         );
@@ -172,13 +172,30 @@ mod tests {
         assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
     }
 
-    fn tempdir(name: &str) -> PathBuf {
+    /// A fresh directory for one test, removed when the test ends (each unpacks a 70 MB agent
+    /// or demo: left behind, every test run would cost /tmp that much again).
+    struct TempDir(PathBuf);
+
+    impl std::ops::Deref for TempDir {
+        type Target = Path;
+        fn deref(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn tempdir(name: &str) -> TempDir {
         let dir = std::env::temp_dir().join(format!(
             "heaptui-embedded-test-{name}-{}",
             std::process::id()
         ));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).unwrap();
-        dir
+        TempDir(dir)
     }
 }
