@@ -31,8 +31,9 @@ pub enum Command {
     AgentPath,
     /// Take a snapshot of a running agent and save it as a binary snapshot file.
     Snapshot(SnapshotArgs),
-    /// Start a program with the agent preloaded, print its report once the agent answers,
-    /// and wait for the program to end.
+    /// Start a program with the agent preloaded and open the terminal UI on it (q stops it,
+    /// exit 0, its output in a log file named on exit); without a terminal, print its report
+    /// once the agent answers and wait for the program to end (its exit status).
     Run(RunArgs),
     /// Ask a running agent to cancel a thread under its memory-shortage policy (HEAPTUI_POLICY)
     /// and print the verdict, then the release it measured; exits 1 when the agent refuses.

@@ -142,16 +142,25 @@ fn run(args: &cli::RunArgs, out: &mut impl Write) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let status = if std::io::stdout().is_terminal() {
+        let log = program_log("run")?;
         let launch = launch::Launch {
             listen,
             policy: args.policy.clone(),
             audit: None,
-            output_log: Some(program_log("run")?),
+            output_log: Some(log.clone()),
             record: None,
             ready_line: None,
             wrappers: args.labels.wrappers.clone(),
         };
-        tui::run_program(&args.program, &launch, args.refresh)?
+        let status = tui::run_program(&args.program, &launch, args.refresh)?;
+        // Quitting the TUI is a success: the program was stopped because the operator asked
+        // (docs/reference.md §2); its own status is said, with where its output went.
+        eprintln!(
+            "heaptui: {} ended ({status}); its output is in {}",
+            args.program[0].to_string_lossy(),
+            log.display()
+        );
+        return Ok(ExitCode::SUCCESS);
     } else {
         if args.policy.is_some() {
             anyhow::bail!("--policy needs the terminal UI: run heaptui run from a terminal");

@@ -435,3 +435,50 @@ fn terminate(pid: u32) -> std::io::Result<std::process::ExitStatus> {
         .args(["-TERM", &pid.to_string()])
         .status()
 }
+
+/// `heaptui run` in a terminal: the TUI on the program, the socket in the header; `q` stops
+/// the program, exits 0 and names the log file that holds the program's output.
+#[test]
+fn run_in_a_terminal_quits_with_0_and_names_the_log() {
+    let t = Tmux::start();
+    let dir = std::env::temp_dir().join(format!("heaptui-run-tmux-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let program = dir.join("p.pl");
+    std::fs::write(
+        &program,
+        "$| = 1; print \"hello from the program\\n\"; sleep 1000;\n",
+    )
+    .unwrap();
+    t.literal(&format!(
+        "XDG_RUNTIME_DIR={} {} run -- perl {}; echo status=$?",
+        dir.display(),
+        env!("CARGO_BIN_EXE_heaptui"),
+        program.display()
+    ));
+    t.keys(&["Enter"]);
+    let s = t.wait_for("the program's ranking", |s| {
+        s.contains("· live") && s.contains("Threads by total") && s.contains("rows 1–1 of 1")
+    });
+    assert!(
+        s.lines().next().unwrap().contains(".sock"),
+        "the socket in the header:\n{s}"
+    );
+    t.keys(&["q"]);
+    // The typed command line says `status=$?` too: the answer is a line of its own.
+    let s = t.wait_for("the shell again", |s| {
+        s.lines().any(|l| l.starts_with("status="))
+    });
+    assert!(s.lines().any(|l| l == "status=0"), "{s}");
+    let flat: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    let log = flat
+        .split_once("its output is in ")
+        .unwrap_or_else(|| panic!("no log named:\n{s}"))
+        .1
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    let output = std::fs::read_to_string(&log).unwrap_or_else(|e| panic!("{log}: {e}\n{s}"));
+    assert!(output.contains("hello from the program"), "{output}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

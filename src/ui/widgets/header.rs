@@ -119,8 +119,8 @@ fn fitting(width: u16, lines: impl IntoIterator<Item = Line<'static>>) -> Line<'
 }
 
 /// What is looked at: the process, the connection, the address, the snapshot. `terse` 1 names
-/// the program by its file name, 2 also drops the agent's version and the capture's pause and
-/// puts the address last, 3 drops the address and the program's own name (a cut address
+/// the program by its file name, 2 also drops its arguments, the agent's version and the
+/// capture's pause and puts the address last, 3 drops the address and the program's own name (a cut address
 /// would name a wrong socket).
 fn who_line(app: &App, terse: u8) -> Line<'static> {
     let mut line = Vec::new();
@@ -129,10 +129,11 @@ fn who_line(app: &App, terse: u8) -> Line<'static> {
     }
     match &app.process {
         Some(p) if p.pid != 0 => {
-            let command = if terse >= 1 {
-                short_command(&p.command)
-            } else {
-                p.command.clone()
+            let command = match terse {
+                0 => p.command.clone(),
+                1 => short_command(&p.command),
+                // The program alone: its arguments give way to the address.
+                _ => short_command(p.command.split(' ').next().unwrap_or_default()),
             };
             line.push(Span::raw(format!("· pid {} {command} ", p.pid)));
         }
