@@ -410,10 +410,21 @@ impl Drop for Watchdog {
 
 #[test]
 fn an_exec_child_that_cannot_take_the_address_falls_back_to_its_pid_socket_and_says_so_once() {
+    exec_child_falls_back(&[("HEAPTUI_FOLLOW_EXEC", "1")]);
+}
+
+/// As pg_ctl starts the postmaster: the fork child's own server is silent, so the program it
+/// execs says where the process listens.
+#[test]
+fn an_exec_child_of_a_followed_fork_child_says_so_once() {
+    exec_child_falls_back(&[("HEAPTUI_FOLLOW_EXEC", "1"), ("HEAPTUI_FOLLOW_FORK", "1")]);
+}
+
+fn exec_child_falls_back(env: &[(&str, &str)]) {
     let t = Isolated::new("exec");
     let exe = forks(t.path());
     let listen = format!("unix:{}", t.path().join("agent.sock").display());
-    let mut target = t.start(&exe, &listen, &[("HEAPTUI_FOLLOW_EXEC", "1")]);
+    let mut target = t.start(&exe, &listen, env);
     let parent = target.child.id();
     let child = pid_in(&target.command("exec"), "exec ");
     let report = t.report(&format!("pid:{child}"));

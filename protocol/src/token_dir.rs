@@ -54,14 +54,20 @@ pub struct Record {
     /// Where the agent listens, as users write it: `127.0.0.1:8000`, `[::1]:8000` or
     /// `unix:/absolute/path`.
     pub address: String,
+    /// The agent has told nobody where it listens (a fork child's server is silent): a program
+    /// this process execs next, landing at the same place, says it once.
+    pub quiet: bool,
 }
 
 impl Record {
     /// The record's file contents.
     pub fn to_text(&self) -> String {
         format!(
-            "{RECORD_MAGIC}\npid {}\nstart {}\naddress {}\n",
-            self.pid, self.start, self.address
+            "{RECORD_MAGIC}\npid {}\nstart {}\naddress {}\n{}",
+            self.pid,
+            self.start,
+            self.address,
+            if self.quiet { "quiet 1\n" } else { "" }
         )
     }
 
@@ -71,12 +77,13 @@ impl Record {
         if lines.next()? != RECORD_MAGIC {
             return None;
         }
-        let (mut pid, mut start, mut address) = (None, None, None);
+        let (mut pid, mut start, mut address, mut quiet) = (None, None, None, false);
         for line in lines {
             match line.split_once(' ')? {
                 ("pid", v) => pid = v.parse().ok(),
                 ("start", v) => start = v.parse().ok(),
                 ("address", v) if Endpoint::parse(v).is_some() => address = Some(v.to_string()),
+                ("quiet", v) => quiet = v == "1",
                 // Later versions may add lines.
                 _ => {}
             }
@@ -85,6 +92,7 @@ impl Record {
             pid: pid?,
             start: start?,
             address: address?,
+            quiet,
         })
     }
 
@@ -444,6 +452,7 @@ mod tests {
             pid,
             start,
             address: address.to_string(),
+            quiet: false,
         }
     }
 
@@ -452,7 +461,9 @@ mod tests {
         let r = record(42, 987_654, "unix:/run/user/1000/heaptui/pid-42.sock");
         assert_eq!(Record::parse(&r.to_text()), Some(r.clone()));
         let later = format!("{}agent 0.2.0\n", r.to_text());
-        assert_eq!(Record::parse(&later), Some(r));
+        assert_eq!(Record::parse(&later), Some(r.clone()));
+        let quiet = Record { quiet: true, ..r };
+        assert_eq!(Record::parse(&quiet.to_text()), Some(quiet));
         for bad in [
             "",
             "heaptui-agent 2\npid 1\nstart 1\naddress :1\n",

@@ -163,7 +163,7 @@ fn serve(origin: Origin) -> Result<(), String> {
     let cfg = config();
     let (dir, lock) = token::open_directory()?;
     // Read before the sweep removes it (its socket closed at the exec).
-    let before_exec = token::address_before_exec(dir);
+    let said_before_exec = token::said_before_exec(dir);
     if origin == Origin::Loaded && lock.is_some() {
         token_dir::sweep(dir);
     }
@@ -191,7 +191,7 @@ fn serve(origin: Origin) -> Result<(), String> {
     };
     let token_path = token::write(dir, &bound, &token).inspect_err(|_| unlink_socket(&bound))?;
     let shown = describe(&bound);
-    let record = token::write_record(dir, &shown);
+    let record = token::write_record(dir, &shown, origin == Origin::ForkChild);
     drop(lock);
     let files = Files {
         pid,
@@ -234,9 +234,10 @@ fn serve(origin: Origin) -> Result<(), String> {
         (Origin::Loaded, None) => {
             crate::agent_log!("listening on {shown} (token file {})", token_path.display())
         }
-        // Said once per process: a program exec'd from one that fell back already (`sh -c
-        // 'exec prog'`) is at the same place.
-        (Origin::Loaded, Some(_)) if before_exec.as_deref() == Some(shown.as_str()) => {}
+        // Said once per process: a program exec'd from one that said it already (`sh -c
+        // 'exec prog'`) is at the same place. A fork child's server said nothing, so the
+        // program it execs does (pg_ctl starts the postmaster that way).
+        (Origin::Loaded, Some(_)) if said_before_exec.as_deref() == Some(shown.as_str()) => {}
         (Origin::Loaded, Some(why)) => crate::agent_log!(
             "{why}; per-process socket for pid:{pid}: listening on {shown} (token file {})",
             token_path.display()

@@ -130,14 +130,16 @@ pub fn write(dir: &Path, listen: &Listen, token: &str) -> Result<PathBuf, String
     )
 }
 
-/// Writes this process's record (`pid-<PID>.agent`): its agent listens at `address`.
-pub fn write_record(dir: &Path, address: &str) -> Result<PathBuf, String> {
+/// Writes this process's record (`pid-<PID>.agent`): its agent listens at `address`, and has
+/// told nobody so when `quiet`.
+pub fn write_record(dir: &Path, address: &str, quiet: bool) -> Result<PathBuf, String> {
     let pid = std::process::id();
     let start = own_start().ok_or("cannot read the process start time from /proc/self/stat")?;
     let record = Record {
         pid,
         start,
         address: address.to_string(),
+        quiet,
     };
     write_private(
         dir,
@@ -155,13 +157,14 @@ fn own_start() -> Option<u64> {
         .and_then(token_dir::start_of)
 }
 
-/// Where this very process listened before an `exec` replaced its program, when the agent
-/// was there too: its record (same pid, same start time) is still in the directory.
-pub fn address_before_exec(dir: &Path) -> Option<String> {
+/// Where this very process listened, and said so, before an `exec` replaced its program with
+/// the agent there too: its record (same pid, same start time, not quiet) is still in the
+/// directory.
+pub fn said_before_exec(dir: &Path) -> Option<String> {
     let text =
         std::fs::read_to_string(dir.join(token_dir::record_name(std::process::id()))).ok()?;
     let record = Record::parse(&text)?;
-    (record.pid == std::process::id() && Some(record.start) == own_start())
+    (record.pid == std::process::id() && Some(record.start) == own_start() && !record.quiet)
         .then_some(record.address)
 }
 
