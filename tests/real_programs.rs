@@ -5,11 +5,17 @@
 //! the real protocol at the workload's peak (the program waiting for its next input: the
 //! report must see its heap) and again while it works on the rest.
 //!
+//! PostgreSQL, which refuses root, runs as an unprivileged user the test creates: started by
+//! `pg_ctl` under the agent (`HEAPTUI_FOLLOW_EXEC`, `HEAPTUI_FOLLOW_FORK`), it answers psql as
+//! the bare server does, its postmaster and a backend answer `heaptui report pid:PID` and are
+//! listed by `heaptui ps`, it shuts down clean, and its log has none of the agent's lines.
+//!
 //! A program missing from PATH fails its test, saying so: `.ci/run` installs them all.
 
 mod live_common;
 
 use std::io::{Read, Write};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
@@ -31,6 +37,18 @@ fn program(name: &str) -> PathBuf {
         .unwrap_or_else(|| {
             panic!("{name} is not installed (not on PATH): .ci/run installs it with apt-get")
         })
+}
+
+/// Leaves out every `HEAPTUI_*` variable this test inherited (cargo sets the build's
+/// `HEAPTUI_EMBEDDED_*` for test runs; the agent would warn about them): the programs start as
+/// a user would start them, with only what each run adds.
+fn without_heaptui_env(cmd: &mut Command) -> &mut Command {
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("HEAPTUI_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd
 }
 
 /// A program run the same way bare and under the agent.
@@ -160,7 +178,8 @@ struct Running {
 impl Running {
     fn start(w: &Workload, cwd: &Path, agent_env: &[(&str, String)]) -> Running {
         let mut cmd = Command::new(&w.program);
-        cmd.args(&w.args)
+        without_heaptui_env(&mut cmd)
+            .args(&w.args)
             .current_dir(cwd)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -646,4 +665,394 @@ fn git_imports_and_logs_a_history_under_the_agent_as_it_does_bare() {
     let run = same_bare_and_under_agent(&log, dir.path(), None);
     let out = String::from_utf8_lossy(&run.stdout);
     assert_eq!(out.matches(" A U Thor ").count(), commits, "{out}");
+}
+/// The unprivileged user PostgreSQL runs as (it refuses root, and CI runs as root), created
+/// when missing: (uid, gid).
+const PG_USER: &str = "heaptui-test";
+
+fn unprivileged_user() -> (u32, u32) {
+    let id = |flag: &str| -> Option<u32> {
+        let out = Command::new("id").args([flag, PG_USER]).output().ok()?;
+        String::from_utf8(out.stdout).ok()?.trim().parse().ok()
+    };
+    if id("-u").is_none() {
+        let out = Command::new("useradd")
+            .args([
+                "--system",
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+                PG_USER,
+            ])
+            .output()
+            .expect("useradd (to create the user PostgreSQL runs as)");
+        // Another test run may have created it meanwhile: only the user's absence fails.
+        assert!(
+            id("-u").is_some(),
+            "cannot create user {PG_USER}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    (id("-u").unwrap(), id("-g").unwrap())
+}
+
+/// The directory of PostgreSQL's server programs: where `postgres` is on PATH, else Debian's
+/// /usr/lib/postgresql/<newest version>/bin; the test fails, saying so, when there is none.
+fn postgres_bin() -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    // A link on PATH (Debian's wrappers, /usr/local/bin links) leads to the installation.
+    if let Some(postgres) = std::env::split_paths(&path)
+        .map(|d| d.join("postgres"))
+        .find(|p| p.is_file())
+    {
+        return postgres
+            .canonicalize()
+            .unwrap()
+            .parent()
+            .unwrap()
+            .to_path_buf();
+    }
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let version = e.file_name().to_str()?.parse().ok()?;
+            let bin = e.path().join("bin");
+            bin.join("postgres").is_file().then_some((version, bin))
+        })
+        .collect();
+    versions.sort();
+    versions.pop().map(|v| v.1).unwrap_or_else(|| {
+        panic!("PostgreSQL is not installed (no postgres on PATH or in /usr/lib/postgresql/*/bin): .ci/run installs it with apt-get")
+    })
+}
+
+/// A PostgreSQL cluster in a directory of the unprivileged user, served on a Unix socket there
+/// (no TCP: test runs side by side never meet).
+struct Cluster {
+    bin: PathBuf,
+    user: (u32, u32),
+    data: PathBuf,
+    sockets: PathBuf,
+    log: PathBuf,
+}
+
+const PG_PORT: &str = "5432";
+const PG_ROLE: &str = "tester";
+
+impl Cluster {
+    /// `initdb` into `dir/name` (owned by the user), with its socket directory beside it.
+    fn init(dir: &Path, name: &str) -> Cluster {
+        let user = unprivileged_user();
+        let home = dir.join(name);
+        std::fs::create_dir_all(home.join("sockets")).unwrap();
+        chown_tree(&home, user);
+        let cluster = Cluster {
+            bin: postgres_bin(),
+            user,
+            data: home.join("data"),
+            sockets: home.join("sockets"),
+            log: home.join("server.log"),
+        };
+        let out = cluster
+            .command("initdb")
+            .arg("-D")
+            .arg(&cluster.data)
+            .args(["-A", "trust", "-U", PG_ROLE, "--locale=C", "-E", "UTF8"])
+            .args(["--no-sync", "--no-instructions"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "initdb: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        cluster
+    }
+
+    /// A program of the cluster's installation, run as the unprivileged user.
+    fn command(&self, program: &str) -> Command {
+        let mut cmd = Command::new(self.bin.join(program));
+        without_heaptui_env(&mut cmd)
+            .uid(self.user.0)
+            .gid(self.user.1)
+            .current_dir(&self.sockets);
+        cmd
+    }
+
+    /// `pg_ctl start -w` (with `env` added: the postmaster is pg_ctl's child's exec'd
+    /// program), which returns once the server accepts connections; pg_ctl's own output.
+    fn start(&self, env: &[(&str, String)]) -> String {
+        let mut cmd = self.command("pg_ctl");
+        cmd.args(["start", "-w", "-t", "120", "-D"])
+            .arg(&self.data)
+            .arg("-l")
+            .arg(&self.log)
+            .arg("-o")
+            .arg(format!(
+                "-k {} -p {PG_PORT} -c listen_addresses= -c fsync=off",
+                self.sockets.display()
+            ));
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.status.success(),
+            "pg_ctl start ({}): {said}\nserver log:\n{}",
+            out.status,
+            std::fs::read_to_string(&self.log).unwrap_or_default()
+        );
+        said
+    }
+
+    /// The postmaster's pid, from the first line of `postmaster.pid`.
+    fn postmaster(&self) -> u32 {
+        let text = std::fs::read_to_string(self.data.join("postmaster.pid")).unwrap();
+        text.lines().next().unwrap().parse().unwrap()
+    }
+
+    /// `pg_ctl stop -m fast`, which must succeed, and then the cluster's state as
+    /// `pg_controldata` gives it ("shut down": the next start needs no recovery).
+    fn stop(&self) -> String {
+        let out = self
+            .command("pg_ctl")
+            .args(["stop", "-w", "-t", "120", "-m", "fast", "-D"])
+            .arg(&self.data)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "pg_ctl stop: {}{}\nserver log:\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            std::fs::read_to_string(&self.log).unwrap_or_default()
+        );
+        let out = self
+            .command("pg_controldata")
+            .arg(&self.data)
+            .env("LC_ALL", "C")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.lines()
+            .find_map(|l| l.strip_prefix("Database cluster state:"))
+            .unwrap_or_else(|| panic!("pg_controldata gave no cluster state: {text}"))
+            .trim()
+            .to_string()
+    }
+
+    /// psql on the cluster, unaligned and quiet, reading its statements from stdin.
+    fn psql(&self) -> Command {
+        let mut cmd = self.command("psql");
+        cmd.args([
+            "-X",
+            "-q",
+            "-A",
+            "-t",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-U",
+            PG_ROLE,
+        ])
+        .arg("-h")
+        .arg(&self.sockets)
+        .args(["-p", PG_PORT, "-d", "postgres"]);
+        cmd
+    }
+
+    /// `sql` through psql; its stdout (which must come with success).
+    fn query(&self, sql: &str) -> Vec<u8> {
+        let mut child = self
+            .psql()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Written on a thread and closed there: psql ends at the end of its input.
+        let input = feed(child.stdin.take().unwrap(), sql.as_bytes().to_vec());
+        let closed = std::thread::spawn(move || drop(input.join().unwrap()));
+        let out = child.wait_with_output().unwrap();
+        closed.join().unwrap();
+        assert!(
+            out.status.success(),
+            "psql {sql:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    }
+
+    /// The server's log, so far.
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+fn chown_tree(path: &Path, (uid, gid): (u32, u32)) {
+    std::os::unix::fs::chown(path, Some(uid), Some(gid)).unwrap();
+    if path.is_dir() {
+        for e in std::fs::read_dir(path).unwrap() {
+            chown_tree(&e.unwrap().path(), (uid, gid));
+        }
+    }
+}
+
+/// What the test asks of each server: a table of rows, queries over it.
+const PG_WORK: &str = "\
+CREATE TABLE t(id int PRIMARY KEY, name text, grp int);
+INSERT INTO t SELECT i, 'name-' || i, i % 97 FROM generate_series(1, 50000) i;
+SELECT count(*), sum(id), count(DISTINCT grp) FROM t;
+SELECT grp, count(*), min(name) FROM t GROUP BY grp ORDER BY grp LIMIT 5;
+SELECT name FROM t ORDER BY name DESC LIMIT 3;
+";
+/// Short connections after the work: a backend forked for each.
+const PG_CONNECTIONS: usize = 30;
+
+fn churn(cluster: &Cluster) -> Vec<u8> {
+    (0..PG_CONNECTIONS)
+        .flat_map(|i| cluster.query(&format!("SELECT {i}, count(*) FROM t WHERE grp = {i};")))
+        .collect()
+}
+
+/// The agent's lines in `text`.
+fn agent_lines(text: &str) -> Vec<&str> {
+    text.lines().filter(|l| l.starts_with("heaptui[")).collect()
+}
+
+/// The pids `heaptui ps --json` lists.
+fn ps_pids() -> Vec<u64> {
+    let out = heaptui().args(["ps", "--json"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "heaptui ps: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    listed
+        .as_array()
+        .unwrap_or_else(|| panic!("heaptui ps --json: {listed}"))
+        .iter()
+        .map(|p| p["pid"].as_u64().unwrap())
+        .collect()
+}
+
+/// PostgreSQL started by `pg_ctl` under the agent as a user starts it (`HEAPTUI_FOLLOW_EXEC=1`:
+/// the postmaster is exec'd by pg_ctl's child; `HEAPTUI_FOLLOW_FORK=1`: each backend gets a
+/// server), against the same cluster run bare.
+#[test]
+fn postgres_serves_queries_under_the_agent_and_its_processes_answer_reports() {
+    let dir = Scratch::new("real-pg");
+    // The user must be able to read the agent: a copy in a directory it can enter.
+    let agent_copy = dir.path().join("libheaptui_agent.so");
+    std::fs::copy(agent(), &agent_copy).unwrap();
+    let bare = Cluster::init(dir.path(), "bare");
+    let under = Cluster::init(dir.path(), "agent");
+
+    bare.start(&[]);
+    let bare_work = bare.query(PG_WORK);
+    let bare_churn = churn(&bare);
+    assert_eq!(bare.stop(), "shut down", "bare: {}", bare.log_text());
+
+    let env = [
+        ("LD_PRELOAD", agent_copy.display().to_string()),
+        ("HEAPTUI_FOLLOW_EXEC", "1".to_string()),
+        ("HEAPTUI_FOLLOW_FORK", "1".to_string()),
+        (
+            "HEAPTUI_LISTEN",
+            format!("unix:{}", under.sockets.join("agent.sock").display()),
+        ),
+    ];
+    let pg_ctl_said = under.start(&env);
+    let postmaster = under.postmaster();
+    let at_postmaster = format!("pid:{postmaster}");
+    let first = report(&at_postmaster, "the postmaster");
+    assert_eq!(first["process"]["pid"], postmaster, "{}", first["process"]);
+
+    // A session held open: its backend, a fork child of the postmaster, answers too.
+    let mut session = under
+        .psql()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let session_out = Drain::new(session.stdout.take().unwrap());
+    let session_in = feed(
+        session.stdin.take().unwrap(),
+        b"CREATE TEMP TABLE mine AS SELECT i, repeat('x', 100) AS pad FROM generate_series(1, 20000) i;\n\
+          SELECT 'backend', pg_backend_pid();\n"
+            .to_vec(),
+    );
+    let backend: u32 = session_out
+        .wait_for_line(|l| l.starts_with("backend|"))
+        .expect("psql ended before naming its backend")["backend|".len()..]
+        .parse()
+        .unwrap();
+    let at_backend = report(&format!("pid:{backend}"), "a backend");
+    assert_eq!(
+        at_backend["process"]["pid"], backend,
+        "{}",
+        at_backend["process"]
+    );
+    assert!(
+        total(&at_backend, "objects") > 0,
+        "{}",
+        at_backend["totals"]
+    );
+    let listed = ps_pids();
+    for pid in [postmaster, backend] {
+        assert!(
+            listed.contains(&u64::from(pid)),
+            "heaptui ps lists {listed:?}, not {pid}"
+        );
+    }
+
+    // The work and the connection churn, the postmaster reported on meanwhile.
+    let work = under.query(PG_WORK);
+    let reporter = {
+        let at_postmaster = at_postmaster.clone();
+        std::thread::spawn(move || {
+            for _ in 0..3 {
+                report(&at_postmaster, "the postmaster during connection churn");
+            }
+        })
+    };
+    let churned = churn(&under);
+    reporter.join().unwrap();
+    drop(session_in.join().unwrap());
+    assert!(session.wait().unwrap().success());
+    session_out.finish();
+    let state = under.stop();
+    let log = under.log_text();
+    assert_eq!(state, "shut down", "under the agent:\n{log}");
+    assert_same_output("psql work", &bare_work, &work);
+    assert_same_output("psql connections", &bare_churn, &churned);
+    // Quiet: at most one line per process the agent was loaded into, where it listens: pg_ctl,
+    // the programs it runs to check its installation (`postgres -V`, exec'd by a shell) and the
+    // postmaster (said by the shell pg_ctl's child execs, before it execs postgres), all on
+    // pg_ctl's output; the server's own log, with its processes' exits, has none of ours.
+    let ours = agent_lines(&pg_ctl_said);
+    let mut pids: Vec<&str> = ours
+        .iter()
+        .map(|l| l["heaptui[".len()..].split(']').next().unwrap())
+        .collect();
+    let lines = pids.len();
+    pids.sort();
+    pids.dedup();
+    let of_postmaster = format!("heaptui[{postmaster}]: ");
+    assert!(
+        pids.len() == lines
+            && ours.iter().any(|l| l.starts_with(&of_postmaster)
+                && l.contains(&format!("pid:{postmaster}: listening on"))),
+        "the agent's lines in pg_ctl's output (postmaster {postmaster}):\n{pg_ctl_said}"
+    );
+    assert_eq!(agent_lines(&log), Vec::<&str>::new(), "server log:\n{log}");
 }
