@@ -38,6 +38,27 @@ use crate::groups::{self, FRAME_SHARED, GLOBAL_ONLY, Numbering, SlotMembers, THR
 #[error("unknown thread id {0}")]
 pub struct UnknownThread(pub u32);
 
+/// The first half of a release, shared by every form of an analysed snapshot: the threads of
+/// `tids` sorted and deduplicated, and the bytes they hold alone (each must be one of `threads`).
+/// What they share only among themselves is added by the caller, from its own group form.
+pub(crate) fn released_set(
+    threads: &[ThreadFigures],
+    tids: &[u32],
+) -> Result<(Vec<u32>, u64), UnknownThread> {
+    let mut set: Vec<u32> = tids.to_vec();
+    set.sort_unstable();
+    set.dedup();
+    let mut proprietary = 0;
+    for &tid in &set {
+        let thread = threads
+            .iter()
+            .find(|f| f.tid == tid)
+            .ok_or(UnknownThread(tid))?;
+        proprietary += thread.proprietary;
+    }
+    Ok((set, proprietary))
+}
+
 /// Where the non-object nodes sit in the dominator computation's node ids: objects keep
 /// their index, then come the globals node, one node per thread, one per frame (threads'
 /// frames one after another, "flat" frame indices) and the super-root last.
@@ -480,18 +501,7 @@ impl Analysis {
 
     /// Bytes freed if every thread in `tids` ended: `Σ size(o) : ∅ ≠ T(o) ⊆ S`.
     pub fn release(&self, tids: &[u32]) -> Result<u64, UnknownThread> {
-        let mut set: Vec<u32> = tids.to_vec();
-        set.sort_unstable();
-        set.dedup();
-        let mut bytes = 0;
-        for &tid in &set {
-            let t = self
-                .threads
-                .iter()
-                .position(|f| f.tid == tid)
-                .ok_or(UnknownThread(tid))?;
-            bytes += self.threads[t].proprietary;
-        }
+        let (set, mut bytes) = released_set(&self.threads, tids)?;
         let t0 = self.numbering.kind_start[THREAD_SHARED] as usize;
         let t1 = self.numbering.kind_start[GLOBAL_ONLY] as usize;
         for group in &self.groups[t0..t1] {

@@ -22,7 +22,7 @@
 
 use std::collections::HashMap;
 
-use crate::attribution::{Analysis, UnknownThread};
+use crate::attribution::{Analysis, UnknownThread, released_set};
 use crate::figures::{
     Group, GroupId, GroupKind, Holder, Leaks, ObjectClass, Sharer, ThreadFigures, Totals,
 };
@@ -582,18 +582,7 @@ impl Kept {
     /// Bytes freed if every thread in `tids` ended: `Σ size(o) : ∅ ≠ T(o) ⊆ S`
     /// (docs/reference.md §3 "Release").
     pub fn release(&self, tids: &[u32]) -> Result<u64, UnknownThread> {
-        let mut set: Vec<u32> = tids.to_vec();
-        set.sort_unstable();
-        set.dedup();
-        let mut bytes = 0;
-        for &tid in &set {
-            let t = self
-                .figures
-                .iter()
-                .position(|f| f.tid == tid)
-                .ok_or(UnknownThread(tid))?;
-            bytes += self.figures[t].proprietary;
-        }
+        let (set, mut bytes) = released_set(&self.figures, tids)?;
         for (sharers, &shared) in self.groups.sets.iter().zip(&self.groups.set_bytes) {
             let within = sharers.iter().all(|s| match s {
                 Sharer::Thread(tid) => set.binary_search(tid).is_ok(),
