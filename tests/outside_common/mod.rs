@@ -11,7 +11,7 @@ use super::live_common::compile_c;
 
 /// A program that keeps a known heap and uses no stdio (whose buffers would be blocks too):
 /// a list of 200 nodes of 40 usable bytes with every third one freed, a 1 MiB block (an
-/// mmapped chunk) and, in a second thread, 50 blocks of 24 usable bytes (another arena). It
+/// mmapped chunk, which `check` reads so that the compiler keeps its static pointer) and, in a second thread, 50 blocks of 24 usable bytes (another arena). It
 /// prints `ready OBJECTS BYTES` (their `malloc_usable_size`) and answers `check` with the sum
 /// of its list, then `quit` with exit 0.
 pub const TARGET: &str = r#"
@@ -55,7 +55,7 @@ int main(void) {
     count(e);
   }
   for (int i = 0; i < n; i++) free(freed[i]);
-  big = malloc(1 << 20);
+  big = calloc(1, 1 << 20);
   count(big);
   pthread_barrier_wait(&made);
   char line[128];
@@ -65,7 +65,7 @@ int main(void) {
   for (;;) {
     ssize_t got = read(0, cmd, sizeof cmd - 1);
     if (got <= 0 || strncmp(cmd, "quit", 4) == 0) return 0;
-    long sum = 0;
+    long sum = ((char *)big)[0];
     for (struct node *e = list; e; e = e->next) sum += e->value;
     snprintf(line, sizeof line, "sum %ld\n", sum);
     say(line);
