@@ -30,7 +30,7 @@ use heaptui_protocol::message::{
     ObjectPage, Page, PolicyAnswer, ProcessInfo, Push, Referrer, RequestBody, RequestId, Response,
     ShortageReport, SiteKey, SitePage, SnapshotId, SnapshotInfo, Sort, ThreadKey, ThreadPage,
 };
-use ratatui::crossterm::event::{KeyCode, KeyEvent, MouseEvent, MouseEventKind};
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers, MouseEvent, MouseEventKind};
 use ratatui::layout::Rect;
 
 use crate::source::{SourceEvent, SourceHandle};
@@ -803,6 +803,14 @@ impl App {
 
     /// A key: typed into the filter when one is being edited, else looked up in the table.
     pub fn on_key(&mut self, key: KeyEvent) {
+        // A terminal sends Alt-x as Escape followed by x, so an Escape typed just before a key
+        // arrives as Alt+that key (crossterm cannot tell them apart). heaptui binds nothing to
+        // Alt: read it as the two keys the user most likely pressed.
+        if let (KeyCode::Char(c), true) = (key.code, key.modifiers == KeyModifiers::ALT) {
+            self.on_key(KeyEvent::new(KeyCode::Esc, KeyModifiers::NONE));
+            self.on_key(KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE));
+            return;
+        }
         if self.input.is_some() {
             self.on_input_key(key);
         } else if self.cancel.is_some() {

@@ -136,6 +136,25 @@ fn the_filter_narrows_and_esc_clears_it() {
     assert_eq!(selected_tid(&h), 4, "the filtered row stays selected");
 }
 
+/// An Escape typed just before `/` reaches the program as Alt-/ (the terminal's escape prefix):
+/// it closes the filter being edited and opens a fresh one, as the two keys would.
+#[test]
+fn escape_then_a_key_read_as_alt_is_both_keys() {
+    let mut h = Harness::new(fixture());
+    h.key(KeyCode::Char('/'));
+    h.type_text("thn");
+    h.app
+        .on_key(KeyEvent::new(KeyCode::Char('/'), KeyModifiers::ALT));
+    h.pump();
+    let input = h
+        .app
+        .input
+        .as_ref()
+        .expect("a filter is being edited again");
+    assert_eq!(input.text, "", "the old filter was cleared by the Escape");
+    assert_eq!(thread_order(&h), [1, 3, 2, 4]);
+}
+
 #[test]
 fn sort_keys_sort_by_column_and_again_reverse() {
     let mut h = Harness::new(fixture());
