@@ -52,6 +52,48 @@ pub struct PsArgs {
     pub json: bool,
 }
 
+/// How many shared groups a report lists (`--groups N|all`), largest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupLimit {
+    Largest(usize),
+    All,
+}
+
+impl GroupLimit {
+    /// What a report lists unless asked: a screenful of the largest.
+    pub const DEFAULT: GroupLimit = GroupLimit::Largest(50);
+
+    /// The number of groups to list out of `available`.
+    pub fn of(self, available: usize) -> usize {
+        match self {
+            GroupLimit::Largest(n) => n.min(available),
+            GroupLimit::All => available,
+        }
+    }
+}
+
+impl std::fmt::Display for GroupLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GroupLimit::Largest(n) => write!(f, "{n}"),
+            GroupLimit::All => f.write_str("all"),
+        }
+    }
+}
+
+impl std::str::FromStr for GroupLimit {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        if text.eq_ignore_ascii_case("all") {
+            return Ok(GroupLimit::All);
+        }
+        text.parse()
+            .map(GroupLimit::Largest)
+            .map_err(|_| format!("expected a number of groups or `all`, not {text:?}"))
+    }
+}
+
 /// How allocation sites are named (docs/reference.md §3 "Labels").
 #[derive(Debug, Default, clap::Args)]
 pub struct LabelArgs {
@@ -195,6 +237,11 @@ pub struct ReportArgs {
     /// The agent's token file when SOURCE is the address of an agent on another machine.
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
+    /// How many shared groups to list, largest first: a number, or `all` (text and JSON; the
+    /// report says how many it left out). A heap of millions of blocks can have millions of
+    /// groups.
+    #[arg(long, value_name = "N|all", default_value_t = GroupLimit::DEFAULT)]
+    pub groups: GroupLimit,
     /// Also print leaks by allocation site, definitely and indirectly lost (a snapshot or a
     /// live agent).
     #[arg(long)]

@@ -261,18 +261,20 @@ fn json_report_has_every_figure_of_the_fixture() {
             ])
         })
         .collect();
+    // Largest first.
     assert_eq!(
         summary,
         [
-            json!([2, "frame-shared", "Class1.Session", 60, 1, [1]]),
+            json!([10, "thread-shared", "Class3.Pool", 120, 1, [3, 4]]),
+            json!([15, "global-only", "Config", 100, 1, ["globals"]]),
             json!([7, "frame-shared", "Class2.Context", 84, 2, [2]]),
             json!([5, "thread-shared", "Class2.Cache", 72, 1, [1, 2, 3]]),
-            json!([6, "thread-shared", "Class2.Entry", 12, 1, [1, 2, 3]]),
-            json!([10, "thread-shared", "Class3.Pool", 120, 1, [3, 4]]),
+            json!([2, "frame-shared", "Class1.Session", 60, 1, [1]]),
             json!([16, "thread-shared", "Registry", 20, 1, [4, "globals"]]),
-            json!([15, "global-only", "Config", 100, 1, ["globals"]]),
+            json!([6, "thread-shared", "Class2.Entry", 12, 1, [1, 2, 3]]),
         ]
     );
+    assert_eq!(r["groups_omitted"], 0);
     // The ids of docs/reference.md §5: entry 5 is T1, entry 6 is T2.
     assert_eq!(id_of(5), "T1");
     assert_eq!(id_of(6), "T2");
@@ -316,6 +318,77 @@ fn json_report_carries_release_only_when_asked() {
     assert_eq!(
         report_json(&fixture(), &["--release", "1,2,3,2"])["release"],
         json!({"threads": [1, 2, 3], "bytes": 434})
+    );
+}
+
+/// A snapshot of `n` thread-shared groups: objects of sizes 1..=n, each referred to by the
+/// frames of threads 1 and 2.
+fn many_groups(scratch: &Scratch, n: u64) -> PathBuf {
+    let objects: Vec<String> = (1..=n)
+        .map(|id| format!(r#"{{"id": {id}, "size": {id}, "refs": []}}"#))
+        .collect();
+    let refs: Vec<String> = (1..=n).map(|id| id.to_string()).collect();
+    let refs = refs.join(", ");
+    let frame = |tid: u32| {
+        format!(
+            r#"{{"tid": {tid}, "name": "t{tid}", "frames": [{{"function": "f", "refs": [{refs}]}}]}}"#
+        )
+    };
+    let json = format!(
+        r#"{{"format": "heaptui-snapshot", "version": 1, "objects": [{}], "threads": [{}, {}]}}"#,
+        objects.join(", "),
+        frame(1),
+        frame(2)
+    );
+    scratch.file("many.json", json)
+}
+
+fn group_sizes(report: &Value) -> Vec<u64> {
+    report["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["size"].as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn json_lists_the_largest_groups_up_to_a_limit_and_says_how_many_it_left_out() {
+    let scratch = Scratch::new("groups-limit");
+    let file = many_groups(&scratch, 60);
+
+    let default = report_json(&file, &[]);
+    assert_eq!(group_sizes(&default), (11..=60).rev().collect::<Vec<_>>());
+    assert_eq!(default["groups_omitted"], 10);
+
+    let five = report_json(&file, &["--groups", "5"]);
+    assert_eq!(group_sizes(&five), [60, 59, 58, 57, 56]);
+    assert_eq!(five["groups_omitted"], 55);
+    // The figures do not depend on how many groups are listed.
+    assert_eq!(five["totals"], default["totals"]);
+    assert_eq!(five["threads"], default["threads"]);
+
+    let all = report_json(&file, &["--groups", "all"]);
+    assert_eq!(group_sizes(&all), (1..=60).rev().collect::<Vec<_>>());
+    assert_eq!(all["groups_omitted"], 0);
+
+    let text = heaptui(&["report", file.to_str().unwrap(), "--groups", "3"]);
+    let text = stdout(&text);
+    assert!(
+        text.contains("Shared groups, largest first (3 of 60)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("… 57 smaller groups not shown (`--groups all` lists every group)"),
+        "{text}"
+    );
+
+    let bad = heaptui(&["report", file.to_str().unwrap(), "--groups", "many"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        stderr(&bad).contains("--groups") && stderr(&bad).contains("\"many\""),
+        "{}",
+        stderr(&bad)
     );
 }
 

@@ -144,6 +144,7 @@ pub fn run(
         format: None,
         release: None,
         token_file: None,
+        groups: crate::cli::GroupLimit::DEFAULT,
         leaks: false,
         ages: false,
         units: None,

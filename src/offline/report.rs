@@ -14,7 +14,7 @@ use heaptui_analysis::{
 };
 use serde::Serialize;
 
-use crate::cli::{ReportArgs, ReportFormat};
+use crate::cli::{GroupLimit, ReportArgs, ReportFormat};
 
 /// The report format name and version (docs/reference.md §5).
 pub const REPORT_FORMAT: &str = "heaptui-report";
@@ -67,7 +67,7 @@ pub fn write_analysed(
         Some(tids) => Some(release(graph, analysis, tids)?),
         None => None,
     };
-    let mut report = Report::build(graph, analysis, release);
+    let mut report = Report::build(graph, analysis, release, args.groups);
     report.timing = timing;
     report.views = match ask {
         Some(ask) => super::views::gather(args, ask)?,
@@ -124,8 +124,11 @@ pub struct Report {
     pub totals: Totals,
     /// Ranked by total, descending (ties by tid).
     pub threads: Vec<ThreadReport>,
-    /// Ordered F1…, T1…, G1….
+    /// The largest groups, largest first (ties in id order: F1…, T1…, G1…), as many as
+    /// `--groups` asks for.
     pub groups: Vec<GroupReport>,
+    /// How many smaller groups `groups` leaves out.
+    pub groups_omitted: u64,
     pub leaks: Leaks,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub release: Option<Release>,
@@ -236,7 +239,13 @@ fn tid_list(graph: &HeapGraph) -> String {
 }
 
 impl Report {
-    pub fn build(graph: &HeapGraph, analysis: &Analysis, release: Option<Release>) -> Report {
+    /// The report of `graph`, listing the `limit` largest of its groups.
+    pub fn build(
+        graph: &HeapGraph,
+        analysis: &Analysis,
+        release: Option<Release>,
+        limit: GroupLimit,
+    ) -> Report {
         let figures = analysis.threads();
         let threads = analysis
             .ranking()
@@ -273,9 +282,12 @@ impl Report {
             })
             .collect();
         let objects = graph.objects();
-        let groups = analysis
-            .groups()
-            .iter()
+        let all = analysis.groups();
+        let listed = largest_groups(all, limit);
+        let groups_omitted = (all.len() - listed.len()) as u64;
+        let groups = listed
+            .into_iter()
+            .map(|i| &all[i])
             .map(|g| GroupReport {
                 id: g.id,
                 kind: g.id.kind,
@@ -298,10 +310,26 @@ impl Report {
             totals: analysis.totals(),
             threads,
             groups,
+            groups_omitted,
             leaks: analysis.leaks(),
             release,
             timing: None,
             views: None,
         }
     }
+}
+
+/// The indices of the `limit` largest of `groups`, largest first, ties in id order. Only
+/// these become report rows: a heap of millions of blocks can have millions of groups, and
+/// a row each (with its label) would cost the client more than the rest of the report.
+fn largest_groups(groups: &[heaptui_analysis::Group], limit: GroupLimit) -> Vec<usize> {
+    let key = |&i: &usize| (std::cmp::Reverse(groups[i].size), groups[i].id);
+    let mut order: Vec<usize> = (0..groups.len()).collect();
+    let listed = limit.of(order.len());
+    if listed < order.len() {
+        order.select_nth_unstable_by_key(listed, key);
+        order.truncate(listed);
+    }
+    order.sort_unstable_by_key(key);
+    order
 }

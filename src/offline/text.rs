@@ -12,9 +12,6 @@ use super::table::{Column, Table};
 use crate::figures::count;
 use crate::size::{human, human_exact};
 
-/// At most this many groups are listed in text; the JSON has them all.
-const GROUPS_SHOWN: usize = 50;
-
 pub fn render(report: &Report, source: &Path, out: &mut impl Write) -> io::Result<()> {
     header(report, source, out)?;
     threads(report, out)?;
@@ -71,7 +68,11 @@ fn header(report: &Report, source: &Path, out: &mut impl Write) -> io::Result<()
         out,
         "         {}, {}",
         count(report.threads.len() as u64, "thread", "threads"),
-        count(report.groups.len() as u64, "shared group", "shared groups")
+        count(
+            report.groups.len() as u64 + report.groups_omitted,
+            "shared group",
+            "shared groups"
+        )
     )
 }
 
@@ -164,21 +165,10 @@ fn groups(report: &Report, out: &mut impl Write) -> io::Result<()> {
         writeln!(out, "Shared groups: none")?;
         return Ok(());
     }
-    // Largest first; the ids (F1…, T1…, G1…) break ties so the order is stable.
-    let mut order: Vec<usize> = (0..report.groups.len()).collect();
-    order.sort_by_key(|&i| {
-        (
-            std::cmp::Reverse(report.groups[i].size),
-            report.groups[i].id,
-        )
-    });
-    let shown = order.len().min(GROUPS_SHOWN);
-    writeln!(
-        out,
-        "Shared groups, largest first ({} of {})",
-        shown,
-        report.groups.len()
-    )?;
+    // The report holds the largest groups, largest first (`--groups`).
+    let shown = report.groups.len();
+    let all = shown as u64 + report.groups_omitted;
+    writeln!(out, "Shared groups, largest first ({shown} of {all})")?;
     let mut t = Table::new(&[
         Column::left("ID"),
         Column::left("KIND"),
@@ -190,8 +180,7 @@ fn groups(report: &Report, out: &mut impl Write) -> io::Result<()> {
         Column::left("SHARERS"),
         Column::left("REFS"),
     ]);
-    for &i in &order[..shown] {
-        let g = &report.groups[i];
+    for g in &report.groups {
         t.row(vec![
             g.id.to_string(),
             match g.kind {
@@ -210,11 +199,11 @@ fn groups(report: &Report, out: &mut impl Write) -> io::Result<()> {
         ]);
     }
     t.write(out, "  ")?;
-    if shown < order.len() {
+    if report.groups_omitted > 0 {
         writeln!(
             out,
-            "  … {} smaller groups not shown (`--json` lists every group)",
-            order.len() - shown
+            "  … {} smaller groups not shown (`--groups all` lists every group)",
+            report.groups_omitted
         )?;
     }
     Ok(())
@@ -278,6 +267,8 @@ fn join<T: ToString>(items: impl Iterator<Item = T>) -> String {
 mod tests {
     use heaptui_analysis::{Analysis, snapshot};
 
+    use crate::cli::GroupLimit;
+
     use super::*;
 
     /// 60 objects each shared by threads 1 and 2 (60 thread-shared groups, sizes 1..=60);
@@ -298,7 +289,7 @@ mod tests {
             objects.join(", ")
         );
         let graph = snapshot::read_bytes(json.as_bytes()).unwrap();
-        let report = Report::build(&graph, &Analysis::new(&graph), None);
+        let report = Report::build(&graph, &Analysis::new(&graph), None, GroupLimit::DEFAULT);
         let mut out = Vec::new();
         render(&report, Path::new("many.json"), &mut out).unwrap();
         String::from_utf8(out).unwrap()
@@ -312,7 +303,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("  … 10 smaller groups not shown (`--json` lists every group)"),
+            text.contains("  … 10 smaller groups not shown (`--groups all` lists every group)"),
             "{text}"
         );
         // The largest group is listed first; the ten smallest (sizes 1..=10) are not.
