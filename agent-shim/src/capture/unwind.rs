@@ -9,6 +9,20 @@
 //! last frame is the `<thread>` pseudo-frame: the stack above the outermost frame, the static
 //! TLS block and the thread descriptor.
 //!
+//! Two rules keep the roots to what the program holds:
+//! - A thread stopped in a system call (its pc at a `syscall` instruction being restarted, or
+//!   right after one) gives frame 0 only that call's argument registers — by its number, when
+//!   the code or `rax` tells it, else all six — and no red zone: the other caller-saved
+//!   registers and the stack below its pointer are dead there, and hold whatever earlier calls
+//!   left (a pointer that makes a block look held in one capture and not the next).
+//! - The agent's own frames are folded away ([`Unwinder::unwind`]): the innermost run of agent
+//!   frames and the library frames they called (a hook in libc's malloc, a blocking-call
+//!   wrapper in `nanosleep`, the exit-time capture in `fini`) is dropped and the thread's
+//!   registers go to the program frame that called into the agent; an agent frame elsewhere
+//!   (the thread trampoline, a signal-handler chain) is dropped alone; the signal frame of one
+//!   of the agent's own handlers goes to the frame it interrupted. Their stack words are never
+//!   roots; callee-saved values they spilled for program frames still go to those frames.
+//!
 //! Runs while the world is stopped: it never calls libc malloc, the loader or stdio, and it
 //! reads memory only after checking it against the pre-read memory map. It stops cleanly on
 //! anything that does not look like a frame.
@@ -36,8 +50,46 @@ pub const R15: usize = 15;
 /// The return-address column, which is also where the program counter is kept.
 pub const RIP: usize = 16;
 
+pub const R8: usize = 8;
+pub const R9: usize = 9;
+pub const R10: usize = 10;
+
 /// The callee-saved registers of the SysV x86-64 ABI.
 const CALLEE_SAVED: [usize; 6] = [RBX, RBP, R12, R12 + 1, R12 + 2, R15];
+
+/// The argument registers of a Linux x86-64 system call, in order.
+const SYSCALL_ARGS: [usize; 6] = [RDI, RSI, RDX, R10, R8, R9];
+
+/// The `syscall` instruction.
+const SYSCALL: [u8; 2] = [0x0f, 0x05];
+
+/// How many arguments Linux x86-64 system call `nr` takes, for the calls a thread is commonly
+/// blocked or stopped in; all six for the others (and an unknown number).
+fn syscall_arg_count(nr: Option<u64>) -> usize {
+    match nr {
+        // sched_yield, pause, getpid, fork, vfork, gettid
+        Some(24 | 34 | 39 | 57 | 58 | 186) => 0,
+        // close, brk, pipe, dup, exit, fsync, fdatasync, exit_group
+        Some(3 | 12 | 22 | 32 | 60 | 74 | 75 | 231) => 1,
+        // stat, fstat, lstat, munmap, access, dup2, nanosleep, listen, kill, flock,
+        // gettimeofday, rt_sigsuspend, tkill, clock_gettime, clone3
+        Some(4 | 5 | 6 | 11 | 21 | 33 | 35 | 50 | 62 | 73 | 96 | 130 | 200 | 228 | 435) => 2,
+        // read, write, open, poll, lseek, mprotect, ioctl, readv, writev, madvise, socket,
+        // connect, accept, sendmsg, recvmsg, bind, getsockname, getpeername, execve, semop,
+        // fcntl, readlink, getdents64, tgkill, getrandom
+        Some(
+            0 | 1 | 2 | 7 | 8 | 10 | 16 | 19 | 20 | 28 | 41 | 42 | 43 | 46 | 47 | 49 | 51 | 52 | 59
+            | 65 | 72 | 89 | 217 | 234 | 318,
+        ) => 3,
+        // rt_sigaction, rt_sigprocmask, pread64, pwrite64, socketpair, wait4, msgsnd,
+        // rt_sigtimedwait, semtimedop, clock_nanosleep, epoll_wait, openat, accept4, sendmmsg
+        Some(13 | 14 | 17 | 18 | 53 | 61 | 69 | 128 | 220 | 230 | 232 | 257 | 288 | 307) => 4,
+        // select, mremap, setsockopt, getsockopt, clone, msgrcv, io_getevents, waitid, ppoll,
+        // preadv, pwritev, recvmmsg, statx
+        Some(23 | 25 | 54 | 55 | 56 | 70 | 208 | 247 | 271 | 295 | 296 | 299 | 332) => 5,
+        _ => 6,
+    }
+}
 
 /// Size of the red zone below the stack pointer that leaf code may use without moving it.
 pub const RED_ZONE: u64 = 128;
@@ -82,7 +134,8 @@ pub enum FrameSort {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RawFrame {
     pub sort: FrameSort,
-    /// Program counter: the interrupted instruction for frame 0, a return address above.
+    /// Program counter: the interrupted instruction for frame 0, a return address above (but
+    /// inside the call instruction for a first frame whose callees were folded away).
     pub pc: u64,
     pub sp: u64,
     pub cfa: u64,
@@ -91,6 +144,24 @@ pub struct RawFrame {
     /// Words that are roots of this frame but are not read from `ranges`: registers, and
     /// callee-saved values spilled by callees.
     pub values: Vec<u64>,
+    /// For a signal frame, the register roots of the context it interrupted (its saved
+    /// caller-saved registers, by the system-call rule): the signal frame's own when the
+    /// handler is the program's, the interrupted frame's when it is the agent's. Empty once
+    /// [`Unwinder::unwind`] returns.
+    pub context: Vec<u64>,
+}
+
+impl RawFrame {
+    /// A placeholder for a frame moved out of a list.
+    const EMPTY: RawFrame = RawFrame {
+        sort: FrameSort::Thread,
+        pc: 0,
+        sp: 0,
+        cfa: 0,
+        ranges: Vec::new(),
+        values: Vec::new(),
+        context: Vec::new(),
+    };
 }
 
 /// The result of unwinding one thread.
@@ -140,6 +211,9 @@ pub struct Unwinder<'a> {
     space: &'a AddressSpace,
     ctx: Box<UnwindContext<usize>>,
     cache: FastMap<u64, Option<Row>>,
+    /// Whether the agent's frames are folded away. Not in the agent's own unit tests, where
+    /// the "agent" module is the test program itself, every frame of it.
+    fold_agent: bool,
 }
 
 /// The most frames one thread may have; deeper stacks end in the `<thread>` pseudo-frame.
@@ -153,6 +227,7 @@ impl<'a> Unwinder<'a> {
             space,
             ctx: Box::new(UnwindContext::new()),
             cache,
+            fold_agent: !cfg!(test),
         }
     }
 
@@ -209,19 +284,148 @@ impl<'a> Unwinder<'a> {
         })
     }
 
+    /// The `N` bytes of code at `at`, when they lie in a readable mapping of a module's text.
+    fn code<const N: usize>(&self, at: u64) -> Option<[u8; N]> {
+        let m = self.space.mapping(at)?;
+        if !m.readable || at.checked_add(N as u64)? > m.end {
+            return None;
+        }
+        self.space.module_for_pc(at)?;
+        // SAFETY: the N bytes lie inside one readable mapping of a loaded module's text.
+        Some(unsafe { std::ptr::read_unaligned(at as *const [u8; N]) })
+    }
+
     /// Whether `pc` is glibc's `__restore_rt` (`mov $15, %rax; syscall`), the return address
     /// the kernel puts above a signal handler.
     fn is_sigreturn(&self, pc: u64) -> bool {
         const CODE: [u8; 9] = [0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05];
-        let Some(m) = self.space.mapping(pc) else {
-            return false;
-        };
-        if !m.readable || pc + CODE.len() as u64 > m.end || self.space.module_for_pc(pc).is_none() {
-            return false;
+        self.code::<9>(pc) == Some(CODE)
+    }
+
+    /// Whether the stopped context is inside a system call, and which: the pc at a `syscall`
+    /// instruction means the kernel is restarting it (its number back in `rax`); right after
+    /// one, the call just ended (cut short by the stop, or on its way out), and its number is
+    /// in the instruction that loaded it, when that comes right before (`mov $n, %eax`,
+    /// `mov $n, %rax`, `xor %eax, %eax`).
+    fn syscall_of(&self, regs: &Registers) -> Option<Option<u64>> {
+        let pc = regs.gpr[RIP];
+        if self.code::<2>(pc) == Some(SYSCALL) {
+            return Some(Some(regs.gpr[RAX]));
         }
-        // SAFETY: the 9 bytes lie inside one readable mapping of a loaded module's text.
-        let bytes = unsafe { std::ptr::read_unaligned(pc as *const [u8; 9]) };
-        bytes == CODE
+        let at = pc.checked_sub(2)?;
+        if self.code::<2>(at) != Some(SYSCALL) {
+            return None;
+        }
+        let imm = |b: &[u8]| Some(u64::from(u32::from_le_bytes(b.try_into().ok()?)));
+        let nr = match (
+            at.checked_sub(5).and_then(|a| self.code::<5>(a)),
+            at.checked_sub(7).and_then(|a| self.code::<7>(a)),
+            at.checked_sub(2).and_then(|a| self.code::<2>(a)),
+        ) {
+            (Some([0xb8, rest @ ..]), _, _) => imm(&rest),
+            (_, Some([0x48, 0xc7, 0xc0, rest @ ..]), _) => imm(&rest),
+            (_, _, Some([0x31, 0xc0])) => Some(0),
+            _ => None,
+        };
+        Some(nr)
+    }
+
+    /// The registers of the stopped context that are roots, and whether it is in a system
+    /// call (see the module docs).
+    fn context_values(&self, regs: &Registers) -> (Vec<u64>, bool) {
+        match self.syscall_of(regs) {
+            Some(nr) => (
+                SYSCALL_ARGS[..syscall_arg_count(nr)]
+                    .iter()
+                    .map(|&r| regs.gpr[r])
+                    .collect(),
+                true,
+            ),
+            // Caller-saved registers, rsp and rip: callee-saved ones go to their frames.
+            None => (
+                (0..17)
+                    .filter(|r| !CALLEE_SAVED.contains(r))
+                    .map(|r| regs.gpr[r])
+                    .collect(),
+                false,
+            ),
+        }
+    }
+
+    /// Whether a frame runs the agent's own code.
+    fn is_agent(&self, f: &RawFrame) -> bool {
+        self.fold_agent
+            && f.sort == FrameSort::Call
+            && self.space.module_for_pc(f.pc).is_some_and(|m| m.is_agent)
+    }
+
+    /// Whether a frame runs a system library's code (libc, the loader, libstdc++, … or the
+    /// agent itself).
+    fn is_system(&self, f: &RawFrame) -> bool {
+        f.sort == FrameSort::Call
+            && self
+                .space
+                .module_for_pc(f.pc)
+                .is_some_and(|m| m.kind == heaptui_analysis::FrameKind::System)
+    }
+
+    /// Folds the agent's frames into the program's (see the module docs). `context` is the
+    /// stopped context's register roots: they go to the first frame kept.
+    fn fold_agent_frames(&self, mut frames: Vec<RawFrame>, context: Vec<u64>) -> Vec<RawFrame> {
+        let agent: Vec<bool> = frames.iter().map(|f| self.is_agent(f)).collect();
+        if !agent.contains(&true) {
+            frames[0].values.extend(context);
+            for f in &mut frames {
+                let mut context = std::mem::take(&mut f.context);
+                f.values.append(&mut context);
+            }
+            return frames;
+        }
+        let system: Vec<bool> = frames.iter().map(|f| self.is_system(f)).collect();
+        let mut out: Vec<RawFrame> = Vec::with_capacity(frames.len());
+        // Roots waiting for the next frame kept: the stopped context's registers, or the
+        // saved context of a signal that one of the agent's own handlers took.
+        let mut pending_values = context;
+        let mut segment_start = true;
+        // The next frame kept called into a folded run: its pc is a return address, but it
+        // now comes first, where pcs are exact (`symbolize`): it gets its call's address.
+        let mut called_folded = false;
+        let mut i = 0;
+        while i < frames.len() {
+            if std::mem::take(&mut segment_start) {
+                // The innermost run of agent frames and the system code they called.
+                let run = (i..frames.len()).take_while(|&k| agent[k] || system[k]);
+                if let Some(last) = run.filter(|&k| agent[k]).last() {
+                    i = last + 1;
+                    called_folded = out.is_empty();
+                    if frames[i].sort == FrameSort::Signal {
+                        called_folded = false;
+                        // The agent's own handler: the registers were its own, and so is the
+                        // signal frame but for the interrupted context's saved registers,
+                        // which go to the frame it interrupted.
+                        pending_values = std::mem::take(&mut frames[i].context);
+                        i += 1;
+                        segment_start = true;
+                    }
+                    continue;
+                }
+            }
+            let mut f = std::mem::replace(&mut frames[i], RawFrame::EMPTY);
+            if agent[i] {
+                i += 1;
+                continue;
+            }
+            i += 1;
+            if std::mem::take(&mut called_folded) && f.sort == FrameSort::Call {
+                f.pc -= 1;
+            }
+            f.values.append(&mut pending_values);
+            let mut context = std::mem::take(&mut f.context);
+            f.values.append(&mut context);
+            segment_start = f.sort == FrameSort::Signal;
+            out.push(f);
+        }
+        out
     }
 
     /// Unwinds one thread from its saved registers. `stack_hint` is any address on the
@@ -234,11 +438,8 @@ impl<'a> Unwinder<'a> {
         let mut skip: Vec<u64> = Vec::new();
         let mut cur = regs.gpr;
         let mut loc = [Loc::Reg; 6];
-        // Caller-saved registers, rsp and rip are dead across calls: frame 0 owns them.
-        let frame0_values: Vec<u64> = (0..17)
-            .filter(|r| !CALLEE_SAVED.contains(r))
-            .map(|r| regs.gpr[r])
-            .collect();
+        let (context, in_syscall) = self.context_values(regs);
+        let mut interrupted_in_syscall = false;
         let value_of = |l: Loc| -> Option<u64> {
             match l {
                 Loc::Reg => None,
@@ -252,16 +453,18 @@ impl<'a> Unwinder<'a> {
             let index = frames.len();
             let pc = cur[RIP];
             let sp = cur[RSP];
-            let low = if after_signal {
+            // A context stopped or interrupted in a system call has no live red zone.
+            let in_call = if index == 0 {
+                in_syscall
+            } else {
+                interrupted_in_syscall
+            };
+            let low = if after_signal && !in_call {
                 sp.saturating_sub(RED_ZONE)
             } else {
                 sp
             };
-            let mut values = if index == 0 {
-                frame0_values.clone()
-            } else {
-                Vec::new()
-            };
+            let mut values = Vec::new();
             let give = |l: Loc, values: &mut Vec<u64>, r: usize| match l {
                 Loc::Reg => values.push(regs.gpr[r]),
                 other => values.extend(value_of(other)),
@@ -284,10 +487,17 @@ impl<'a> Unwinder<'a> {
                 }
                 for (i, &r) in CALLEE_SAVED.iter().enumerate() {
                     give(loc[i], &mut values, r);
-                    let slot = gregs + 8 * GREG_OF_DWARF[r] as u64;
-                    loc[i] = Loc::Slot(slot);
-                    skip.push(slot);
+                    loc[i] = Loc::Slot(gregs + 8 * GREG_OF_DWARF[r] as u64);
                 }
+                // The saved registers are roots by the same rule as a stopped thread's: read
+                // as values, not as words of the frame.
+                skip.extend(GREG_OF_DWARF.iter().map(|&g| gregs + 8 * g as u64));
+                let interrupted = Registers {
+                    gpr: next,
+                    fs_base: regs.fs_base,
+                };
+                let context;
+                (context, interrupted_in_syscall) = self.context_values(&interrupted);
                 let end = int_sp.saturating_sub(RED_ZONE).max(sp);
                 frames.push(RawFrame {
                     sort: FrameSort::Signal,
@@ -296,6 +506,7 @@ impl<'a> Unwinder<'a> {
                     cfa: end,
                     ranges: space.clamp(low..end),
                     values,
+                    context,
                 });
                 outer = end;
                 cur = next;
@@ -380,6 +591,7 @@ impl<'a> Unwinder<'a> {
                 cfa,
                 ranges: space.clamp(low..cfa),
                 values,
+                context: Vec::new(),
             });
             outer = cfa;
             let Some(ra) = ra.filter(|&ra| !lost && space.module_for_pc(ra).is_some()) else {
@@ -397,7 +609,7 @@ impl<'a> Unwinder<'a> {
                     l => last.values.extend(value_of(l)),
                 }
             }
-        } else {
+        } else if !in_syscall {
             // Not even one frame: the registers and the red zone still are the thread's.
             outer = sp0.saturating_sub(RED_ZONE);
         }
@@ -408,7 +620,7 @@ impl<'a> Unwinder<'a> {
             thread_ranges.extend(space.clamp(tls));
         }
         let thread_values = if frames.is_empty() {
-            regs.gpr.to_vec()
+            CALLEE_SAVED.iter().map(|&r| regs.gpr[r]).collect()
         } else {
             Vec::new()
         };
@@ -419,7 +631,9 @@ impl<'a> Unwinder<'a> {
             cfa: stack_end,
             ranges: merge(thread_ranges),
             values: thread_values,
+            context: Vec::new(),
         });
+        let frames = self.fold_agent_frames(frames, context);
         skip.sort_unstable();
         skip.dedup();
         Unwound { frames, skip }
@@ -516,5 +730,172 @@ mod tests {
     fn ranges_merge() {
         assert_eq!(merge(vec![5..9, 0..4, 3..6]), vec![0..9]);
         assert_eq!(merge(vec![0..1, 2..3]), vec![0..1, 2..3]);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::single_range_in_vec_init)]
+mod fold_tests {
+    use super::*;
+    use crate::capture::modules::Module;
+    use heaptui_analysis::FrameKind;
+
+    const PROG: u64 = 0x1000;
+    const LIBC: u64 = 0x3000;
+    const AGENT: u64 = 0x5000;
+
+    fn module(name: &str, text: u64, kind: FrameKind, is_agent: bool) -> Module {
+        Module {
+            path: name.into(),
+            name: name.into(),
+            bias: 0,
+            text: vec![text..text + 0x1000],
+            writable: Vec::new(),
+            tls_size: 0,
+            tls_align: 1,
+            eh_frame_hdr: None,
+            kind,
+            is_agent,
+            eh: None,
+        }
+    }
+
+    fn space() -> AddressSpace {
+        AddressSpace {
+            modules: vec![
+                module("prog", PROG, FrameKind::User, false),
+                module("libc.so.6", LIBC, FrameKind::System, false),
+                module("libheaptui_agent.so", AGENT, FrameKind::System, true),
+            ],
+            maps: Vec::new(),
+            static_tls: 0,
+        }
+    }
+
+    /// A frame at `pc` whose own stack word (its range) and own value are `tag`.
+    fn frame(sort: FrameSort, pc: u64, tag: u64) -> RawFrame {
+        RawFrame {
+            sort,
+            pc,
+            sp: tag,
+            cfa: tag + 8,
+            ranges: vec![tag..tag + 8],
+            values: vec![tag],
+            context: Vec::new(),
+        }
+    }
+
+    fn fold(frames: Vec<RawFrame>, context: Vec<u64>) -> Vec<(FrameSort, u64, Vec<u64>, u64)> {
+        let space = space();
+        let mut u = Unwinder::new(&space);
+        u.fold_agent = true;
+        u.fold_agent_frames(frames, context)
+            .into_iter()
+            .map(|f| (f.sort, f.pc, f.values, f.sp))
+            .collect()
+    }
+
+    #[test]
+    fn a_hook_and_the_libc_code_it_called_fold_into_the_program_frame() {
+        // libc's malloc inside the agent's hook, called by two program frames.
+        let got = fold(
+            vec![
+                frame(FrameSort::Call, LIBC + 0x10, 1),
+                frame(FrameSort::Call, AGENT + 0x10, 2),
+                frame(FrameSort::Call, AGENT + 0x20, 3),
+                frame(FrameSort::Call, PROG + 0x10, 4),
+                frame(FrameSort::Call, PROG + 0x20, 5),
+                frame(FrameSort::Thread, 0, 6),
+            ],
+            vec![100, 101],
+        );
+        assert_eq!(
+            got,
+            vec![
+                // The caller gets the registers and its call's address, not its return's.
+                (FrameSort::Call, PROG + 0x0f, vec![4, 100, 101], 4),
+                (FrameSort::Call, PROG + 0x20, vec![5], 5),
+                (FrameSort::Thread, 0, vec![6], 6),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_trampoline_is_dropped_alone_and_program_frames_keep_the_registers() {
+        let got = fold(
+            vec![
+                frame(FrameSort::Call, PROG + 0x10, 1),
+                frame(FrameSort::Call, AGENT + 0x10, 2),
+                frame(FrameSort::Call, LIBC + 0x10, 3),
+                frame(FrameSort::Thread, 0, 4),
+            ],
+            vec![100],
+        );
+        assert_eq!(
+            got,
+            vec![
+                (FrameSort::Call, PROG + 0x10, vec![1, 100], 1),
+                (FrameSort::Call, LIBC + 0x10, vec![3], 3),
+                (FrameSort::Thread, 0, vec![4], 4),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_agents_signal_handler_leaves_the_interrupted_registers_to_the_interrupted_frame() {
+        let mut signal = frame(FrameSort::Signal, LIBC + 0x40, 3);
+        signal.context = vec![200, 201];
+        let got = fold(
+            vec![
+                frame(FrameSort::Call, LIBC + 0x10, 1),
+                frame(FrameSort::Call, AGENT + 0x10, 2),
+                signal,
+                frame(FrameSort::Call, PROG + 0x10, 4),
+                frame(FrameSort::Thread, 0, 5),
+            ],
+            vec![100],
+        );
+        assert_eq!(
+            got,
+            vec![
+                (FrameSort::Call, PROG + 0x10, vec![4, 200, 201], 4),
+                (FrameSort::Thread, 0, vec![5], 5),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_program_handler_over_a_blocking_wrapper_keeps_its_signal_frame() {
+        let mut signal = frame(FrameSort::Signal, LIBC + 0x40, 2);
+        signal.context = vec![200];
+        let got = fold(
+            vec![
+                frame(FrameSort::Call, PROG + 0x30, 1),
+                signal,
+                frame(FrameSort::Call, LIBC + 0x10, 3),
+                frame(FrameSort::Call, AGENT + 0x10, 4),
+                frame(FrameSort::Call, PROG + 0x10, 5),
+                frame(FrameSort::Thread, 0, 6),
+            ],
+            vec![100],
+        );
+        assert_eq!(
+            got,
+            vec![
+                (FrameSort::Call, PROG + 0x30, vec![1, 100], 1),
+                (FrameSort::Signal, LIBC + 0x40, vec![2, 200], 2),
+                (FrameSort::Call, PROG + 0x10, vec![5], 5),
+                (FrameSort::Thread, 0, vec![6], 6),
+            ]
+        );
+    }
+
+    #[test]
+    fn system_call_argument_counts() {
+        assert_eq!(syscall_arg_count(Some(0)), 3); // read
+        assert_eq!(syscall_arg_count(Some(35)), 2); // nanosleep
+        assert_eq!(syscall_arg_count(Some(232)), 4); // epoll_wait
+        assert_eq!(syscall_arg_count(Some(202)), 6); // futex
+        assert_eq!(syscall_arg_count(None), 6);
     }
 }

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use heaptui_agent::config::Listen;
 use heaptui_agent::server::token;
+use heaptui_analysis::{HeapGraph, snapshot};
 use heaptui_protocol::handshake::client_handshake;
 use heaptui_protocol::{
     CancelVerdict, Hello, MAX_FRAME_LEN, Page, PolicyAnswer, Push, Request, RequestBody, RequestId,
@@ -410,6 +411,27 @@ impl Client {
             Response::Snapshot(s) => s,
             other => panic!("snapshot answered {other:?}"),
         }
+    }
+
+    /// Takes a snapshot and downloads its whole heap graph (`SnapshotData`).
+    pub fn graph(&mut self) -> HeapGraph {
+        let info = self.snapshot();
+        let mut bytes = Vec::new();
+        loop {
+            let body = RequestBody::SnapshotData {
+                snapshot: info.snapshot,
+                offset: bytes.len() as u64,
+            };
+            let chunk = match self.request(body) {
+                Response::SnapshotData(c) => c,
+                other => panic!("snapshot data answered {other:?}"),
+            };
+            bytes.extend_from_slice(&chunk.bytes);
+            if chunk.bytes.is_empty() || bytes.len() as u64 >= chunk.total {
+                break;
+            }
+        }
+        snapshot::read_bytes(&bytes).expect("the agent's snapshot reads back")
     }
 
     /// The kept snapshot's thread rows, by tid.

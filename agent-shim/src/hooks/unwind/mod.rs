@@ -24,6 +24,10 @@
 //! The cache is cleared after each `dlclose` (exports.rs wraps it): a module loaded later at
 //! the same address must not inherit rules. Inside a hook: no allocation, no lock, no
 //! printing, no `thread_local!` (the stack bounds live in the agent's initial-exec TLS).
+//!
+//! Return addresses into the agent's own code (the thread trampoline, the `pthread_create`
+//! wrapper whose libc call allocates, a signal-handler chain) are walked through but left out
+//! of the stack: a stack shows the program's frames only (docs/reference.md §3).
 
 pub mod cache;
 pub mod cfi;
@@ -81,11 +85,62 @@ impl Rule {
     }
 }
 
-/// Sets the unwinder up (the rule cache and `_dl_find_object`). From the constructor only.
-/// Returns false when only frame pointers can be used.
+/// Sets the unwinder up (the rule cache, `_dl_find_object` and where the agent's code is).
+/// From the constructor only. Returns false when only frame pointers can be used.
 pub fn init() -> bool {
+    // In the agent's own unit tests the "agent" is the test program, every frame of it.
+    if !cfg!(test) {
+        find_agent_text();
+    }
     let cached = cache::init();
     cfi::init() && cached
+}
+
+/// The agent's executable segment `[lo, hi)` (0, 0 until found).
+static AGENT_TEXT: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+
+/// Whether `pc` is in the agent's own code.
+#[inline]
+fn in_agent(pc: usize) -> bool {
+    AGENT_TEXT[0].load(Ordering::Relaxed) <= pc && pc < AGENT_TEXT[1].load(Ordering::Relaxed)
+}
+
+/// Finds the executable segment holding this very function. Takes the loader lock
+/// (`dl_iterate_phdr`): from the constructor only.
+fn find_agent_text() {
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        _data: *mut c_void,
+    ) -> i32 {
+        let here = find_agent_text as *const () as usize;
+        // SAFETY: the loader passes a valid `info` whose `dlpi_phdr` holds `dlpi_phnum`
+        // program headers, for the duration of this call.
+        let (base, phdrs) = unsafe {
+            let info = &*info;
+            (
+                info.dlpi_addr as usize,
+                std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)),
+            )
+        };
+        for ph in phdrs {
+            const PT_LOAD: u32 = 1;
+            const PF_X: u32 = 1;
+            if ph.p_type != PT_LOAD || ph.p_flags & PF_X == 0 {
+                continue;
+            }
+            let lo = base + ph.p_vaddr as usize;
+            let hi = lo + ph.p_memsz as usize;
+            if (lo..hi).contains(&here) {
+                AGENT_TEXT[0].store(lo, Ordering::Relaxed);
+                AGENT_TEXT[1].store(hi, Ordering::Relaxed);
+                return 1;
+            }
+        }
+        0
+    }
+    // SAFETY: the callback only reads the loader's data for the object it is given.
+    unsafe { libc::dl_iterate_phdr(Some(each), std::ptr::null_mut()) };
 }
 
 /// The rule for return address `pc`, from the cache or computed and cached.
@@ -190,20 +245,26 @@ pub unsafe fn unwind(entry_sp: usize, fp: usize, out: &mut [u64]) -> usize {
     // SAFETY: entry_sp is inside this thread's stack mapping (checked above) and holds the
     // hooked call's return address.
     let ret = unsafe { *(entry_sp as *const usize) };
-    out[0] = ret as u64;
     let stack = Stack { lo: entry_sp, hi };
     let mut frame = Frame {
         pc: ret,
         sp: entry_sp + 8,
         rbp: fp,
     };
-    let mut n = 1;
-    while n < out.len() {
+    let mut n = 0;
+    // The agent's frames are a handful per stack: the walk still ends after `out.len()`
+    // frames plus a margin for them, whatever the stack holds.
+    for _ in 0..out.len() + 64 {
+        if !in_agent(frame.pc) {
+            out[n] = frame.pc as u64;
+            n += 1;
+            if n == out.len() {
+                break;
+            }
+        }
         let Some(caller) = stack.step(frame) else {
             break;
         };
-        out[n] = caller.pc as u64;
-        n += 1;
         frame = caller;
     }
     n
