@@ -143,3 +143,77 @@ fn a_shortage_is_reported_and_nothing_cancelled_when_no_permitted_set_suffices()
         assert!(lines.iter().any(|l| l == ok), "{ok} missing: {lines:?}");
     }
 }
+
+/// The process's current address-space size (`VmSize`), in bytes.
+fn vm_size(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmSize:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("VmSize in /proc/PID/status");
+    kib * 1024
+}
+
+#[test]
+fn a_shortage_with_no_memory_for_a_snapshot_is_reported_and_nothing_cancelled() {
+    let dir = TempDir::new("policy-no-room");
+    let exe = compile_c(&dir, "policy_threads", POLICY_C, &[&include_flag()]);
+    // grow-b alone would be cancelled, were there a snapshot to decide on.
+    let policy =
+        format!("[[permit]]\nthread = \"grow-*\"\nmechanism = \"pthread_cancel\"\n\n{LIMIT}");
+    let mut t = Target::start(&dir, &exe, &["grow-late"], Some(&policy));
+    let mut c = t.client();
+    c.subscribe();
+    // Room for grow-b's 6 MiB, not for a snapshot (docs/reference.md §7).
+    let pid = t.child.id();
+    let limit = vm_size(pid) + (24 << 20);
+    let out = std::process::Command::new("prlimit")
+        .args([
+            "--pid",
+            &pid.to_string(),
+            &format!("--as={limit}:unlimited"),
+        ])
+        .output()
+        .expect("prlimit (util-linux) runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    t.command("grow-b");
+    t.wait_line("grow-b started");
+    t.wait_line("tid grow-b ");
+    let tids = t.tids();
+    let Push::Shortage(report) = c.wait_push("the shortage", |p| matches!(p, Push::Shortage(_)))
+    else {
+        unreachable!()
+    };
+    let ShortageOutcome::Unresolved { reason } = &report.outcome else {
+        panic!("expected an unresolved shortage, got {report:?}");
+    };
+    assert!(
+        reason
+            .contains("no snapshot could be taken to decide on: not enough memory for a snapshot")
+            && reason.contains("RLIMIT_AS"),
+        "{reason}"
+    );
+    assert!(
+        t.agent_log().contains("no snapshot could be taken"),
+        "{}",
+        t.agent_log()
+    );
+    // Nothing was decided or cancelled, and the program runs on to a clean exit.
+    t.wait_agent_rounds("heaptui-policy", 2);
+    assert!(
+        !t.audit().iter().any(|l| l["event"] == "decision"),
+        "{:#?}",
+        t.audit()
+    );
+    assert!(t.thread_alive(tids["grow-a"]) && t.thread_alive(tids["grow-b"]));
+    let lines = t.quit();
+    for ok in ["grow-a ok", "grow-b ok", "holder-1 ok", "exit ok"] {
+        assert!(lines.iter().any(|l| l == ok), "{ok} missing: {lines:?}");
+    }
+}

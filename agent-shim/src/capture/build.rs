@@ -108,6 +108,9 @@ pub enum CaptureError {
     Busy,
     /// The copy-on-write child that scans died or sent something unreadable.
     Child,
+    /// The process cannot afford the memory a snapshot takes (`budget`): the sentence says
+    /// which limit and by how much.
+    NoMemory(String),
 }
 
 impl std::fmt::Display for CaptureError {
@@ -118,6 +121,7 @@ impl std::fmt::Display for CaptureError {
                 "the agent's allocator stayed busy in a stopped thread; no snapshot taken",
             ),
             CaptureError::Child => f.write_str("the scanning child process failed"),
+            CaptureError::NoMemory(why) => f.write_str(why),
         }
     }
 }

@@ -4,6 +4,7 @@
 //! Owns everything between "a snapshot is wanted" and a [`heaptui_analysis::HeapGraph`]. It
 //! never runs on a hook's path: only the agent thread captures.
 
+pub mod budget;
 pub mod build;
 pub mod mapped;
 pub mod modules;
@@ -83,8 +84,13 @@ impl Heap for Registry {
 }
 
 /// Captures this process now, from the calling (agent) thread: every listed thread, every
-/// tracked block.
+/// tracked block; refused when the process cannot afford it (`budget`).
 pub fn take() -> Result<Capture, CaptureError> {
+    // A snapshot that ran out of memory half-way would abort the host: refuse it up front.
+    let live_blocks = crate::registry::counters::counters().live_blocks;
+    budget::Room::now()
+        .admits(budget::Need::of(live_blocks))
+        .map_err(CaptureError::NoMemory)?;
     let list: Vec<ThreadInfo> = threads::list()
         .into_iter()
         .map(|t| ThreadInfo {

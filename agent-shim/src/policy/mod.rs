@@ -200,7 +200,7 @@ fn seen_before(tid: u32) -> bool {
 pub fn fresh_snapshot() -> Result<Fresh, String> {
     let capture = std::panic::catch_unwind(crate::capture::take)
         .map_err(|_| "the capture panicked".to_string())?
-        .map_err(|e| format!("the captured graph is invalid: {e}"))?;
+        .map_err(|e| e.to_string())?;
     let graph = capture.graph;
     let analysis = std::panic::catch_unwind(|| Analysis::new(&graph))
         .map_err(|_| "the analysis panicked".to_string())?;

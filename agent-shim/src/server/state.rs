@@ -203,7 +203,7 @@ fn take_locked(cause: Cause) -> Result<SnapshotInfo, String> {
     let taken_unix_ms = unix_ms();
     let capture = std::panic::catch_unwind(crate::capture::take)
         .map_err(|_| "the capture panicked".to_string())?
-        .map_err(|e| format!("the captured graph is invalid: {e}"))?;
+        .map_err(|e| e.to_string())?;
     let started = Instant::now();
     let graph = capture.graph;
     let analysis = std::panic::catch_unwind(|| Analysis::new(&graph))
