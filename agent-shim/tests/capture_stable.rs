@@ -285,3 +285,114 @@ fn allocation_stacks_show_no_agent_frame_in_sites_or_the_recording() {
         "the reader's allocation stack is recorded"
     );
 }
+
+/// Waits until every thread of process `pid` but the agent's sleeps (state `S`) inside a
+/// system call: the state each capture of an idle process must find it in.
+fn wait_idle(pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let idle = |tid: &str| {
+        let task = format!("/proc/{pid}/task/{tid}");
+        let comm = std::fs::read_to_string(format!("{task}/comm")).unwrap_or_default();
+        let stat = std::fs::read_to_string(format!("{task}/stat")).unwrap_or_default();
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next());
+        let syscall = std::fs::read_to_string(format!("{task}/syscall")).unwrap_or_default();
+        comm.starts_with("heaptui")
+            || (state == Some('S') && !syscall.starts_with("running") && !syscall.is_empty())
+    };
+    loop {
+        let tids: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .collect();
+        if tids.iter().all(|t| idle(t)) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "process {pid} never went idle");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Ten captures of the idle target `t` over the real protocol: one graph, to the last edge.
+fn ten_captures_are_one_graph(t: &Target, what: &str) -> HeapGraph {
+    wait_idle(t.child.id());
+    let mut c = t.client();
+    let first = c.graph();
+    let expect = render(&first);
+    for n in 2..=10 {
+        assert_eq!(
+            render(&c.graph()),
+            expect,
+            "{what}: capture {n} differs from capture 1"
+        );
+    }
+    assert!(
+        first
+            .threads
+            .iter()
+            .all(|t| t.state == ThreadState::Stopped),
+        "{what}: every thread was stopped"
+    );
+    assert_program_frames_only(&first);
+    first
+}
+
+/// The interpreter a `python3` on PATH runs (a pyenv shim is a shell script, which would put a
+/// shell between the agent and python).
+fn python() -> std::path::PathBuf {
+    let out = std::process::Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .expect("python3 is installed");
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap().trim_end().into()
+}
+
+#[test]
+fn ten_captures_of_an_idle_python_with_threads_are_one_graph() {
+    let dir = TempDir::new("stable-python");
+    // A dict of strings (pymalloc arenas and malloc blocks) and three threads blocked in a
+    // sleep, a condition wait and a select, while the main thread reads stdin.
+    let script = r#"
+import select, sys, threading, time
+data = {i: "value %d" % i for i in range(5000)}
+event = threading.Event()
+def sleeper(): time.sleep(1000)
+def waiter(): event.wait()
+def selecter(): select.select([], [], [], 1000)
+for f in (sleeper, waiter, selecter):
+    threading.Thread(target=f, daemon=True).start()
+print("ready", flush=True)
+sys.stdin.read()
+"#;
+    let t = Target::start_with(&dir, &python(), &["-c", script], None, &[]);
+    t.wait_line("ready");
+    let g = ten_captures_are_one_graph(&t, "python");
+    assert_eq!(g.threads.len(), 4, "main and three threads");
+    t.quit();
+}
+
+#[test]
+fn ten_captures_of_an_idle_perl_are_one_graph() {
+    let dir = TempDir::new("stable-perl");
+    let script = r#"
+$| = 1;
+my %h = map { $_ => "value $_" x 3 } 1 .. 5000;
+my @list = map { [$_, "item $_"] } 1 .. 1000;
+print "ready\n";
+my @rest = <STDIN>;
+print scalar(keys %h) + scalar(@list), "\n";
+"#;
+    let t = Target::start_with(
+        &dir,
+        std::path::Path::new("/usr/bin/perl"),
+        &["-e", script],
+        None,
+        &[],
+    );
+    t.wait_line("ready");
+    let g = ten_captures_are_one_graph(&t, "perl");
+    assert!(g.objects().len() > 5000, "perl's hash is in the graph");
+    t.quit();
+}

@@ -8,8 +8,10 @@
 //! one way: the agent and the binary import this crate; it imports only `heaptui-analysis`
 //! (for the object indices it hands out). Safe code only, like every crate but the agent.
 //!
-//! - [`blocks`]: the lookup from any word to the live block that contains it.
+//! - [`blocks`]: the lookup from any word to the live block that contains it;
+//! - [`registers`]: which registers of a stopped thread are roots (the system-call rule).
 
 pub mod blocks;
+pub mod registers;
 
 pub use blocks::{BlockIndex, FxHasher};

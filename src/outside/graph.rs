@@ -6,8 +6,10 @@
 //! - objects: the live blocks, identified by their address (stable from one capture to the
 //!   next), with their usable size; no allocating thread, no sequence number, and one site
 //!   that says why: [`UNKNOWN_SITE`];
-//! - threads: each with its registers, its stack from the stack pointer (less the red zone)
-//!   up, and its static TLS and thread descriptor;
+//! - threads: each with its registers (only a system call's arguments and the callee-saved
+//!   ones for a thread stopped in one: `heaptui_capture::registers`, the agent's rule), its
+//!   stack from the stack pointer (less the red zone, but in a system call) up, and its
+//!   static TLS and thread descriptor;
 //! - globals: every other readable, writable mapping (modules' data, mapped memory), less
 //!   the heap's own memory and glibc's malloc state;
 //! - edges: every aligned word of a block that points into a live block.
@@ -21,13 +23,14 @@ use heaptui_analysis::{
     Process, Site, Thread, ThreadState,
 };
 use heaptui_capture::BlockIndex;
+use heaptui_capture::registers;
 
 use super::agent::{self, Agent};
 use super::arenas::{self, Block};
 use super::glibc::Glibc;
 use super::memory::Image;
-use super::ptrace::Stop;
-use super::{CaptureError, RED_ZONE, Stopped};
+use super::ptrace::{self, Stop};
+use super::{CaptureError, Stopped};
 
 /// The allocation site of every block of an outside capture: only hooks see allocations.
 pub const UNKNOWN_SITE: &str = "unknown: started without the agent";
@@ -109,12 +112,34 @@ fn thread_name(pid: u32, tid: u32) -> String {
         .unwrap_or_default()
 }
 
-/// The general registers of a stopped thread, in the order the kernel gives them.
-fn register_values(r: &nix::libc::user_regs_struct) -> [u64; 16] {
+/// A stopped thread's general registers in DWARF order, as the agent's capture has them.
+fn dwarf_registers(r: &nix::libc::user_regs_struct) -> registers::Gprs {
     [
-        r.rax, r.rbx, r.rcx, r.rdx, r.rsi, r.rdi, r.rbp, r.rsp, r.r8, r.r9, r.r10, r.r11, r.r12,
-        r.r13, r.r14, r.r15,
+        r.rax, r.rdx, r.rcx, r.rbx, r.rsi, r.rdi, r.rbp, r.rsp, r.r8, r.r9, r.r10, r.r11, r.r12,
+        r.r13, r.r14, r.r15, r.rip,
     ]
+}
+
+/// Where a thread was stopped, by the rule the agent's capture follows too: ptrace's record
+/// of the system call it is in, and the code around its pc read while it was stopped.
+fn where_stopped(t: &ptrace::Thread, r: &nix::libc::user_regs_struct) -> registers::Stopped {
+    let kernel_nr = (r.orig_rax as i64 >= 0).then_some(r.orig_rax);
+    registers::where_stopped(&dwarf_registers(r), kernel_nr, |at, buf| {
+        let Some((start, bytes)) = &t.code else {
+            return false;
+        };
+        let Some(offset) = at.checked_sub(*start) else {
+            return false;
+        };
+        let offset = offset as usize;
+        match bytes.get(offset..offset + buf.len()) {
+            Some(b) => {
+                buf.copy_from_slice(b);
+                true
+            }
+            None => false,
+        }
+    })
 }
 
 /// Builds the graph of a stopped process (module docs).
@@ -161,15 +186,21 @@ pub(super) fn build(
         let (state, frames) = match (&t.stop, &t.regs) {
             (Stop::Gone, _) => continue,
             (Stop::Trap | Stop::Signal(_), Some(regs)) => {
+                // A thread in a system call holds only its arguments and callee-saved
+                // registers, and no red zone (docs/reference.md §3).
+                let at = where_stopped(t, regs);
                 let stack = stopped
                     .maps
                     .find(regs.rsp)
-                    .map_or(0..0, |m| regs.rsp.saturating_sub(RED_ZONE)..m.end);
+                    .map_or(0..0, |m| registers::frame_low(regs.rsp, at)..m.end);
                 let tls =
                     regs.fs_base.saturating_sub(glibc.static_tls)..regs.fs_base + THREAD_DESCRIPTOR;
                 let owned = merge(vec![stack, tls]);
                 not_globals.extend(owned.iter().cloned());
-                let mut words_of_thread: Vec<u64> = register_values(regs).to_vec();
+                // The dead part of its stack, below the stack pointer, is no root at all (as
+                // in the agent's capture): it holds what finished calls left there.
+                not_globals.extend(stopped.maps.find(regs.rsp).map(|m| m.start..m.end));
+                let mut words_of_thread = registers::thread_roots(&dwarf_registers(regs), at);
                 for r in &owned {
                     words_of_thread.extend(words(image, r.clone()));
                 }

@@ -46,7 +46,7 @@ use self::ptrace::World;
 const MAX_ATTEMPTS: u32 = 20;
 
 /// The red zone below a stack pointer that leaf code may use (x86-64 psABI).
-pub const RED_ZONE: u64 = 128;
+pub use heaptui_capture::registers::RED_ZONE;
 
 /// A finished outside capture.
 pub struct Capture {

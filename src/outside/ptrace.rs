@@ -72,7 +72,14 @@ pub struct Thread {
     pub stop: Stop,
     /// Its registers, when it is stopped.
     pub regs: Option<libc::user_regs_struct>,
+    /// The code around its program counter, read while it was stopped: `(address, bytes)`
+    /// from [`CODE_BEFORE`] bytes below the pc to 2 above (to tell a system call, as the
+    /// agent does: `heaptui_capture::registers`).
+    pub code: Option<(u64, Vec<u8>)>,
 }
+
+/// How many bytes of code below a stopped thread's program counter are read.
+pub const CODE_BEFORE: u64 = 16;
 
 /// Why the process could not be stopped.
 #[derive(Debug, PartialEq, Eq)]
@@ -145,6 +152,7 @@ impl World {
                         tid,
                         stop,
                         regs: None,
+                        code: None,
                     },
                 );
             }
@@ -154,6 +162,11 @@ impl World {
         for t in world.threads.values_mut() {
             if matches!(t.stop, Stop::Trap | Stop::Signal(_)) {
                 t.regs = ptrace::getregs(Pid::from_raw(t.tid as i32)).ok();
+                t.code = t.regs.as_ref().and_then(|r| {
+                    let at = r.rip.checked_sub(CODE_BEFORE)?;
+                    let bytes = super::memory::read_exact(pid, at, CODE_BEFORE as usize + 2)?;
+                    Some((at, bytes))
+                });
             }
         }
         Ok(world)

@@ -563,3 +563,84 @@ fn a_target_under_the_agent_gives_the_same_blocks_and_figures_captured_both_ways
     };
     assert_eq!(figures(&a), figures(&b));
 }
+
+/// The agent's idle target (agent-shim/tests/targets/idle.c): threads blocked in read(2),
+/// sleeps, poll, select, epoll and a condition variable, two of them with the address of a
+/// lost block left in registers their system call does not take.
+fn compile_idle() -> (tempdir::Dir, PathBuf) {
+    let dir = tempdir::Dir::new("idle");
+    let targets = Path::new(env!("CARGO_MANIFEST_DIR")).join("agent-shim/tests/targets");
+    let mut src = String::new();
+    for file in ["sync.h", "proc_state.h", "idle.c"] {
+        src.push_str(&std::fs::read_to_string(targets.join(file)).unwrap());
+        src.push('\n');
+    }
+    let path = dir.path().join("idle.c");
+    std::fs::write(&path, src).unwrap();
+    let exe = dir.path().join("idle");
+    let out = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (dir, exe)
+}
+
+#[test]
+fn a_dead_register_of_a_thread_blocked_in_a_system_call_holds_nothing_captured_from_outside() {
+    let (_dir, exe) = compile_idle();
+    let target = Target::start(&exe);
+    let pid = target.pid();
+    // Main prints "ready" before its read(2) of stdin: wait until it is inside it.
+    let main_reads = || {
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/syscall"))
+            .is_ok_and(|s| s.split_whitespace().next() == Some("0"))
+    };
+    while !main_reads() {
+        std::thread::yield_now();
+    }
+    let first = capture(pid).unwrap_or_else(|e| panic!("{e}"));
+    let g = &first.graph;
+    let a = heaptui_analysis::Analysis::new(g);
+    let objects = g.objects();
+    // malloc(3003) and malloc(3004), each left only in registers that its thread's read(2)
+    // does not take (r8, r9, r10): both lost. (Their usable size is 3016.)
+    let lost: Vec<String> = (0..objects.len())
+        .filter(|&o| objects.size[o] == 3016)
+        .map(|o| format!("{:?}", a.class_of(o as u32)))
+        .collect();
+    assert_eq!(lost, vec!["DefinitelyLost", "DefinitelyLost"], "{lost:?}");
+    // Each worker's own block is its thread's alone (malloc(7000) and malloc(8000), by their
+    // usable sizes).
+    for size in [7000u64, 8008] {
+        let o = (0..objects.len())
+            .find(|&o| objects.size[o] == size)
+            .unwrap_or_else(|| panic!("no {size}-byte block"));
+        assert!(
+            matches!(
+                a.class_of(o as u32),
+                heaptui_analysis::ObjectClass::FrameProprietary { .. }
+            ),
+            "{size}: {:?}",
+            a.class_of(o as u32)
+        );
+    }
+    // And the same again: nothing a dead register or the red zone held moves a block.
+    let classes = |g: &HeapGraph| {
+        let a = heaptui_analysis::Analysis::new(g);
+        (0..g.objects().len())
+            .map(|o| (g.objects().addr[o], format!("{:?}", a.class_of(o as u32))))
+            .collect::<Vec<_>>()
+    };
+    let expect = classes(g);
+    for _ in 0..4 {
+        let again = capture(pid).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(classes(&again.graph), expect);
+    }
+}

@@ -14,7 +14,8 @@
 //!   right after one) gives frame 0 only that call's argument registers — by its number, when
 //!   the code or `rax` tells it, else all six — and no red zone: the other caller-saved
 //!   registers and the stack below its pointer are dead there, and hold whatever earlier calls
-//!   left (a pointer that makes a block look held in one capture and not the next).
+//!   left (a pointer that makes a block look held in one capture and not the next). The rule
+//!   lives in `heaptui_capture::registers`, which the capture from outside follows too.
 //! - The agent's own frames are folded away ([`Unwinder::unwind`]): the innermost run of agent
 //!   frames and the library frames they called (a hook in libc's malloc, a blocking-call
 //!   wrapper in `nanosleep`, the exit-time capture in `fini`) is dropped and the thread's
@@ -36,63 +37,10 @@ use heaptui_capture::FxHasher;
 
 use super::modules::{AddressSpace, Bytes};
 
-/// DWARF register numbers (x86-64 psABI).
-pub const RAX: usize = 0;
-pub const RDX: usize = 1;
-pub const RCX: usize = 2;
-pub const RBX: usize = 3;
-pub const RSI: usize = 4;
-pub const RDI: usize = 5;
-pub const RBP: usize = 6;
-pub const RSP: usize = 7;
-pub const R12: usize = 12;
-pub const R15: usize = 15;
-/// The return-address column, which is also where the program counter is kept.
-pub const RIP: usize = 16;
-
-pub const R8: usize = 8;
-pub const R9: usize = 9;
-pub const R10: usize = 10;
-
-/// The callee-saved registers of the SysV x86-64 ABI.
-const CALLEE_SAVED: [usize; 6] = [RBX, RBP, R12, R12 + 1, R12 + 2, R15];
-
-/// The argument registers of a Linux x86-64 system call, in order.
-const SYSCALL_ARGS: [usize; 6] = [RDI, RSI, RDX, R10, R8, R9];
-
-/// The `syscall` instruction.
-const SYSCALL: [u8; 2] = [0x0f, 0x05];
-
-/// How many arguments Linux x86-64 system call `nr` takes, for the calls a thread is commonly
-/// blocked or stopped in; all six for the others (and an unknown number).
-fn syscall_arg_count(nr: Option<u64>) -> usize {
-    match nr {
-        // sched_yield, pause, getpid, fork, vfork, gettid
-        Some(24 | 34 | 39 | 57 | 58 | 186) => 0,
-        // close, brk, pipe, dup, exit, fsync, fdatasync, exit_group
-        Some(3 | 12 | 22 | 32 | 60 | 74 | 75 | 231) => 1,
-        // stat, fstat, lstat, munmap, access, dup2, nanosleep, listen, kill, flock,
-        // gettimeofday, rt_sigsuspend, tkill, clock_gettime, clone3
-        Some(4 | 5 | 6 | 11 | 21 | 33 | 35 | 50 | 62 | 73 | 96 | 130 | 200 | 228 | 435) => 2,
-        // read, write, open, poll, lseek, mprotect, ioctl, readv, writev, madvise, socket,
-        // connect, accept, sendmsg, recvmsg, bind, getsockname, getpeername, execve, semop,
-        // fcntl, readlink, getdents64, tgkill, getrandom
-        Some(
-            0 | 1 | 2 | 7 | 8 | 10 | 16 | 19 | 20 | 28 | 41 | 42 | 43 | 46 | 47 | 49 | 51 | 52 | 59
-            | 65 | 72 | 89 | 217 | 234 | 318,
-        ) => 3,
-        // rt_sigaction, rt_sigprocmask, pread64, pwrite64, socketpair, wait4, msgsnd,
-        // rt_sigtimedwait, semtimedop, clock_nanosleep, epoll_wait, openat, accept4, sendmmsg
-        Some(13 | 14 | 17 | 18 | 53 | 61 | 69 | 128 | 220 | 230 | 232 | 257 | 288 | 307) => 4,
-        // select, mremap, setsockopt, getsockopt, clone, msgrcv, io_getevents, waitid, ppoll,
-        // preadv, pwritev, recvmmsg, statx
-        Some(23 | 25 | 54 | 55 | 56 | 70 | 208 | 247 | 271 | 295 | 296 | 299 | 332) => 5,
-        _ => 6,
-    }
-}
-
-/// Size of the red zone below the stack pointer that leaf code may use without moving it.
-pub const RED_ZONE: u64 = 128;
+use heaptui_capture::registers::{self, Stopped};
+pub use heaptui_capture::registers::{
+    CALLEE_SAVED, R8, R9, R10, R12, R15, RAX, RBP, RBX, RCX, RDI, RDX, RED_ZONE, RIP, RSI, RSP,
+};
 
 /// Size of glibc's thread descriptor (`struct pthread`) that the thread pointer points at.
 pub const THREAD_DESCRIPTOR: u64 = 2304;
@@ -302,54 +250,26 @@ impl<'a> Unwinder<'a> {
         self.code::<9>(pc) == Some(CODE)
     }
 
-    /// Whether the stopped context is inside a system call, and which: the pc at a `syscall`
-    /// instruction means the kernel is restarting it (its number back in `rax`); right after
-    /// one, the call just ended (cut short by the stop, or on its way out), and its number is
-    /// in the instruction that loaded it, when that comes right before (`mov $n, %eax`,
-    /// `mov $n, %rax`, `xor %eax, %eax`).
-    fn syscall_of(&self, regs: &Registers) -> Option<Option<u64>> {
-        let pc = regs.gpr[RIP];
-        if self.code::<2>(pc) == Some(SYSCALL) {
-            return Some(Some(regs.gpr[RAX]));
-        }
-        let at = pc.checked_sub(2)?;
-        if self.code::<2>(at) != Some(SYSCALL) {
-            return None;
-        }
-        let imm = |b: &[u8]| Some(u64::from(u32::from_le_bytes(b.try_into().ok()?)));
-        let nr = match (
-            at.checked_sub(5).and_then(|a| self.code::<5>(a)),
-            at.checked_sub(7).and_then(|a| self.code::<7>(a)),
-            at.checked_sub(2).and_then(|a| self.code::<2>(a)),
-        ) {
-            (Some([0xb8, rest @ ..]), _, _) => imm(&rest),
-            (_, Some([0x48, 0xc7, 0xc0, rest @ ..]), _) => imm(&rest),
-            (_, _, Some([0x31, 0xc0])) => Some(0),
-            _ => None,
-        };
-        Some(nr)
-    }
-
-    /// The registers of the stopped context that are roots, and whether it is in a system
-    /// call (see the module docs).
-    fn context_values(&self, regs: &Registers) -> (Vec<u64>, bool) {
-        match self.syscall_of(regs) {
-            Some(nr) => (
-                SYSCALL_ARGS[..syscall_arg_count(nr)]
-                    .iter()
-                    .map(|&r| regs.gpr[r])
-                    .collect(),
-                true,
-            ),
-            // Caller-saved registers, rsp and rip: callee-saved ones go to their frames.
-            None => (
-                (0..17)
-                    .filter(|r| !CALLEE_SAVED.contains(r))
-                    .map(|r| regs.gpr[r])
-                    .collect(),
-                false,
-            ),
-        }
+    /// Where the stopped context is and the registers of it that are roots, callee-saved
+    /// ones aside (see the module docs; the capture from outside follows the same rule:
+    /// `heaptui_capture::registers`).
+    fn context_values(&self, regs: &Registers) -> (Vec<u64>, Stopped) {
+        let at = registers::where_stopped(&regs.gpr, None, |at, buf| {
+            let m = self.space.mapping(at);
+            let Some(end) = at.checked_add(buf.len() as u64) else {
+                return false;
+            };
+            if !m.is_some_and(|m| m.readable && end <= m.end)
+                || self.space.module_for_pc(at).is_none()
+            {
+                return false;
+            }
+            // SAFETY: the bytes lie inside one readable mapping of a loaded module's text.
+            let code = unsafe { std::slice::from_raw_parts(at as *const u8, buf.len()) };
+            buf.copy_from_slice(code);
+            true
+        });
+        (registers::context_roots(&regs.gpr, at), at)
     }
 
     /// Whether a frame runs the agent's own code.
@@ -438,8 +358,9 @@ impl<'a> Unwinder<'a> {
         let mut skip: Vec<u64> = Vec::new();
         let mut cur = regs.gpr;
         let mut loc = [Loc::Reg; 6];
-        let (context, in_syscall) = self.context_values(regs);
-        let mut interrupted_in_syscall = false;
+        let (context, stopped_at) = self.context_values(regs);
+        // Where the context a signal frame saved was interrupted.
+        let mut interrupted_at = Stopped::Elsewhere;
         let value_of = |l: Loc| -> Option<u64> {
             match l {
                 Loc::Reg => None,
@@ -454,13 +375,15 @@ impl<'a> Unwinder<'a> {
             let pc = cur[RIP];
             let sp = cur[RSP];
             // A context stopped or interrupted in a system call has no live red zone.
-            let in_call = if index == 0 {
-                in_syscall
-            } else {
-                interrupted_in_syscall
-            };
-            let low = if after_signal && !in_call {
-                sp.saturating_sub(RED_ZONE)
+            let low = if after_signal {
+                registers::frame_low(
+                    sp,
+                    if index == 0 {
+                        stopped_at
+                    } else {
+                        interrupted_at
+                    },
+                )
             } else {
                 sp
             };
@@ -497,7 +420,7 @@ impl<'a> Unwinder<'a> {
                     fs_base: regs.fs_base,
                 };
                 let context;
-                (context, interrupted_in_syscall) = self.context_values(&interrupted);
+                (context, interrupted_at) = self.context_values(&interrupted);
                 let end = int_sp.saturating_sub(RED_ZONE).max(sp);
                 frames.push(RawFrame {
                     sort: FrameSort::Signal,
@@ -609,9 +532,10 @@ impl<'a> Unwinder<'a> {
                     l => last.values.extend(value_of(l)),
                 }
             }
-        } else if !in_syscall {
-            // Not even one frame: the registers and the red zone still are the thread's.
-            outer = sp0.saturating_sub(RED_ZONE);
+        } else {
+            // Not even one frame: the registers and the red zone (but in a system call) still
+            // are the thread's.
+            outer = registers::frame_low(sp0, stopped_at);
         }
         let mut thread_ranges = space.clamp(outer..stack_end);
         if regs.fs_base != 0 {
@@ -888,14 +812,5 @@ mod fold_tests {
                 (FrameSort::Thread, 0, vec![6], 6),
             ]
         );
-    }
-
-    #[test]
-    fn system_call_argument_counts() {
-        assert_eq!(syscall_arg_count(Some(0)), 3); // read
-        assert_eq!(syscall_arg_count(Some(35)), 2); // nanosleep
-        assert_eq!(syscall_arg_count(Some(232)), 4); // epoll_wait
-        assert_eq!(syscall_arg_count(Some(202)), 6); // futex
-        assert_eq!(syscall_arg_count(None), 6);
     }
 }

@@ -41,6 +41,17 @@ __attribute__((noinline)) static void *own(int worker, size_t size) {
     return p;
 }
 
+/* malloc(size), with the stack below the caller zeroed after it: malloc's frames (and the
+ * agent's hook) leave copies of the address in slots that the caller's next call reuses
+ * without writing them (libc's read(2) leaves two of its frame's words as they were). The
+ * address lives only in a callee-saved register of this function meanwhile, which it
+ * restores. */
+__attribute__((noinline)) static void *alloc_scrubbed(size_t size) {
+    void *p = malloc(size);
+    scrub_stack();
+    return p;
+}
+
 __attribute__((noinline)) static void six(long a, long b, long c, long d, void *e, void *f) {
     KEEP(a);
     KEEP(e);
@@ -51,7 +62,7 @@ __attribute__((noinline)) static void *reader(void *arg) {
     char *mine = own(READER, 7000);
     scrub_stack();
     /* The lost block's address goes to r8 and r9; read(2) overwrites r8, not r9. */
-    void *lost = malloc(3003);
+    void *lost = alloc_scrubbed(3003);
     six(0, 0, 0, 0, lost, lost);
     char c;
     if (read(gate[0], &c, 1) < 0) abort();
@@ -76,7 +87,7 @@ __attribute__((noinline)) static void *raw_reader(void *arg) {
     char *mine = own(RAW_READER, 8000);
     scrub_stack();
     char c;
-    if (read_holding(gate[0], &c, malloc(3004)) < 0) abort();
+    if (read_holding(gate[0], &c, alloc_scrubbed(3004)) < 0) abort();
     KEEP(mine);
     return arg;
 }
