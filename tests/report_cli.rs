@@ -614,3 +614,69 @@ fn demo_without_a_terminal_names_the_one_program_to_run() {
     assert!(!path.contains('*'), "{err}");
     assert!(Path::new(path).is_file(), "{err}");
 }
+
+/// The three leak classes of docs/reference.md §3 from a hand-written file with interior
+/// edges: a lost ring of three whose lowest address is its middle block (the one definitely
+/// lost block), a lost block entering another lost pair (only the entry is definitely lost),
+/// and blocks reached only through an interior pointer (possibly lost, in JSON, text and
+/// leak sites, and still reachable everywhere else).
+#[test]
+fn the_three_leak_classes_in_text_and_json() {
+    let scratch = Scratch::new("leak-classes");
+    let doc = json!({
+        "format": "heaptui-snapshot", "version": 1,
+        "sites": [{"id": 1, "frames": ["make_ring (ring.c:3)", "main"]},
+                  {"id": 2, "frames": ["make_buffer (buf.c:7)", "main"]}],
+        "objects": [
+            {"id": 1, "addr": 0x3000, "size": 10, "site": 1, "refs": [2]},
+            {"id": 2, "addr": 0x1000, "size": 20, "site": 1, "refs": [3]},
+            {"id": 3, "addr": 0x2000, "size": 30, "site": 1, "refs": [1]},
+            {"id": 4, "addr": 0x9000, "size": 5, "site": 1, "refs": [5]},
+            {"id": 5, "addr": 0x5000, "size": 6, "site": 1, "refs": [6]},
+            {"id": 6, "addr": 0x6000, "size": 7, "site": 1, "refs": [5]},
+            {"id": 7, "addr": 0x7000, "size": 100, "site": 2,
+             "refs": [{"id": 8, "interior": false}]},
+            {"id": 8, "addr": 0x8000, "size": 50, "site": 2, "refs": []},
+            {"id": 9, "addr": 0xa000, "size": 64, "site": 2, "refs": []}
+        ],
+        "threads": [{"tid": 1, "frames": [{"function": "main",
+                                           "refs": [{"id": 7, "interior": true}, 9]}]}],
+        "globals": {"refs": [{"id": 9, "interior": true}]}
+    });
+    let path = scratch.file("leaks.json", doc.to_string());
+    let report = report_json(&path, &["--leaks"]);
+    assert_eq!(
+        report["leaks"],
+        json!({"bytes": 78, "objects": 6,
+               "definitely_lost": 25, "definitely_lost_objects": 2,
+               "indirectly_lost": 53, "indirectly_lost_objects": 4,
+               "possibly_lost": 150, "possibly_lost_objects": 2})
+    );
+    // Possibly lost blocks stay reachable: only the lost ones are unreachable.
+    assert_eq!(report["totals"]["unreachable_bytes"], 78);
+    let sites = report["leak_sites"].as_array().unwrap();
+    assert_eq!(sites.len(), 2);
+    assert_eq!(sites[1]["label"], "make_buffer (buf.c:7)");
+    assert_eq!(
+        (
+            &sites[1]["possibly_lost"],
+            &sites[1]["possibly_lost_objects"]
+        ),
+        (&json!(150), &json!(2))
+    );
+    let out = heaptui(&["report", path.to_str().unwrap(), "--leaks"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains(
+            "78 B in 6 objects: definitely lost 25 B (2 objects), indirectly lost 53 B (4 objects)"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "possibly lost 150 B (2 objects): reachable only through pointers into their middle"
+        ),
+        "{text}"
+    );
+}

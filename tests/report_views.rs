@@ -159,16 +159,16 @@ fn a_recording_reports_the_issue_units_for_each_query() {
 fn a_snapshot_reports_leaks_by_site_and_ages_in_text_and_json() {
     let text = report(&fixture(), &["--leaks", "--ages"]);
     assert!(
-        text.contains("Leaks by site, most bytes first (2 of 2)"),
+        text.contains("Leaks by site, most lost bytes first (2 of 2)"),
         "{text}"
     );
     assert_eq!(
         row(&text, "Leak.Node"),
-        ["Leak.Node", "40 B", "1", "0 B", "0", "40"]
+        ["Leak.Node", "40 B", "1", "0 B", "0", "40", "0 B", "0"]
     );
     assert_eq!(
         row(&text, "Leak.Child"),
-        ["Leak.Child", "0 B", "0", "16 B", "1", "16"]
+        ["Leak.Child", "0 B", "0", "16 B", "1", "16", "0 B", "0"]
     );
     assert!(
         text.contains("against 0 snapshot boundaries"),
@@ -304,7 +304,16 @@ fn a_live_report_shows_the_agents_leaks_ages_and_units() {
     );
     assert_eq!(
         row(&text, "Leak.Node (aged.c:9)"),
-        ["Leak.Node (aged.c:9)", "40 B", "1", "0 B", "0", "40"]
+        [
+            "Leak.Node (aged.c:9)",
+            "40 B",
+            "1",
+            "0 B",
+            "0",
+            "40",
+            "0 B",
+            "0"
+        ]
     );
     assert_eq!(
         row(&text, "libb.so"),

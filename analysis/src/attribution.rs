@@ -13,9 +13,9 @@
 //! - release of a thread set needs only per-thread proprietary bytes and the sharers of the
 //!   thread-shared groups.
 //!
-//! An unreached object is "definitely lost" when no other block points to it; a block's
-//! pointer to itself does not count (as in Valgrind's memcheck), so a lone self-referencing
-//! block is definitely lost while the blocks of an unreachable cycle are indirectly lost.
+//! Unreached objects are split into definitely and indirectly lost, and reached ones marked
+//! possibly lost, by `leaks` (docs/reference.md §3 "Leak classes"): one definitely lost block
+//! per lost structure, its lowest-address member that nothing else lost points into.
 //!
 //! What is kept per object is three `u32`s (immediate dominator, holder slot, and the
 //! member lists); every temporary of the computation is dropped before `new` returns.
@@ -32,6 +32,7 @@ use crate::figures::{
 };
 use crate::graph::{HeapGraph, ObjectIndex};
 use crate::groups::{self, FRAME_SHARED, GLOBAL_ONLY, Numbering, SlotMembers, THREAD_SHARED};
+use crate::leaks;
 
 /// A thread id that is not in the snapshot.
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -218,6 +219,8 @@ pub struct Analysis {
     /// Holder slot of each object: its flat frame when frame-proprietary, `frames + g` when
     /// a member of group `g`, or one of the two leak slots after the groups.
     slot: Vec<u32>,
+    /// One bit per object: possibly lost (reached, but by no path of start edges).
+    possibly: Vec<u64>,
     members: SlotMembers,
     numbering: Numbering,
     threads: Vec<ThreadFigures>,
@@ -265,17 +268,35 @@ impl Analysis {
             }
         }
         drop(preorder);
-        let edges = graph.edges();
-        for o in 0..n {
-            if slot[o] >= definitely_lost {
-                for &y in edges.of(o as ObjectIndex) {
-                    // Only unreached blocks can be lost; a reached target stays as it is.
-                    if y as usize != o && slot[y as usize] == definitely_lost {
-                        slot[y as usize] = indirectly_lost;
-                    }
+        {
+            let lost: Vec<bool> = slot.iter().map(|&s| s >= definitely_lost).collect();
+            let definitely = leaks::split_lost(graph, &lost);
+            for o in 0..n {
+                if lost[o] && !definitely[o] {
+                    slot[o] = indirectly_lost;
                 }
             }
         }
+        // Possibly lost: reached, but by no path of start edges.
+        let mut possibly = leaks::start_reached(graph);
+        for (w, word) in possibly.iter_mut().enumerate() {
+            let mut not_start = !*word;
+            let mut out = 0u64;
+            while not_start != 0 {
+                let b = not_start.trailing_zeros() as usize;
+                not_start &= not_start - 1;
+                let o = w * 64 + b;
+                if o < n && slot[o] < definitely_lost {
+                    out |= 1 << b;
+                }
+            }
+            *word = out;
+        }
+        let (possibly_lost, possibly_lost_objects) = (0..n as ObjectIndex)
+            .filter(|&o| leaks::bit(&possibly, o))
+            .fold((0u64, 0u64), |(b, c), o| {
+                (b + graph.objects().size[o as usize], c + 1)
+            });
 
         let slots = indirectly_lost as usize + 1;
         let members = SlotMembers::new(&slot, slots);
@@ -378,6 +399,8 @@ impl Analysis {
             indirectly_lost: slot_bytes[indirectly_lost as usize],
             definitely_lost_objects: members.of(definitely_lost).len() as u64,
             indirectly_lost_objects: members.of(indirectly_lost).len() as u64,
+            possibly_lost,
+            possibly_lost_objects,
         };
         let g0 = (frames + numbering.kind_start[GLOBAL_ONLY]) as usize;
         let g1 = (frames + numbering.kind_start[3]) as usize;
@@ -392,6 +415,7 @@ impl Analysis {
             layout,
             idom,
             slot,
+            possibly,
             members,
             numbering,
             threads,
@@ -486,6 +510,23 @@ impl Analysis {
     pub fn leaked(&self) -> (&[ObjectIndex], &[ObjectIndex]) {
         let definitely = self.layout.frames() + self.numbering.len() as u32;
         (self.members.of(definitely), self.members.of(definitely + 1))
+    }
+
+    /// Whether a (reachable) object is possibly lost: no path of start edges reaches it.
+    pub fn is_possibly_lost(&self, o: ObjectIndex) -> bool {
+        leaks::bit(&self.possibly, o)
+    }
+
+    /// The possibly lost objects, ascending.
+    pub fn possibly_lost(&self) -> Vec<ObjectIndex> {
+        (0..self.slot.len() as ObjectIndex)
+            .filter(|&o| self.is_possibly_lost(o))
+            .collect()
+    }
+
+    /// The possibly lost bits, one per object (for the kept form).
+    pub(crate) fn possibly_bits(&self) -> &[u64] {
+        &self.possibly
     }
 
     /// Immediate dominator of an object, when that is another object (None when it is a

@@ -175,14 +175,19 @@ pub struct Group {
 /// Unreachable blocks (docs/reference.md §3, last row).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Leaks {
+    /// Bytes of the unreachable objects (definitely + indirectly lost).
     pub bytes: u64,
     pub objects: u64,
-    /// Bytes of unreachable objects no block points to.
+    /// Bytes of the lowest-address member of each lost strongly connected component that no
+    /// other unreachable block points into.
     pub definitely_lost: u64,
-    /// Bytes of unreachable objects some (unreachable) block points to.
+    /// Bytes of the other unreachable objects.
     pub indirectly_lost: u64,
     pub definitely_lost_objects: u64,
     pub indirectly_lost_objects: u64,
+    /// Bytes of reachable objects that no path of start edges reaches (not in `bytes`).
+    pub possibly_lost: u64,
+    pub possibly_lost_objects: u64,
 }
 
 /// Something that refers to groups: a frame (with the objects proprietary to it) or a group.

@@ -69,6 +69,9 @@ pub struct Frame {
     /// Objects referenced by words of this frame's stack range (and, for frame 0, the
     /// registers), deduplicated.
     pub refs: Vec<ObjectIndex>,
+    /// The members of `refs` that only interior words point into (no word of the frame
+    /// holds their first byte), ascending. Empty when every reference is a start edge.
+    pub interior: Vec<ObjectIndex>,
 }
 
 /// Whether the agent could stop a thread for the capture.
@@ -166,10 +169,18 @@ impl Objects {
 
 /// Outgoing references of every object as a compressed adjacency list: the targets of
 /// object `o` are `targets[offsets[o]..offsets[o + 1]]`.
+///
+/// Each reference is a *start* edge (some word of the holder points at the target's first
+/// byte) or an *interior* one (only words pointing further in). The kind costs one bit per
+/// reference: bit `k` of `interior` is set when reference `k` is interior. The bit vector
+/// is as long as its last set bit needs (empty when every reference is a start edge), so
+/// that equal graphs compare equal.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Edges {
     offsets: Vec<u64>,
     targets: Vec<ObjectIndex>,
+    #[serde(default)]
+    interior: Vec<u64>,
 }
 
 impl Default for Edges {
@@ -177,6 +188,7 @@ impl Default for Edges {
         Edges {
             offsets: vec![0],
             targets: Vec::new(),
+            interior: Vec::new(),
         }
     }
 }
@@ -188,13 +200,75 @@ impl Edges {
         Edges {
             offsets,
             targets: Vec::with_capacity(edges),
+            interior: Vec::new(),
         }
     }
 
-    /// Appends the references of the next object (objects are added in index order).
+    /// Appends the references of the next object (objects are added in index order), all
+    /// start edges.
     pub fn push(&mut self, refs: impl IntoIterator<Item = ObjectIndex>) {
         self.targets.extend(refs);
         self.offsets.push(self.targets.len() as u64);
+    }
+
+    /// Appends the references of the next object with their kinds: `(target, interior)`.
+    pub fn push_with_kinds(&mut self, refs: impl IntoIterator<Item = (ObjectIndex, bool)>) {
+        for (target, interior) in refs {
+            if interior {
+                self.set_interior(self.targets.len());
+            }
+            self.targets.push(target);
+        }
+        self.offsets.push(self.targets.len() as u64);
+    }
+
+    fn set_interior(&mut self, k: usize) {
+        let word = k / 64;
+        if self.interior.len() <= word {
+            self.interior.resize(word + 1, 0);
+        }
+        self.interior[word] |= 1 << (k % 64);
+    }
+
+    /// Whether reference `k` (an index into [`Edges::targets`]) is an interior edge.
+    #[inline]
+    pub fn is_interior(&self, k: usize) -> bool {
+        self.interior
+            .get(k / 64)
+            .is_some_and(|w| (w >> (k % 64)) & 1 != 0)
+    }
+
+    /// The positions in [`Edges::targets`] of the references of `o`.
+    pub fn range(&self, o: ObjectIndex) -> std::ops::Range<usize> {
+        self.offsets[o as usize] as usize..self.offsets[o as usize + 1] as usize
+    }
+
+    /// The references of `o` with their kinds: `(target, interior)`.
+    pub fn of_with_kinds(
+        &self,
+        o: ObjectIndex,
+    ) -> impl ExactSizeIterator<Item = (ObjectIndex, bool)> + '_ {
+        self.range(o)
+            .map(|k| (self.targets[k], self.is_interior(k)))
+    }
+
+    /// Number of interior references.
+    pub fn interior_count(&self) -> usize {
+        self.interior.iter().map(|w| w.count_ones() as usize).sum()
+    }
+
+    /// The interior bits, one per reference, as stored (see the type's docs).
+    pub fn interior_bits(&self) -> &[u64] {
+        &self.interior
+    }
+
+    /// Replaces the interior bits (as [`Edges::interior_bits`] gives them); trailing zero
+    /// words are dropped. [`HeapGraph::validate`] refuses bits past the last reference.
+    pub fn set_interior_bits(&mut self, mut bits: Vec<u64>) {
+        while bits.last() == Some(&0) {
+            bits.pop();
+        }
+        self.interior = bits;
     }
 
     /// Number of objects whose references were pushed.
@@ -248,6 +322,10 @@ pub enum GraphError {
     DuplicateThread(u32),
     #[error("more than {} objects", u32::MAX - 1)]
     TooManyObjects,
+    #[error("interior bits name reference {0}, past the last reference")]
+    InteriorBits(usize),
+    #[error("{holder} lists object index {target} as interior but does not refer to it")]
+    InteriorNotReferred { holder: String, target: ObjectIndex },
 }
 
 /// A whole snapshot: the process, its allocation sites, its live blocks and their
@@ -259,8 +337,12 @@ pub struct HeapGraph {
     objects: Objects,
     edges: Edges,
     pub threads: Vec<Thread>,
-    /// Objects referenced from the writable data of loaded modules.
+    /// Objects referenced from the process-wide roots (modules' writable data, mapped
+    /// memory).
     pub globals: Vec<ObjectIndex>,
+    /// The members of `globals` that only interior words point into, ascending.
+    #[serde(default)]
+    pub globals_interior: Vec<ObjectIndex>,
 }
 
 impl HeapGraph {
@@ -281,9 +363,22 @@ impl HeapGraph {
             edges,
             threads,
             globals,
+            globals_interior: Vec::new(),
         };
         graph.validate()?;
         Ok(graph)
+    }
+
+    /// Sets which of the globals' references are interior (a subset of `globals`), checked.
+    pub fn with_globals_interior(
+        mut self,
+        mut interior: Vec<ObjectIndex>,
+    ) -> Result<Self, GraphError> {
+        interior.sort_unstable();
+        interior.dedup();
+        self.globals_interior = interior;
+        self.validate()?;
+        Ok(self)
     }
 
     /// Checks every invariant; decoders call it on whatever they read.
@@ -334,7 +429,33 @@ impl HeapGraph {
             None => Ok(()),
         };
         dangling(&|| "an object".to_string(), &self.edges.targets)?;
+        if self.edges.interior.len() * 64 > self.edges.targets.len()
+            && let Some(k) = (self.edges.targets.len()..self.edges.interior.len() * 64)
+                .find(|&k| self.edges.is_interior(k))
+        {
+            return Err(GraphError::InteriorBits(k));
+        }
         dangling(&|| "globals".to_string(), &self.globals)?;
+        let subset =
+            |holder: &dyn Fn() -> String, interior: &[ObjectIndex], refs: &[ObjectIndex]| {
+                if interior.is_empty() {
+                    return Ok(());
+                }
+                let mut sorted = refs.to_vec();
+                sorted.sort_unstable();
+                match interior.iter().find(|t| sorted.binary_search(t).is_err()) {
+                    Some(&target) => Err(GraphError::InteriorNotReferred {
+                        holder: holder(),
+                        target,
+                    }),
+                    None => Ok(()),
+                }
+            };
+        subset(
+            &|| "globals".to_string(),
+            &self.globals_interior,
+            &self.globals,
+        )?;
         let mut tids = std::collections::HashSet::with_capacity(self.threads.len());
         for t in &self.threads {
             if !tids.insert(t.tid) {
@@ -342,6 +463,11 @@ impl HeapGraph {
             }
             for (i, f) in t.frames.iter().enumerate() {
                 dangling(&|| format!("thread {} frame {i}", t.tid), &f.refs)?;
+                subset(
+                    &|| format!("thread {} frame {i}", t.tid),
+                    &f.interior,
+                    &f.refs,
+                )?;
             }
         }
         if let Some((object, &site)) = o

@@ -11,6 +11,7 @@ pub mod graph;
 mod groups;
 pub mod kept;
 pub mod labels;
+pub mod leaks;
 pub mod packed;
 pub mod recording;
 pub mod snapshot;

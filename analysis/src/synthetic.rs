@@ -278,6 +278,7 @@ pub fn generate(config: &SyntheticConfig) -> HeapGraph {
                         FrameKind::User
                     },
                     refs: frame_refs.next().unwrap_or_default(),
+                    interior: Vec::new(),
                 })
                 .collect(),
             ..Default::default()

@@ -345,11 +345,35 @@ fn wrong_magic_is_named() {
 #[test]
 fn wrong_binary_version_is_named() {
     let mut bin = binary_of(&fixture());
-    bin[12] = 2;
+    bin[12] = 3;
     assert_eq!(
         error_of_bytes(&bin).to_string(),
-        "binary snapshot: unsupported version 2 (this heaptui reads version 1)"
+        "binary snapshot: unsupported version 3 (this heaptui reads versions 1 to 2)"
     );
+}
+
+/// A version 1 file (written by the agent of the build before reference kinds, at the exit of
+/// a small C program) still reads: every reference a start edge, the same figures as then.
+#[test]
+fn a_version_1_binary_file_still_reads() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data/binary-v1.hsnap");
+    let bytes = std::fs::read(path).unwrap();
+    assert_eq!(u32::from_le_bytes(bytes[12..16].try_into().unwrap()), 1);
+    let g = snapshot::read_bytes(&bytes).unwrap();
+    assert_eq!(g.object_count(), 5);
+    assert_eq!(g.edges().interior_count(), 0);
+    assert!(g.globals_interior.is_empty());
+    assert!(
+        g.threads
+            .iter()
+            .all(|t| t.frames.iter().all(|f| f.interior.is_empty()))
+    );
+    let a = heaptui_analysis::Analysis::new(&g);
+    assert_eq!((a.totals().bytes, a.leaks().bytes), (96, 16));
+    // Written again, it is a version 2 file of the same graph.
+    let again = binary_of(&g);
+    assert_eq!(u32::from_le_bytes(again[12..16].try_into().unwrap()), 2);
+    assert_eq!(snapshot::read_bytes(&again).unwrap(), g);
 }
 
 #[test]
@@ -442,7 +466,7 @@ fn arb_graph() -> impl Strategy<Value = HeapGraph> {
             any::<Option<Index>>(),
             prop_oneof![Just(0u32), any::<u32>()],
             prop_oneof![Just(0u64), any::<u64>()],
-            prop::collection::vec(any::<Index>(), 0..5),
+            prop::collection::vec((any::<Index>(), prop::bool::weighted(0.3)), 0..5),
         );
         (Just(ids), prop::collection::vec(row, n))
     });
@@ -450,7 +474,7 @@ fn arb_graph() -> impl Strategy<Value = HeapGraph> {
         "\\PC{0,16}",
         "\\PC{0,8}",
         any::<bool>(),
-        prop::collection::vec(any::<Index>(), 0..4),
+        prop::collection::vec((any::<Index>(), prop::bool::weighted(0.3)), 0..4),
     );
     let thread = (
         "\\PC{0,10}",
@@ -468,17 +492,28 @@ fn arb_graph() -> impl Strategy<Value = HeapGraph> {
         sites,
         objects,
         threads,
-        prop::collection::vec(any::<Index>(), 0..4),
+        prop::collection::vec((any::<Index>(), prop::bool::weighted(0.3)), 0..4),
     )
         .prop_map(
             |(pid, command, (site_ids, site_frames), (ids, rows), (tids, threads), globals)| {
                 let n = ids.len();
-                let pick = |refs: Vec<Index>| -> Vec<u32> {
+                // References with their kinds (interior or start).
+                let pick = |refs: Vec<(Index, bool)>| -> Vec<(u32, bool)> {
                     if n == 0 {
                         vec![]
                     } else {
-                        refs.into_iter().map(|i| i.index(n) as u32).collect()
+                        refs.into_iter()
+                            .map(|(i, interior)| (i.index(n) as u32, interior))
+                            .collect()
                     }
+                };
+                // A root's references: all targets, and the sorted interior ones.
+                let root = |refs: Vec<(Index, bool)>| -> (Vec<u32>, Vec<u32>) {
+                    let refs = pick(refs);
+                    let mut interior: Vec<u32> = refs.iter().filter(|r| r.1).map(|r| r.0).collect();
+                    interior.sort_unstable();
+                    interior.dedup();
+                    (refs.into_iter().map(|r| r.0).collect(), interior)
                 };
                 let sites: Vec<Site> = site_ids
                     .into_iter()
@@ -500,7 +535,7 @@ fn arb_graph() -> impl Strategy<Value = HeapGraph> {
                         thread,
                         seq,
                     });
-                    edges.push(pick(refs));
+                    edges.push_with_kinds(pick(refs));
                 }
                 let threads = tids
                     .into_iter()
@@ -511,27 +546,33 @@ fn arb_graph() -> impl Strategy<Value = HeapGraph> {
                         state: state.map_or(ThreadState::Stopped, ThreadState::NotStoppable),
                         frames: frames
                             .into_iter()
-                            .map(|(function, module, system, refs)| Frame {
-                                function,
-                                module,
-                                kind: if system {
-                                    FrameKind::System
-                                } else {
-                                    FrameKind::User
-                                },
-                                refs: pick(refs),
+                            .map(|(function, module, system, refs)| {
+                                let (refs, interior) = root(refs);
+                                Frame {
+                                    function,
+                                    module,
+                                    kind: if system {
+                                        FrameKind::System
+                                    } else {
+                                        FrameKind::User
+                                    },
+                                    refs,
+                                    interior,
+                                }
                             })
                             .collect(),
                     })
                     .collect();
+                let (globals, globals_interior) = root(globals);
                 HeapGraph::new(
                     Process { pid, command },
                     sites,
                     objects,
                     edges,
                     threads,
-                    pick(globals),
+                    globals,
                 )
+                .and_then(|g| g.with_globals_interior(globals_interior))
                 .expect("the generator builds valid graphs")
             },
         )

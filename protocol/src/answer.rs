@@ -535,28 +535,30 @@ impl<'a> Answerer<'a> {
         }
     }
 
-    /// Unreachable blocks by allocation site, most bytes first (ties by site index).
+    /// Leaked blocks by allocation site, one column per leak class: most unreachable bytes
+    /// first, then most possibly lost bytes (ties by site index).
     pub fn leaks(&self, page: Page) -> LeakPage {
         let (definitely, indirectly) = self.kept.leaked();
+        let possibly = self.kept.possibly_lost();
         // Site index → row; `NO_SITE` gathers the blocks without one.
         let mut by_site: std::collections::HashMap<u32, LeakRow> = Default::default();
-        for (objects, definite) in [(definitely, true), (indirectly, false)] {
+        for (objects, class) in [(definitely, 0), (indirectly, 1), (possibly, 2)] {
             for o in objects {
                 let site = self.kept.site(o);
                 let row = by_site.entry(site).or_insert_with(|| self.leak_row(site));
                 let size = self.kept.size(o);
-                if definite {
-                    row.definitely_lost += size;
-                    row.definitely_lost_objects += 1;
-                } else {
-                    row.indirectly_lost += size;
-                    row.indirectly_lost_objects += 1;
-                }
+                let (bytes, count) = match class {
+                    0 => (&mut row.definitely_lost, &mut row.definitely_lost_objects),
+                    1 => (&mut row.indirectly_lost, &mut row.indirectly_lost_objects),
+                    _ => (&mut row.possibly_lost, &mut row.possibly_lost_objects),
+                };
+                *bytes += size;
+                *count += 1;
             }
         }
         let mut rows: Vec<LeakRow> = by_site.into_values().collect();
         let total = rows.len();
-        let bytes = |r: &LeakRow| r.definitely_lost + r.indirectly_lost;
+        let bytes = |r: &LeakRow| (r.definitely_lost + r.indirectly_lost, r.possibly_lost);
         let window = select_page(&mut rows, page, |a, b| {
             bytes(b).cmp(&bytes(a)).then(a.site.cmp(&b.site))
         });

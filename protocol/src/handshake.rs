@@ -25,7 +25,7 @@ use crate::message::Request;
 pub const MAGIC: [u8; 8] = *b"HEAPTUI\0";
 
 /// The version of everything in this crate that goes on the wire.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// The client's first frame.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

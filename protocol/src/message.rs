@@ -273,6 +273,9 @@ pub enum ServerMessage {
 }
 
 /// The answer to one request.
+// A response lives for one answer and travels boxed inside a `Message` already; a box more
+// around process info (two snapshot summaries) would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 #[non_exhaustive]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Response {
@@ -331,7 +334,8 @@ pub struct Totals {
     pub global_only_bytes: u64,
 }
 
-/// Unreachable blocks of a snapshot.
+/// The leak classes of a snapshot (docs/reference.md §3): `bytes` and `objects` are the
+/// unreachable blocks (definitely + indirectly lost); possibly lost blocks are reachable.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Leaks {
     pub bytes: u64,
@@ -340,6 +344,8 @@ pub struct Leaks {
     pub indirectly_lost: u64,
     pub definitely_lost_objects: u64,
     pub indirectly_lost_objects: u64,
+    pub possibly_lost: u64,
+    pub possibly_lost_objects: u64,
 }
 
 /// One snapshot: its id, what it cost, what it found.
@@ -868,6 +874,8 @@ impl From<engine::Leaks> for Leaks {
             indirectly_lost: l.indirectly_lost,
             definitely_lost_objects: l.definitely_lost_objects,
             indirectly_lost_objects: l.indirectly_lost_objects,
+            possibly_lost: l.possibly_lost,
+            possibly_lost_objects: l.possibly_lost_objects,
         }
     }
 }

@@ -181,7 +181,7 @@ pub struct UnitPage {
     pub rows: Vec<UnitRow>,
 }
 
-/// Unreachable blocks of one allocation site.
+/// The leaked blocks of one allocation site, per leak class (docs/reference.md §3).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeakRow {
     /// Site index for [`crate::RequestBody::SiteObjects`], `u32::MAX` without a site.
@@ -193,6 +193,9 @@ pub struct LeakRow {
     pub definitely_lost_objects: u64,
     pub indirectly_lost: u64,
     pub indirectly_lost_objects: u64,
+    /// Reachable blocks of the site that no path of start edges reaches.
+    pub possibly_lost: u64,
+    pub possibly_lost_objects: u64,
 }
 
 /// A page of leaks by site of one snapshot.

@@ -1,6 +1,6 @@
-//! The leaks screen's state (docs/reference.md §8 "Leaks"): the kept snapshot's unreachable blocks
-//! by allocation site, definitely and indirectly lost (docs/reference.md §3), as the source
-//! answered them.
+//! The leaks screen's state (docs/reference.md §8 "Leaks"): the kept snapshot's leaked blocks
+//! by allocation site, definitely, indirectly and possibly lost (docs/reference.md §3), as the
+//! source answered them.
 //!
 //! State only: no drawing, no requests; every figure comes from the source.
 
@@ -64,6 +64,8 @@ impl TableRow for LeakRow {
         Column::size("INDIRECTLY", 11).keep(6),
         Column::size("BLOCKS", 7).keep(3),
         Column::size("LOST", 10).keep(8),
+        Column::size("POSSIBLY", 10).keep(5),
+        Column::size("BLOCKS", 7).keep(2),
         Column::text("", BAR_WIDTH).unsorted().keep(2),
         Column::text("CALLED FROM", 0).keep(1),
     ];
@@ -81,7 +83,9 @@ impl TableRow for LeakRow {
             3 => size_cell(self.indirectly_lost, cx),
             4 => self.indirectly_lost_objects.to_string(),
             5 => size_cell(lost(self), cx),
-            6 => bar(lost(self), cx.max, BAR_WIDTH as usize),
+            6 => size_cell(self.possibly_lost, cx),
+            7 => self.possibly_lost_objects.to_string(),
+            8 => bar(lost(self), cx.max, BAR_WIDTH as usize),
             _ => called_from(&self.frames),
         }
     }
@@ -97,7 +101,9 @@ impl TableRow for LeakRow {
             4 => self
                 .indirectly_lost_objects
                 .cmp(&other.indirectly_lost_objects),
-            5 | 6 => lost(self).cmp(&lost(other)),
+            5 | 8 => lost(self).cmp(&lost(other)),
+            6 => self.possibly_lost.cmp(&other.possibly_lost),
+            7 => self.possibly_lost_objects.cmp(&other.possibly_lost_objects),
             _ => self.frames.cmp(&other.frames),
         }
     }

@@ -83,12 +83,14 @@ pub fn big_group_graph(threads: usize, members: usize) -> HeapGraph {
                     module: "server".into(),
                     kind: FrameKind::User,
                     refs: vec![(members + 1 + i) as u32, 0],
+                    interior: Vec::new(),
                 },
                 Frame {
                     function: "worker_main".into(),
                     module: "server".into(),
                     kind: FrameKind::User,
                     refs: Vec::new(),
+                    interior: Vec::new(),
                 },
             ],
         })

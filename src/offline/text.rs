@@ -212,20 +212,36 @@ fn groups(report: &Report, out: &mut impl Write) -> io::Result<()> {
 fn leaks(report: &Report, out: &mut impl Write) -> io::Result<()> {
     let l = &report.leaks;
     writeln!(out)?;
-    if l.objects == 0 {
-        return writeln!(out, "Leaks: none (every block is reachable from a root)");
+    if l.objects == 0 && l.possibly_lost_objects == 0 {
+        return writeln!(
+            out,
+            "Leaks: none (every block is reachable from a root by pointers to its start)"
+        );
     }
-    writeln!(out, "Leaks (blocks no root reaches)")?;
-    writeln!(
-        out,
-        "  {} in {}: definitely lost {} ({}), indirectly lost {} ({})",
-        human_exact(l.bytes),
-        objects(l.objects),
-        human(l.definitely_lost),
-        objects(l.definitely_lost_objects),
-        human(l.indirectly_lost),
-        objects(l.indirectly_lost_objects)
-    )
+    if l.objects == 0 {
+        writeln!(out, "Leaks: no block is unreachable")?;
+    } else {
+        writeln!(out, "Leaks (blocks no root reaches)")?;
+        writeln!(
+            out,
+            "  {} in {}: definitely lost {} ({}), indirectly lost {} ({})",
+            human_exact(l.bytes),
+            objects(l.objects),
+            human(l.definitely_lost),
+            objects(l.definitely_lost_objects),
+            human(l.indirectly_lost),
+            objects(l.indirectly_lost_objects)
+        )?;
+    }
+    if l.possibly_lost_objects > 0 {
+        writeln!(
+            out,
+            "  possibly lost {} ({}): reachable only through pointers into their middle",
+            human(l.possibly_lost),
+            objects(l.possibly_lost_objects)
+        )?;
+    }
+    Ok(())
 }
 
 fn objects(n: u64) -> String {

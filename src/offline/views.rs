@@ -59,7 +59,7 @@ pub struct ViewsReport {
     pub ages: Option<AgesReport>,
 }
 
-/// Unreachable blocks of one allocation site.
+/// The leaked blocks of one allocation site, per leak class (docs/reference.md §3).
 #[derive(Debug, Serialize)]
 pub struct LeakSite {
     pub label: String,
@@ -69,6 +69,8 @@ pub struct LeakSite {
     pub definitely_lost_objects: u64,
     pub indirectly_lost: u64,
     pub indirectly_lost_objects: u64,
+    pub possibly_lost: u64,
+    pub possibly_lost_objects: u64,
 }
 
 /// Blocks and bytes per age range (`ranges` names them).
@@ -176,6 +178,8 @@ fn leak_sites(ask: &mut Ask<'_>) -> anyhow::Result<Vec<LeakSite>> {
             definitely_lost_objects: r.definitely_lost_objects,
             indirectly_lost: r.indirectly_lost,
             indirectly_lost_objects: r.indirectly_lost_objects,
+            possibly_lost: r.possibly_lost,
+            possibly_lost_objects: r.possibly_lost_objects,
         })
         .collect())
 }
@@ -328,7 +332,7 @@ fn render_leaks(sites: &[LeakSite], out: &mut impl Write) -> io::Result<()> {
     let shown = sites.len().min(ROWS_TEXT);
     writeln!(
         out,
-        "Leaks by site, most bytes first ({shown} of {})",
+        "Leaks by site, most lost bytes first ({shown} of {})",
         sites.len()
     )?;
     let mut t = Table::new(&[
@@ -338,6 +342,8 @@ fn render_leaks(sites: &[LeakSite], out: &mut impl Write) -> io::Result<()> {
         Column::right("INDIRECTLY LOST"),
         Column::right("BLOCKS"),
         Column::right("LOST BYTES"),
+        Column::right("POSSIBLY LOST"),
+        Column::right("BLOCKS"),
     ]);
     for s in &sites[..shown] {
         t.row(vec![
@@ -347,6 +353,8 @@ fn render_leaks(sites: &[LeakSite], out: &mut impl Write) -> io::Result<()> {
             human(s.indirectly_lost),
             s.indirectly_lost_objects.to_string(),
             (s.definitely_lost + s.indirectly_lost).to_string(),
+            human(s.possibly_lost),
+            s.possibly_lost_objects.to_string(),
         ]);
     }
     t.write(out, "  ")

@@ -39,14 +39,25 @@ pub const UNKNOWN_SITE: &str = "unknown: started without the agent";
 const THREAD_DESCRIPTOR: u64 = 2304;
 
 /// The references of one holder: sorted, without duplicates.
-fn refs_of(index: &BlockIndex, words: impl Iterator<Item = u64>) -> Vec<ObjectIndex> {
+fn refs_of(index: &BlockIndex, words: impl Iterator<Item = u64>) -> Vec<(ObjectIndex, bool)> {
     let mut cache = (u64::MAX, 0);
-    let mut out: Vec<ObjectIndex> = words
-        .filter_map(|w| index.lookup_cached(w, &mut cache))
+    // (target, interior): a start word sorts before the interior ones and wins the dedup.
+    let mut out: Vec<(ObjectIndex, bool)> = words
+        .filter_map(|w| {
+            let o = index.lookup_cached(w, &mut cache)?;
+            Some((o, w != index.range(o).start))
+        })
         .collect();
     out.sort_unstable();
-    out.dedup();
+    out.dedup_by_key(|r| r.0);
     out
+}
+
+/// A root's references as the graph keeps them: the targets, and those only interior words
+/// point into.
+fn root_refs(refs: Vec<(ObjectIndex, bool)>) -> (Vec<ObjectIndex>, Vec<ObjectIndex>) {
+    let interior = refs.iter().filter(|r| r.1).map(|r| r.0).collect();
+    (refs.into_iter().map(|r| r.0).collect(), interior)
 }
 
 /// The aligned words of the copied parts of `range`.
@@ -204,7 +215,7 @@ pub(super) fn build(
                 for r in &owned {
                     words_of_thread.extend(words(image, r.clone()));
                 }
-                let refs = refs_of(&index, words_of_thread.into_iter());
+                let (refs, interior) = root_refs(refs_of(&index, words_of_thread.into_iter()));
                 (
                     ThreadState::Stopped,
                     vec![Frame {
@@ -212,6 +223,7 @@ pub(super) fn build(
                         module: String::new(),
                         kind: FrameKind::System,
                         refs,
+                        interior,
                     }],
                 )
             }
@@ -235,10 +247,10 @@ pub(super) fn build(
         .ranges()
         .flat_map(|r| subtract(r, &not_globals))
         .collect();
-    let globals = refs_of(
+    let (globals, globals_interior) = root_refs(refs_of(
         &index,
         globals_ranges.iter().flat_map(|r| words(image, r.clone())),
-    );
+    ));
 
     let mut objects = Objects::with_capacity(blocks.len());
     let mut edges = Edges::with_capacity(blocks.len(), blocks.len() * 2);
@@ -252,8 +264,8 @@ pub(super) fn build(
             seq: NO_SEQ,
         });
         let mut refs = refs_of(&index, words(image, b.addr..b.addr + b.size));
-        refs.retain(|&o| o as usize != i);
-        edges.push(refs);
+        refs.retain(|&(o, _)| o as usize != i);
+        edges.push_with_kinds(refs);
     }
     let sites = vec![Site {
         id: 1,
@@ -264,6 +276,7 @@ pub(super) fn build(
         command: command_line(pid),
     };
     HeapGraph::new(process, sites, objects, edges, threads, globals)
+        .and_then(|g| g.with_globals_interior(globals_interior))
         .map_err(|e| CaptureError::Graph(pid, e))
 }
 

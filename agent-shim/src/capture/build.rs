@@ -152,8 +152,12 @@ struct RawThread {
     tid: u32,
     name: String,
     state: ThreadState,
-    frames: Vec<(FrameSort, u64, Vec<ObjectIndex>)>,
+    /// Each frame's sort, pc, references and (a sorted subset) interior references.
+    frames: Vec<(FrameSort, u64, Refs)>,
 }
+
+/// A root's references and, sorted, those only interior words point into.
+type Refs = (Vec<ObjectIndex>, Vec<ObjectIndex>);
 
 fn command_line() -> String {
     std::fs::read("/proc/self/cmdline")
@@ -335,7 +339,7 @@ fn drop_referenced(blocks: &mut Vec<BlockInfo>, ranges: &[std::ops::Range<u64>])
 struct Scanned {
     blocks: Vec<BlockInfo>,
     raw: Vec<RawThread>,
-    globals: Vec<ObjectIndex>,
+    globals: Refs,
     edges: Edges,
     phases: Phases,
 }
@@ -617,13 +621,18 @@ fn encode(s: &Scanned) -> Vec<u8> {
             };
             u64s(sort, &mut out);
             u64s(*pc, &mut out);
-            refs(r, &mut out);
+            refs(&r.0, &mut out);
+            refs(&r.1, &mut out);
         }
     }
-    refs(&s.globals, &mut out);
+    refs(&s.globals.0, &mut out);
+    refs(&s.globals.1, &mut out);
     for o in 0..s.blocks.len() as ObjectIndex {
         refs(s.edges.of(o), &mut out);
     }
+    let bits = s.edges.interior_bits();
+    u64s(bits.len() as u64, &mut out);
+    bits.iter().for_each(|&w| u64s(w, &mut out));
     for d in [
         s.phases.index,
         s.phases.roots,
@@ -685,7 +694,8 @@ fn decode(bytes: &[u8]) -> Option<Scanned> {
                 _ => FrameSort::Thread,
             };
             let pc = u64_at(&mut at)?;
-            frames.push((sort, pc, refs_at(&mut at)?));
+            let refs = refs_at(&mut at)?;
+            frames.push((sort, pc, (refs, refs_at(&mut at)?)));
         }
         raw.push(RawThread {
             tid,
@@ -694,11 +704,19 @@ fn decode(bytes: &[u8]) -> Option<Scanned> {
             frames,
         });
     }
-    let globals = refs_at(&mut at)?;
+    let globals = (refs_at(&mut at)?, refs_at(&mut at)?);
     let mut edges = Edges::with_capacity(blocks.len(), blocks.len() * 2);
     for _ in 0..blocks.len() {
         edges.push(refs_at(&mut at)?);
     }
+    let words = u64_at(&mut at)? as usize;
+    if words > edges.len().div_ceil(64) {
+        return None;
+    }
+    let bits = (0..words)
+        .map(|_| u64_at(&mut at))
+        .collect::<Option<Vec<u64>>>()?;
+    edges.set_interior_bits(bits);
     let mut d = || u64_at(&mut at).map(Duration::from_nanos);
     let phases = Phases {
         stop: Duration::ZERO,
@@ -724,7 +742,7 @@ fn assemble<H: Heap>(
     blocks: &[BlockInfo],
     edges: Edges,
     raw: Vec<RawThread>,
-    globals: Vec<ObjectIndex>,
+    (globals, globals_interior): Refs,
 ) -> Result<HeapGraph, GraphError> {
     let mut symbols = Symbolizer::new(space);
     let mut sites: Vec<Site> = Vec::new();
@@ -774,7 +792,7 @@ fn assemble<H: Heap>(
                 .frames
                 .into_iter()
                 .enumerate()
-                .map(|(i, (sort, pc, refs))| match sort {
+                .map(|(i, (sort, pc, (refs, interior)))| match sort {
                     FrameSort::Call => {
                         let s = symbols.symbolize(pc, i == 0);
                         Frame {
@@ -782,6 +800,7 @@ fn assemble<H: Heap>(
                             module: s.module,
                             kind: s.kind,
                             refs,
+                            interior,
                         }
                     }
                     FrameSort::Signal => Frame {
@@ -789,18 +808,21 @@ fn assemble<H: Heap>(
                         module: "[kernel]".into(),
                         kind: FrameKind::System,
                         refs,
+                        interior,
                     },
                     FrameSort::Thread => Frame {
                         function: "<thread>".into(),
                         module: String::new(),
                         kind: FrameKind::System,
                         refs,
+                        interior,
                     },
                 })
                 .collect(),
         })
         .collect();
-    HeapGraph::new(process, sites, objects, edges, threads, globals)
+    HeapGraph::new(process, sites, objects, edges, threads, globals)?
+        .with_globals_interior(globals_interior)
 }
 
 #[cfg(test)]
@@ -832,7 +854,7 @@ mod tests {
     #[test]
     fn the_childs_findings_survive_the_pipe_encoding() {
         let mut edges = Edges::with_capacity(2, 1);
-        edges.push([1]);
+        edges.push_with_kinds([(1, true)]);
         edges.push([]);
         let scanned = Scanned {
             blocks: vec![
@@ -857,18 +879,18 @@ mod tests {
                     name: String::new(),
                     state: ThreadState::Stopped,
                     frames: vec![
-                        (FrameSort::Call, 0x4000, vec![0]),
-                        (FrameSort::Thread, 0, vec![]),
+                        (FrameSort::Call, 0x4000, (vec![0], vec![0])),
+                        (FrameSort::Thread, 0, (vec![], vec![])),
                     ],
                 },
                 RawThread {
                     tid: 9,
                     name: String::new(),
                     state: ThreadState::NotStoppable("stop signal blocked".into()),
-                    frames: vec![(FrameSort::Signal, 0x5000, vec![0, 1])],
+                    frames: vec![(FrameSort::Signal, 0x5000, (vec![0, 1], vec![1]))],
                 },
             ],
-            globals: vec![1],
+            globals: (vec![0, 1], vec![1]),
             edges,
             phases: Phases {
                 stop: Duration::ZERO,

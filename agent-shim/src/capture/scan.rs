@@ -15,10 +15,13 @@ pub use heaptui_capture::BlockIndex;
 
 use super::modules::AddressSpace;
 
-/// Collects deduplicated references for one holder at a time.
+/// Collects deduplicated references for one holder at a time, each with its kind: a start
+/// reference when some word of the holder points at the block's first byte, else interior.
 pub struct Collector {
-    /// `mark[o]` is the id of the last holder that referred to `o`.
+    /// `mark[o] >> 1` is the id of the last holder that referred to `o`; bit 0 is set when
+    /// one of that holder's words pointed at `o`'s first byte.
     mark: Vec<u32>,
+    /// Below 2^31, so that it fits `mark` beside the start bit.
     holder: u32,
     cache: (u64, u32),
     pub refs: Vec<ObjectIndex>,
@@ -36,22 +39,37 @@ impl Collector {
 
     /// Starts a new holder; `refs` is cleared.
     pub fn begin(&mut self) {
-        self.holder = self.holder.wrapping_add(1);
-        if self.holder == 0 {
+        self.holder += 1;
+        if self.holder >= 1 << 31 {
             self.mark.iter_mut().for_each(|m| *m = 0);
             self.holder = 1;
         }
         self.refs.clear();
     }
 
+    /// Records that the current holder refers to `o`, at its first byte when `start`.
+    #[inline]
+    fn note(&mut self, o: ObjectIndex, start: bool) {
+        let m = &mut self.mark[o as usize];
+        if *m >> 1 != self.holder {
+            *m = self.holder << 1 | start as u32;
+            self.refs.push(o);
+        } else if start {
+            *m |= 1;
+        }
+    }
+
     #[inline]
     pub fn word(&mut self, index: &BlockIndex, v: u64) {
-        if let Some(o) = index.lookup_cached(v, &mut self.cache)
-            && self.mark[o as usize] != self.holder
-        {
-            self.mark[o as usize] = self.holder;
-            self.refs.push(o);
+        if let Some(o) = index.lookup_cached(v, &mut self.cache) {
+            self.note(o, v == index.range(o).start);
         }
+    }
+
+    /// Whether the current holder refers to `o` (one of `refs`) by interior words only.
+    #[inline]
+    pub fn is_interior(&self, o: ObjectIndex) -> bool {
+        self.mark[o as usize] & 1 == 0
     }
 
     /// As [`Collector::word`], for a word of glibc's malloc state (libc's data): a pointer
@@ -69,10 +87,7 @@ impl Collector {
         if header & IS_MMAPPED == 0 && v == (start - 16).wrapping_add(header & !7) {
             return;
         }
-        if self.mark[o as usize] != self.holder {
-            self.mark[o as usize] = self.holder;
-            self.refs.push(o);
-        }
+        self.note(o, v == start);
     }
 
     /// Scans every aligned word of `range`, except the addresses in `skip` (sorted).
@@ -105,11 +120,26 @@ impl Collector {
         }
     }
 
-    /// The sorted references gathered since `begin`.
-    pub fn take_sorted(&mut self) -> Vec<ObjectIndex> {
+    /// The sorted references gathered since `begin`, and (sorted) those of them held by
+    /// interior words only.
+    pub fn take_sorted(&mut self) -> (Vec<ObjectIndex>, Vec<ObjectIndex>) {
         let mut out = self.refs.clone();
         out.sort_unstable();
-        out
+        let interior = out
+            .iter()
+            .copied()
+            .filter(|&o| self.is_interior(o))
+            .collect();
+        (out, interior)
+    }
+
+    /// Sorts the references gathered for block `o`, drops its references to itself and
+    /// appends them with their kinds to `edges`.
+    fn push_block(&mut self, o: ObjectIndex, edges: &mut Edges) {
+        self.refs.retain(|&t| t != o);
+        self.refs.sort_unstable();
+        let mark = &self.mark;
+        edges.push_with_kinds(self.refs.iter().map(|&t| (t, mark[t as usize] & 1 == 0)));
     }
 }
 
@@ -166,9 +196,7 @@ pub fn scan_blocks(
                 r.start..r.start + (r.end - r.start).next_multiple_of(8),
                 c,
             );
-            c.refs.retain(|&t| t != o);
-            c.refs.sort_unstable();
-            edges.push(c.refs.iter().copied());
+            c.push_block(o, &mut edges);
             continue;
         }
         // A block's words up to its size rounded up to 8: malloc's usable size always covers it.
@@ -182,18 +210,14 @@ pub fn scan_blocks(
                         // SAFETY: clamped to readable mappings.
                         unsafe { c.range(index, part, &[]) };
                     }
-                    c.refs.retain(|&t| t != o);
-                    c.refs.sort_unstable();
-                    edges.push(c.refs.iter().copied());
+                    c.push_block(o, &mut edges);
                     continue;
                 }
             };
         }
         // SAFETY: the whole block lies in one readable mapping.
         unsafe { c.range(index, r, &[]) };
-        c.refs.retain(|&t| t != o);
-        c.refs.sort_unstable();
-        edges.push(c.refs.iter().copied());
+        c.push_block(o, &mut edges);
     }
     edges
 }
@@ -209,9 +233,9 @@ mod tests {
         let base = buf.as_ptr() as u64;
         let blocks = [(base, 32u64), (base + 32, 32), (base + 64, 32)];
         buf[0] = base + 40; // block 0 -> block 1 (interior)
-        buf[1] = base + 32; // block 0 -> block 1 again (dedup)
+        buf[1] = base + 32; // block 0 -> block 1 again, at its start (dedup: a start edge)
         buf[2] = base + 8; // block 0 -> itself (dropped)
-        buf[4] = base + 64; // block 1 -> block 2
+        buf[4] = base + 72; // block 1 -> block 2 (interior only)
         buf[5] = 12345;
         let index = BlockIndex::new(blocks.iter().copied());
         let space = AddressSpace::load();
@@ -220,20 +244,28 @@ mod tests {
         assert_eq!(edges.of(0), &[1]);
         assert_eq!(edges.of(1), &[2]);
         assert_eq!(edges.of(2), &[] as &[u32]);
+        assert!(edges.of_with_kinds(0).eq([(1, false)]));
+        assert!(edges.of_with_kinds(1).eq([(2, true)]));
         // A checked read finds the same.
         let edges = scan_blocks(&index, &space, &mut c, &[0, 1, 2]);
         assert_eq!(edges.of(0), &[1]);
         assert_eq!(edges.of(1), &[2]);
         assert_eq!(edges.of(2), &[] as &[u32]);
-        // A range scan with a skipped slot.
+        assert!(edges.of_with_kinds(1).eq([(2, true)]));
+        // Range scans: a start word and an interior word to block 1 make a start reference.
         c.begin();
         // SAFETY: `buf` is our own readable memory.
-        unsafe { c.range(&index, base..base + 40, &[base + 32]) };
-        assert_eq!(c.take_sorted(), vec![0, 1]);
+        unsafe { c.range(&index, base..base + 40, &[]) };
+        assert_eq!(c.take_sorted(), (vec![0, 1, 2], vec![0, 2]));
+        // Without the start word (skipped), block 1 is held by its interior word only.
+        c.begin();
+        // SAFETY: as above.
+        unsafe { c.range(&index, base..base + 40, &[base + 8]) };
+        assert_eq!(c.take_sorted(), (vec![0, 1, 2], vec![0, 1, 2]));
         c.begin();
         // SAFETY: as above.
         unsafe { c.range(&index, base..base + 40, &[base, base + 8, base + 16]) };
-        assert_eq!(c.take_sorted(), vec![2]);
+        assert_eq!(c.take_sorted(), (vec![2], vec![2]));
         std::hint::black_box(&mut buf);
     }
 }

@@ -23,7 +23,7 @@ use crate::packed::{Packed, PackedCsr};
 pub const KEPT_MAGIC: [u8; 12] = *b"HEAPTUI\0KEPT";
 
 /// Bump on any change of the layout.
-pub const KEPT_VERSION: u32 = 1;
+pub const KEPT_VERSION: u32 = 2;
 
 /// Longest head accepted (threads, frames and sites are few; a bad length must not allocate).
 const MAX_HEAD: u64 = 1 << 30;
@@ -180,9 +180,11 @@ fn write_head(k: &Kept) -> Vec<u8> {
             o.str(&f.module);
             o.u8(matches!(f.kind, FrameKind::System) as u8);
             o.u32s(&f.refs);
+            o.u32s(&f.interior);
         }
     }
     o.u32s(&k.globals);
+    o.u32s(&k.globals_interior);
     for f in &k.figures {
         o.u32(f.tid);
         for v in [f.proprietary, f.shared, f.total] {
@@ -207,6 +209,8 @@ fn write_head(k: &Kept) -> Vec<u8> {
         l.indirectly_lost,
         l.definitely_lost_objects,
         l.indirectly_lost_objects,
+        l.possibly_lost,
+        l.possibly_lost_objects,
     ] {
         o.u64(v);
     }
@@ -244,6 +248,12 @@ impl Kept {
         out.write_all(&head)?;
         for p in self.columns() {
             p.encode(out)?;
+        }
+        for bits in [&self.edge_interior, &self.possibly] {
+            out.write_all(&(bits.len() as u64).to_le_bytes())?;
+            for w in bits.iter() {
+                out.write_all(&w.to_le_bytes())?;
+            }
         }
         Ok(())
     }
@@ -308,6 +318,8 @@ impl Kept {
         k.groups.members = Packed::decode(input, g)?;
         k.groups.sharers = Packed::decode(input, g)?;
         k.groups.refs = PackedCsr::decode(input, g)?;
+        k.edge_interior = read_bits(input, k.edges.len())?;
+        k.possibly = read_bits(input, n)?;
         k.check()?;
         Ok(k)
     }
@@ -338,8 +350,13 @@ impl Kept {
         let roots = self
             .threads
             .iter()
-            .flat_map(|t| t.frames.iter().flat_map(|f| f.refs.iter()))
-            .chain(&self.globals);
+            .flat_map(|t| {
+                t.frames
+                    .iter()
+                    .flat_map(|f| f.refs.iter().chain(&f.interior))
+            })
+            .chain(&self.globals)
+            .chain(&self.globals_interior);
         if let Some(r) = roots.into_iter().find(|&&r| u64::from(r) >= n) {
             return Err(malformed(format!("a root refers to object {r} of {n}")));
         }
@@ -376,6 +393,7 @@ fn read_head(i: &mut In<'_>) -> Result<Kept, DecodeError> {
                             FrameKind::System
                         },
                         refs: i.u32s()?,
+                        interior: i.u32s()?,
                     })
                 })
                 .collect::<Result<_, DecodeError>>()?;
@@ -388,6 +406,7 @@ fn read_head(i: &mut In<'_>) -> Result<Kept, DecodeError> {
         })
         .collect::<Result<Vec<_>, DecodeError>>()?;
     let globals = i.u32s()?;
+    let globals_interior = i.u32s()?;
     let figures = threads
         .iter()
         .map(|t| {
@@ -430,6 +449,8 @@ fn read_head(i: &mut In<'_>) -> Result<Kept, DecodeError> {
         indirectly_lost: i.u64()?,
         definitely_lost_objects: i.u64()?,
         indirectly_lost_objects: i.u64()?,
+        possibly_lost: i.u64()?,
+        possibly_lost_objects: i.u64()?,
     };
     let frame_base = i.u32s()?;
     let counts: Vec<usize> = threads.iter().map(|t| t.frames.len()).collect();
@@ -480,6 +501,7 @@ fn read_head(i: &mut In<'_>) -> Result<Kept, DecodeError> {
         sites,
         threads,
         globals,
+        globals_interior,
         figures,
         totals,
         leaks,
@@ -515,6 +537,28 @@ fn reserve<T>(v: &mut Vec<T>, n: usize) -> Result<(), DecodeError> {
         .map_err(|_: TryReserveError| DecodeError::Memory {
             bytes: n * size_of::<T>(),
         })
+}
+
+/// A bit vector of at most `bits` bits (its words, trailing zero words dropped).
+fn read_bits(input: &mut impl Read, bits: usize) -> Result<Vec<u64>, DecodeError> {
+    let n = read_u64(input)?;
+    if n > bits.div_ceil(64) as u64 {
+        return Err(malformed(format!("{n} words of bits for {bits} values")));
+    }
+    let bytes = read_bytes(input, n as usize * 8)?;
+    let mut out = Vec::new();
+    reserve(&mut out, n as usize)?;
+    out.extend(
+        bytes
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8"))),
+    );
+    if let Some(&last) = out.last()
+        && (last == 0 || (n as usize * 64 > bits && last >> (bits % 64) != 0))
+    {
+        return Err(malformed("bits past the last value"));
+    }
+    Ok(out)
 }
 
 fn read_u64(input: &mut impl Read) -> Result<u64, DecodeError> {

@@ -194,6 +194,8 @@ pub struct Kept {
     pub(crate) sites: Vec<Site>,
     pub(crate) threads: Vec<Thread>,
     pub(crate) globals: Vec<ObjectIndex>,
+    /// The members of `globals` only interior words point into, ascending.
+    pub(crate) globals_interior: Vec<ObjectIndex>,
     pub(crate) figures: Vec<ThreadFigures>,
     pub(crate) totals: Totals,
     pub(crate) leaks: Leaks,
@@ -209,6 +211,11 @@ pub struct Kept {
     pub(crate) thread: Packed,
     pub(crate) seqs: Packed,
     pub(crate) edges: PackedCsr,
+    /// One bit per reference of `edges`: interior (as [`crate::Edges`] keeps them, trailing
+    /// zero words dropped).
+    pub(crate) edge_interior: Vec<u64>,
+    /// One bit per object: possibly lost (trailing zero words dropped).
+    pub(crate) possibly: Vec<u64>,
     /// Holder slot: flat frame when frame-proprietary, `frames + g` in group `g`, then the
     /// definitely and the indirectly lost slots.
     pub(crate) slots: Packed,
@@ -251,6 +258,7 @@ impl Kept {
             sites: graph.sites.clone(),
             threads: graph.threads.clone(),
             globals: graph.globals.clone(),
+            globals_interior: graph.globals_interior.clone(),
             figures: analysis.threads().to_vec(),
             totals: analysis.totals(),
             leaks: analysis.leaks(),
@@ -268,6 +276,14 @@ impl Kept {
                     .iter()
                     .map(|&t| u64::from(t))
             }),
+            edge_interior: graph.edges().interior_bits().to_vec(),
+            possibly: {
+                let mut bits = analysis.possibly_bits().to_vec();
+                while bits.last() == Some(&0) {
+                    bits.pop();
+                }
+                bits
+            },
             slots: Packed::new(n, slot_of),
             doms: Packed::new(n, |o| {
                 analysis
@@ -295,7 +311,8 @@ impl Kept {
         .map(|p| p.heap_bytes())
         .sum::<usize>()
             + self.ids.as_ref().map_or(0, Packed::heap_bytes)
-            + self.edges.heap_bytes();
+            + self.edges.heap_bytes()
+            + (self.edge_interior.capacity() + self.possibly.capacity()) * 8;
         let sites: usize = self
             .sites
             .iter()
@@ -313,7 +330,7 @@ impl Kept {
                             size_of_val(f)
                                 + f.function.capacity()
                                 + f.module.capacity()
-                                + f.refs.capacity() * 4
+                                + (f.refs.capacity() + f.interior.capacity()) * 4
                         })
                         .sum::<usize>()
             })
@@ -338,7 +355,7 @@ impl Kept {
             + threads
             + figures
             + self.groups.heap_bytes()
-            + self.globals.capacity() * 4
+            + (self.globals.capacity() + self.globals_interior.capacity()) * 4
             + self.frame_base.capacity() * 4
     }
 
@@ -358,6 +375,55 @@ impl Kept {
     /// Objects referenced from the globals root.
     pub fn globals(&self) -> &[ObjectIndex] {
         &self.globals
+    }
+
+    /// The members of [`Kept::globals`] that only interior words point into, ascending.
+    pub fn globals_interior(&self) -> &[ObjectIndex] {
+        &self.globals_interior
+    }
+
+    /// Whether reference `k` of [`Kept::all_edges`] (in that order) is an interior edge.
+    pub fn is_interior_edge(&self, k: usize) -> bool {
+        self.edge_interior
+            .get(k / 64)
+            .is_some_and(|w| (w >> (k % 64)) & 1 != 0)
+    }
+
+    /// The interior bits of the references, one per reference in [`Kept::all_edges`] order.
+    pub fn interior_bits(&self) -> &[u64] {
+        &self.edge_interior
+    }
+
+    /// The objects `o` refers to with their kinds: `(target, interior)`.
+    pub fn edges_with_kinds(
+        &self,
+        o: ObjectIndex,
+    ) -> impl ExactSizeIterator<Item = (ObjectIndex, bool)> + '_ {
+        let range = self.edges.range(o as usize);
+        range.map(|k| {
+            (
+                self.edges.target(k) as ObjectIndex,
+                self.is_interior_edge(k),
+            )
+        })
+    }
+
+    /// Whether an object is possibly lost (reachable, but by no path of start edges).
+    pub fn is_possibly_lost(&self, o: ObjectIndex) -> bool {
+        crate::leaks::bit(&self.possibly, o)
+    }
+
+    /// The possibly lost objects, ascending.
+    pub fn possibly_lost(&self) -> Vec<ObjectIndex> {
+        let mut out = Vec::with_capacity(self.leaks.possibly_lost_objects as usize);
+        for (w, &word) in self.possibly.iter().enumerate() {
+            let mut word = word;
+            while word != 0 {
+                out.push((w * 64) as ObjectIndex + word.trailing_zeros());
+                word &= word - 1;
+            }
+        }
+        out
     }
 
     /// One entry per thread of [`Kept::threads`], same order.

@@ -28,7 +28,14 @@ pub const MAGIC: [u8; 12] = *b"HEAPTUI\0SNAP";
 /// The binary format version this build reads and writes. Bump it on any change of the
 /// payload's layout (the wire types below, and the serde layout of `Process`, `Site` and
 /// `Frame` that they embed).
-pub const BINARY_VERSION: u32 = 1;
+///
+/// Version 2 added the kinds of references (start or interior): the positions of the interior
+/// edges, each frame's interior references and the globals' ones. Version 1 files are still
+/// read, every reference a start edge.
+pub const BINARY_VERSION: u32 = 2;
+
+/// The oldest version this build still reads.
+pub const OLDEST_BINARY_VERSION: u32 = 1;
 
 const HEADER_LEN: usize = MAGIC.len() + 4;
 
@@ -84,10 +91,46 @@ struct WireOut<'a> {
     targets: PackedOut,
     threads: Vec<WireThread<&'a str, &'a [Frame]>>,
     globals: &'a [ObjectIndex],
+    globals_interior: &'a [ObjectIndex],
+    /// Positions in `targets` of the interior edges, ascending, as deltas.
+    interior_edges: PackedOut,
 }
 
+/// Version 2's payload as read.
 #[derive(Deserialize)]
 struct WireIn<'a> {
+    #[serde(borrow)]
+    v1: WireInV1<'a, Frame>,
+    globals_interior: Vec<ObjectIndex>,
+    #[serde(borrow)]
+    interior_edges: Packed<'a>,
+}
+
+/// A frame of a version 1 file (no interior references).
+#[derive(Deserialize)]
+struct FrameV1 {
+    function: String,
+    module: String,
+    kind: crate::graph::FrameKind,
+    refs: Vec<ObjectIndex>,
+}
+
+impl From<FrameV1> for Frame {
+    fn from(f: FrameV1) -> Frame {
+        Frame {
+            function: f.function,
+            module: f.module,
+            kind: f.kind,
+            refs: f.refs,
+            interior: Vec::new(),
+        }
+    }
+}
+
+/// Version 1's payload, which version 2's starts with (bincode lays a struct's fields out one
+/// after the other, so a nested struct is the same bytes as its fields inline).
+#[derive(Deserialize)]
+struct WireInV1<'a, F> {
     process: Process,
     sites: Vec<Site>,
     #[serde(borrow)]
@@ -106,7 +149,7 @@ struct WireIn<'a> {
     degrees: Packed<'a>,
     #[serde(borrow)]
     targets: Packed<'a>,
-    threads: Vec<WireThread<String, Vec<Frame>>>,
+    threads: Vec<WireThread<String, Vec<F>>>,
     globals: Vec<ObjectIndex>,
 }
 
@@ -133,7 +176,7 @@ impl<'a> WireOut<'a> {
             &g.process,
             &g.sites,
             &g.threads,
-            &g.globals,
+            (&g.globals, &g.globals_interior),
             Columns {
                 objects: n,
                 id: &|i| o.id[i],
@@ -145,6 +188,8 @@ impl<'a> WireOut<'a> {
                 degree: &|i| e.of(i as ObjectIndex).len(),
                 edges: e.len(),
                 targets: &mut e.targets().iter().copied(),
+                interior: &|k| e.is_interior(k),
+                interior_count: e.interior_count(),
             },
         )
     }
@@ -153,9 +198,21 @@ impl<'a> WireOut<'a> {
         process: &'a Process,
         sites: &'a [Site],
         threads: &'a [Thread],
-        globals: &'a [ObjectIndex],
+        (globals, globals_interior): (&'a [ObjectIndex], &'a [ObjectIndex]),
         c: Columns<'_>,
     ) -> Self {
+        let interior_positions = (0..c.edges).filter(|&k| (c.interior)(k)).map(|k| k as u64);
+        let interior_edges = {
+            let mut previous = 0u64;
+            PackedOut::counted(
+                c.interior_count,
+                interior_positions.map(|k| {
+                    let d = k - previous;
+                    previous = k;
+                    d
+                }),
+            )
+        };
         let n = c.objects;
         let column = |value: &dyn Fn(usize) -> u64| PackedOut::new((0..n).map(value));
         let deltas = |value: &dyn Fn(usize) -> u64| PackedOut::deltas((0..n).map(value));
@@ -183,6 +240,8 @@ impl<'a> WireOut<'a> {
                 })
                 .collect(),
             globals,
+            globals_interior,
+            interior_edges,
         }
     }
 }
@@ -201,6 +260,9 @@ struct Columns<'c> {
     edges: usize,
     /// Every object's references, one object after the other.
     targets: &'c mut dyn Iterator<Item = ObjectIndex>,
+    /// Whether reference `k` (in `targets` order) is interior.
+    interior: &'c dyn Fn(usize) -> bool,
+    interior_count: usize,
 }
 
 /// Writes the graph a kept snapshot holds, in the binary form: the same file as
@@ -210,7 +272,7 @@ pub fn write_binary_kept(kept: &Kept, out: impl Write) -> Result<(), SnapshotErr
         kept.process(),
         kept.sites(),
         kept.threads(),
-        kept.globals(),
+        (kept.globals(), kept.globals_interior()),
         Columns {
             objects: kept.object_count(),
             id: &|i| kept.id(i as ObjectIndex),
@@ -222,6 +284,12 @@ pub fn write_binary_kept(kept: &Kept, out: impl Write) -> Result<(), SnapshotErr
             degree: &|i| kept.edges_of(i as ObjectIndex).len(),
             edges: kept.edge_count(),
             targets: &mut kept.all_edges().map(|(_, t)| t),
+            interior: &|k| kept.is_interior_edge(k),
+            interior_count: kept
+                .interior_bits()
+                .iter()
+                .map(|w| w.count_ones() as usize)
+                .sum(),
         },
     );
     write_wire(&wire, out)
@@ -359,6 +427,41 @@ impl Packed<'_> {
 impl WireIn<'_> {
     /// Rebuilds the graph; [`HeapGraph::new`] checks every invariant.
     fn into_graph(self) -> Result<HeapGraph, SnapshotError> {
+        let mut previous = 0u64;
+        let mut first = true;
+        let interior = self.interior_edges.unpack("interior_edges", |d| {
+            let k = if first { d } else { previous.checked_add(d)? };
+            if !first && d == 0 {
+                return None;
+            }
+            first = false;
+            previous = k;
+            usize::try_from(k).ok()
+        })?;
+        let edge_count = self.v1.targets.count;
+        if let Some(&last) = interior.last()
+            && last as u64 >= edge_count
+        {
+            return Err(SnapshotError::Decode(format!(
+                "interior edge {last} of {edge_count} edges (file damaged)"
+            )));
+        }
+        let mut bits = vec![0u64; interior.last().map_or(0, |&k| k / 64 + 1)];
+        for k in interior {
+            bits[k / 64] |= 1 << (k % 64);
+        }
+        self.v1.into_graph(bits, self.globals_interior)
+    }
+}
+
+impl<F: Into<Frame>> WireInV1<'_, F> {
+    /// Rebuilds the graph with these interior bits and interior globals;
+    /// [`HeapGraph::new`] checks every invariant.
+    fn into_graph(
+        self,
+        interior: Vec<u64>,
+        globals_interior: Vec<ObjectIndex>,
+    ) -> Result<HeapGraph, SnapshotError> {
         let degrees = self.degrees.unpack_u32("degrees")?;
         let targets = self.targets.unpack_u32("targets")?;
         let n = degrees.len();
@@ -377,6 +480,7 @@ impl WireIn<'_> {
             start = end;
         }
         drop(targets);
+        edges.set_interior_bits(interior);
         // Column lengths are checked by `HeapGraph::new` (degrees against objects too).
         let objects = Objects {
             id: self.ids.unpack_deltas("ids")?,
@@ -398,7 +502,7 @@ impl WireIn<'_> {
                     WireState::Stopped => ThreadState::Stopped,
                     WireState::NotStoppable(r) => ThreadState::NotStoppable(r),
                 },
-                frames: t.frames,
+                frames: t.frames.into_iter().map(Into::into).collect(),
             })
             .collect();
         Ok(HeapGraph::new(
@@ -408,7 +512,8 @@ impl WireIn<'_> {
             edges,
             threads,
             self.globals,
-        )?)
+        )?
+        .with_globals_interior(globals_interior)?)
     }
 }
 
@@ -438,17 +543,30 @@ pub fn read_binary(bytes: &[u8]) -> Result<HeapGraph, SnapshotError> {
         });
     };
     let version = u32::from_le_bytes(version.try_into().expect("slice of 4 bytes"));
-    if version != BINARY_VERSION {
-        return Err(SnapshotError::BinaryVersion { found: version });
-    }
     let payload = &bytes[HEADER_LEN..];
-    let (wire, used) = decode_limited(payload).map_err(|e| decode_error(e, payload.len()))?;
-    if used != payload.len() {
-        return Err(SnapshotError::TrailingBytes {
-            count: payload.len() - used,
-        });
+    let whole = |used: usize| {
+        if used != payload.len() {
+            return Err(SnapshotError::TrailingBytes {
+                count: payload.len() - used,
+            });
+        }
+        Ok(())
+    };
+    match version {
+        BINARY_VERSION => {
+            let (wire, used) = decode_limited::<WireIn<'_>>(payload)
+                .map_err(|e| decode_error(e, payload.len()))?;
+            whole(used)?;
+            wire.into_graph()
+        }
+        OLDEST_BINARY_VERSION => {
+            let (wire, used) = decode_limited::<WireInV1<'_, FrameV1>>(payload)
+                .map_err(|e| decode_error(e, payload.len()))?;
+            whole(used)?;
+            wire.into_graph(Vec::new(), Vec::new())
+        }
+        found => Err(SnapshotError::BinaryVersion { found }),
     }
-    wire.into_graph()
 }
 
 /// Decodes the payload with a limit derived from its length.
@@ -461,14 +579,14 @@ pub fn read_binary(bytes: &[u8]) -> Result<HeapGraph, SnapshotError> {
 /// refused instead of allocated. bincode takes the limit as a const generic, hence the tiers.
 /// Sequences are not charged: serde preallocates at most 1 MiB for them and every element
 /// consumes input, so they cannot outgrow the file by more than a constant factor.
-fn decode_limited(payload: &[u8]) -> Result<(WireIn<'_>, usize), DecodeError> {
+fn decode_limited<'a, T: Deserialize<'a>>(payload: &'a [u8]) -> Result<(T, usize), DecodeError> {
     const MIB: usize = 1 << 20;
     match payload.len().saturating_mul(CLAIM_PER_BYTE) {
-        n if n <= MIB => decode::<MIB>(payload),
-        n if n <= 64 * MIB => decode::<{ 64 * MIB }>(payload),
-        n if n <= 4096 * MIB => decode::<{ 4096 * MIB }>(payload),
-        n if n <= 64 * 4096 * MIB => decode::<{ 64 * 4096 * MIB }>(payload),
-        n if n <= 4096 * 4096 * MIB => decode::<{ 4096 * 4096 * MIB }>(payload),
+        n if n <= MIB => decode::<MIB, T>(payload),
+        n if n <= 64 * MIB => decode::<{ 64 * MIB }, T>(payload),
+        n if n <= 4096 * MIB => decode::<{ 4096 * MIB }, T>(payload),
+        n if n <= 64 * 4096 * MIB => decode::<{ 64 * 4096 * MIB }, T>(payload),
+        n if n <= 4096 * 4096 * MIB => decode::<{ 4096 * 4096 * MIB }, T>(payload),
         _ => Err(DecodeError::LimitExceeded),
     }
 }
@@ -477,7 +595,9 @@ fn decode_limited(payload: &[u8]) -> Result<(WireIn<'_>, usize), DecodeError> {
 /// decoded as a `u64` or a sequence length).
 const CLAIM_PER_BYTE: usize = 8;
 
-fn decode<const LIMIT: usize>(payload: &[u8]) -> Result<(WireIn<'_>, usize), DecodeError> {
+fn decode<'a, const LIMIT: usize, T: Deserialize<'a>>(
+    payload: &'a [u8],
+) -> Result<(T, usize), DecodeError> {
     bincode::serde::borrow_decode_from_slice(payload, encoding().with_limit::<LIMIT>())
 }
 

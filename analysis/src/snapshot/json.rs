@@ -9,6 +9,10 @@
 //! (unknown), a thread's `name` (empty), `state` and `frames` (none), a frame's `function`
 //! (`?`), `module` (empty) and `kind` (`user`), `globals` (no refs). Unknown fields are ignored.
 //!
+//! A reference (in an object's, a frame's or the globals' `refs`) is an object id, or
+//! `{"id": 7, "interior": true}` for an interior edge (only words pointing past the block's
+//! first byte); a bare id, or `"interior": false`, is a start edge.
+//!
 //! A thread's `state` is `"stopped"` (the default: the capture stopped it, its frames are
 //! exact) or `{"not-stoppable": "<reason>"}` (the agent could not stop it).
 //!
@@ -133,7 +137,47 @@ struct JsonObject {
     thread: Option<u32>,
     #[serde(default)]
     seq: Option<u64>,
-    refs: Vec<u64>,
+    refs: Vec<JsonRef>,
+}
+
+/// One reference: an id (a start edge) or `{"id": .., "interior": bool}`.
+#[derive(Clone, Copy)]
+struct JsonRef {
+    id: u64,
+    interior: bool,
+}
+
+impl<'de> Deserialize<'de> for JsonRef {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct RefVisitor;
+        impl<'de> Visitor<'de> for RefVisitor {
+            type Value = JsonRef;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object id or {\"id\": .., \"interior\": true}")
+            }
+            fn visit_u64<E: de::Error>(self, id: u64) -> Result<JsonRef, E> {
+                Ok(JsonRef {
+                    id,
+                    interior: false,
+                })
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<JsonRef, A::Error> {
+                let (mut id, mut interior) = (None, false);
+                while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                    match &*key {
+                        "id" => id = Some(map.next_value::<u64>()?),
+                        "interior" => interior = map.next_value::<bool>()?,
+                        _ => {
+                            map.next_value::<de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                let id = id.ok_or_else(|| de::Error::missing_field("id"))?;
+                Ok(JsonRef { id, interior })
+            }
+        }
+        d.deserialize_any(RefVisitor)
+    }
 }
 
 #[derive(Deserialize)]
@@ -163,7 +207,7 @@ struct JsonFrame {
     module: String,
     #[serde(default)]
     kind: FrameKind,
-    refs: Vec<u64>,
+    refs: Vec<JsonRef>,
 }
 
 fn unknown_function() -> String {
@@ -173,7 +217,7 @@ fn unknown_function() -> String {
 #[derive(Default, Deserialize)]
 struct JsonGlobals {
     #[serde(default)]
-    refs: Vec<u64>,
+    refs: Vec<JsonRef>,
 }
 
 /// A block size: a non-negative integer, with a clear message for negative ones.
@@ -224,15 +268,32 @@ fn build(doc: Doc) -> Result<HeapGraph, SnapshotError> {
     }
 
     let index = IdIndex::build(doc.objects.iter().map(|o| o.id))?;
-    let resolve = |ids: &[u64], path: &dyn Fn(usize) -> String| {
-        ids.iter()
+    let resolve = |refs: &[JsonRef], path: &dyn Fn(usize) -> String| {
+        refs.iter()
             .enumerate()
-            .map(|(k, &id)| {
-                index
-                    .get(id)
-                    .ok_or_else(|| SnapshotError::UnknownObject { path: path(k), id })
+            .map(|(k, r)| {
+                index.get(r.id).map(|o| (o, r.interior)).ok_or_else(|| {
+                    SnapshotError::UnknownObject {
+                        path: path(k),
+                        id: r.id,
+                    }
+                })
             })
-            .collect::<Result<Vec<ObjectIndex>, _>>()
+            .collect::<Result<Vec<(ObjectIndex, bool)>, _>>()
+    };
+    // A root's references as the graph keeps them: every target, and the sorted targets
+    // only interior words point into (a target listed both ways is a start reference).
+    let root_refs = |refs: Vec<(ObjectIndex, bool)>| -> (Vec<ObjectIndex>, Vec<ObjectIndex>) {
+        let mut start: Vec<ObjectIndex> = refs.iter().filter(|r| !r.1).map(|r| r.0).collect();
+        start.sort_unstable();
+        let mut interior: Vec<ObjectIndex> = refs
+            .iter()
+            .filter(|r| r.1 && start.binary_search(&r.0).is_err())
+            .map(|r| r.0)
+            .collect();
+        interior.sort_unstable();
+        interior.dedup();
+        (refs.into_iter().map(|r| r.0).collect(), interior)
     };
 
     let edge_count = doc.objects.iter().map(|o| o.refs.len()).sum();
@@ -256,7 +317,7 @@ fn build(doc: Doc) -> Result<HeapGraph, SnapshotError> {
             thread: o.thread.unwrap_or(NO_THREAD),
             seq: o.seq.unwrap_or(NO_SEQ),
         });
-        edges.push(resolve(&o.refs, &|k| format!("objects[{i}].refs[{k}]"))?);
+        edges.push_with_kinds(resolve(&o.refs, &|k| format!("objects[{i}].refs[{k}]"))?);
     }
 
     let mut threads = Vec::with_capacity(doc.threads.len());
@@ -270,12 +331,15 @@ fn build(doc: Doc) -> Result<HeapGraph, SnapshotError> {
         }
         let mut frames = Vec::with_capacity(t.frames.len());
         for (j, f) in t.frames.into_iter().enumerate() {
-            let refs = resolve(&f.refs, &|k| format!("threads[{i}].frames[{j}].refs[{k}]"))?;
+            let (refs, interior) = root_refs(resolve(&f.refs, &|k| {
+                format!("threads[{i}].frames[{j}].refs[{k}]")
+            })?);
             frames.push(Frame {
                 function: f.function,
                 module: f.module,
                 kind: f.kind,
                 refs,
+                interior,
             });
         }
         threads.push(Thread {
@@ -288,14 +352,17 @@ fn build(doc: Doc) -> Result<HeapGraph, SnapshotError> {
             frames,
         });
     }
-    let globals = resolve(&doc.globals.refs, &|k| format!("globals.refs[{k}]"))?;
+    let (globals, globals_interior) = root_refs(resolve(&doc.globals.refs, &|k| {
+        format!("globals.refs[{k}]")
+    })?);
     let process = Process {
         pid: doc.process.pid,
         command: doc.process.command,
     };
-    Ok(HeapGraph::new(
-        process, sites, objects, edges, threads, globals,
-    )?)
+    Ok(
+        HeapGraph::new(process, sites, objects, edges, threads, globals)?
+            .with_globals_interior(globals_interior)?,
+    )
 }
 
 /// Object id → dense index. Ids in a compact range (sequence numbers, `1..=n`, what agents
@@ -371,7 +438,7 @@ pub fn write_json(graph: &HeapGraph, out: impl Write) -> Result<(), SnapshotErro
         objects: OutObjects(graph),
         threads: OutThreads(graph),
         globals: OutGlobals {
-            refs: OutRefs(graph, &graph.globals),
+            refs: OutRefs(graph, &graph.globals, Kinds::Roots(&graph.globals_interior)),
         },
     };
     let mut ser = serde_json::Serializer::with_formatter(&mut out, LineFormatter::default());
@@ -418,13 +485,42 @@ struct OutGlobals<'a> {
     refs: OutRefs<'a>,
 }
 
-/// Object indices, written as the objects' ids.
-struct OutRefs<'a>(&'a HeapGraph, &'a [ObjectIndex]);
+/// Object indices, written as the objects' ids (`{"id": .., "interior": true}` for an
+/// interior edge).
+struct OutRefs<'a>(&'a HeapGraph, &'a [ObjectIndex], Kinds<'a>);
+
+/// Where the kinds of a list of references come from.
+#[derive(Clone, Copy)]
+enum Kinds<'a> {
+    /// A root's: the sorted targets that are interior.
+    Roots(&'a [ObjectIndex]),
+    /// An object's: its references start at this position of the edge list.
+    Edges(usize),
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum OutRef {
+    Start(u64),
+    Interior { id: u64, interior: bool },
+}
 
 impl Serialize for OutRefs<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let ids = &self.0.objects().id;
-        s.collect_seq(self.1.iter().map(|&o| ids[o as usize]))
+        let edges = self.0.edges();
+        s.collect_seq(self.1.iter().enumerate().map(|(k, &o)| {
+            let interior = match self.2 {
+                Kinds::Roots(interior) => interior.binary_search(&o).is_ok(),
+                Kinds::Edges(start) => edges.is_interior(start + k),
+            };
+            let id = ids[o as usize];
+            if interior {
+                OutRef::Interior { id, interior }
+            } else {
+                OutRef::Start(id)
+            }
+        }))
     }
 }
 
@@ -457,7 +553,7 @@ impl Serialize for OutObjects<'_> {
                 site: (r.site != NO_SITE).then(|| g.sites[r.site as usize].id),
                 thread: (r.thread != NO_THREAD).then_some(r.thread),
                 seq: (r.seq != NO_SEQ).then_some(r.seq),
-                refs: OutRefs(g, g.edges().of(o)),
+                refs: OutRefs(g, g.edges().of(o), Kinds::Edges(g.edges().range(o).start)),
             })?;
         }
         seq.end()
@@ -500,7 +596,7 @@ impl Serialize for OutThreads<'_> {
                         function: &f.function,
                         module: &f.module,
                         kind: f.kind,
-                        refs: OutRefs(g, &f.refs),
+                        refs: OutRefs(g, &f.refs, Kinds::Roots(&f.interior)),
                     })
                     .collect(),
             }

@@ -23,7 +23,7 @@ use thiserror::Error;
 
 use crate::graph::{GraphError, HeapGraph};
 
-pub use binary::{BINARY_VERSION, MAGIC, write_binary, write_binary_kept};
+pub use binary::{BINARY_VERSION, MAGIC, OLDEST_BINARY_VERSION, write_binary, write_binary_kept};
 pub use json::{JSON_FORMAT, JSON_VERSION, write_json};
 
 /// Why a snapshot could not be read or written. Each variant is one clear line; paths such as
@@ -69,7 +69,7 @@ pub enum SnapshotError {
     #[error("binary snapshot: wrong magic (expected {expected:?}, found {found:?})")]
     BadMagic { expected: String, found: String },
     #[error(
-        "binary snapshot: unsupported version {found} (this heaptui reads version {BINARY_VERSION})"
+        "binary snapshot: unsupported version {found} (this heaptui reads versions {OLDEST_BINARY_VERSION} to {BINARY_VERSION})"
     )]
     BinaryVersion { found: u32 },
     #[error("binary snapshot: truncated {what}")]

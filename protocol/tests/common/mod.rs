@@ -42,6 +42,8 @@ pub fn sample_snapshot_info() -> SnapshotInfo {
             indirectly_lost: 16,
             definitely_lost_objects: 1,
             indirectly_lost_objects: 1,
+            possibly_lost: 24,
+            possibly_lost_objects: 1,
         },
         held_bytes: 4096,
     }
@@ -411,6 +413,8 @@ pub fn sample_responses() -> Vec<Response> {
                 definitely_lost_objects: 1,
                 indirectly_lost: 16,
                 indirectly_lost_objects: 1,
+                possibly_lost: 24,
+                possibly_lost_objects: 1,
             }],
         }),
         Response::Growth(GrowthPage {
@@ -595,7 +599,7 @@ fn snapshot_info() -> impl Strategy<Value = SnapshotInfo> {
         any::<[u64; 4]>(),
         any::<u32>(),
         any::<[u64; 4]>(),
-        any::<[u64; 6]>(),
+        any::<[u64; 8]>(),
         any::<u64>(),
     )
         .prop_map(
@@ -619,6 +623,8 @@ fn snapshot_info() -> impl Strategy<Value = SnapshotInfo> {
                     indirectly_lost: l[3],
                     definitely_lost_objects: l[4],
                     indirectly_lost_objects: l[5],
+                    possibly_lost: l[6],
+                    possibly_lost_objects: l[7],
                 },
                 held_bytes: held,
             },
@@ -866,8 +872,8 @@ fn view_response() -> impl Strategy<Value = Response> {
             memalign,
         },
     );
-    let leak_row = (any::<u32>(), text(), vec(text(), 0..3), any::<[u64; 4]>()).prop_map(
-        |(site, label, frames, [dl, dlo, il, ilo])| LeakRow {
+    let leak_row = (any::<u32>(), text(), vec(text(), 0..3), any::<[u64; 6]>()).prop_map(
+        |(site, label, frames, [dl, dlo, il, ilo, pl, plo])| LeakRow {
             site,
             label,
             frames,
@@ -875,6 +881,8 @@ fn view_response() -> impl Strategy<Value = Response> {
             definitely_lost_objects: dlo,
             indirectly_lost: il,
             indirectly_lost_objects: ilo,
+            possibly_lost: pl,
+            possibly_lost_objects: plo,
         },
     );
     let growth_row = (

@@ -1,5 +1,6 @@
 //! Leaks by allocation site (docs/reference.md §8): the kept snapshot's unreachable blocks,
-//! definitely and indirectly lost; Enter lists the site's objects.
+//! definitely and indirectly lost, and its possibly lost ones (reachable only through
+//! pointers into their middle); Enter lists the site's objects.
 
 use ratatui::Frame;
 use ratatui::style::Style;
@@ -21,6 +22,13 @@ pub fn draw(frame: &mut Frame, areas: &Areas, app: &App, view: &LeaksView) {
             human(s.leaks.bytes),
             s.leaks.objects
         ));
+        if s.leaks.possibly_lost_objects > 0 {
+            title.push_str(&format!(
+                ", {} possibly lost in {}",
+                human(s.leaks.possibly_lost),
+                s.leaks.possibly_lost_objects
+            ));
+        }
     }
     widgets::notice::or_table(
         frame,
@@ -36,9 +44,9 @@ pub fn draw(frame: &mut Frame, areas: &Areas, app: &App, view: &LeaksView) {
 fn colour(_: &LeakRow, column: usize) -> Style {
     match column {
         1 | 5 => theme::error(),
-        3 => theme::shared(),
-        6 => theme::bar(),
-        7 => theme::dim(),
+        3 | 6 => theme::shared(),
+        8 => theme::bar(),
+        9 => theme::dim(),
         _ => Style::default(),
     }
 }

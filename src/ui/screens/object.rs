@@ -26,9 +26,11 @@ pub fn class_text(class: &ObjectClass) -> String {
         ObjectClass::FrameShared { tid } => format!("frame-shared within thread {tid}"),
         ObjectClass::ThreadShared => "thread-shared".to_string(),
         ObjectClass::GlobalOnly => "global-only (reachable from the globals only)".to_string(),
-        ObjectClass::DefinitelyLost => "definitely lost (leak: nothing points to it)".to_string(),
+        ObjectClass::DefinitelyLost => {
+            "definitely lost (leak: no root reaches it; it heads its lost structure)".to_string()
+        }
         ObjectClass::IndirectlyLost => {
-            "indirectly lost (leak: only leaked blocks point to it)".to_string()
+            "indirectly lost (leak: reached only from another lost block)".to_string()
         }
     }
 }
