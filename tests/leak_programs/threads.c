@@ -1,0 +1,59 @@
+/* Threads: one blocked in read(2) holding a block on its stack and another in its
+ * thread-local storage; joined threads, one of which returned a block the program keeps in a
+ * global and two of which leaked a block each. glibc keeps joined threads' stacks in a cache
+ * (an mmap), whose thread descriptors still point at their TLS vectors 16 bytes in: possibly
+ * lost for memcheck and heaptui alike (heaptui's TLS vectors are 16 bytes longer: the agent
+ * is one more module with thread-local storage).
+ *
+ * The cached stack is a root for heaptui (mapped memory, docs/reference.md §3) while memcheck
+ * no longer scans a finished thread's stack, so a worker wipes its stack before it ends. */
+#include "leak.h"
+#include <pthread.h>
+#include <unistd.h>
+
+__thread void *tls_block; /* not static: its stores must stay at -O2 */
+static int gate[2];
+void *returned;
+
+static void *blocked(void *arg) {
+    (void)arg;
+    void *volatile on_stack = malloc(40);
+    tls_block = malloc(56);
+    char c;
+    /* Never returns: nobody writes to the pipe. */
+    while (read(gate[0], &c, 1) != 0) {
+    }
+    return on_stack;
+}
+
+static NOINLINE void *work(void *arg) {
+    if (arg) return malloc(64);
+    opaque(malloc(48)); /* leaked by the thread */
+    return 0;
+}
+
+static void *worker(void *arg) {
+    void *out = work(arg);
+    clear_stack();
+    CLEAR_REGISTERS();
+    return out;
+}
+
+static NOINLINE void build(void) {
+    pthread_t t;
+    pthread_create(&t, 0, blocked, 0);
+    for (int i = 0; i < 3; i++) {
+        pthread_t w;
+        void *out = 0;
+        pthread_create(&w, 0, worker, (void *)(long)(i == 0));
+        pthread_join(w, &out);
+        if (out) returned = out;
+    }
+}
+
+int main(void) {
+    if (pipe(gate) != 0) return 1;
+    tls_block = malloc(24);
+    RUN_AND_WIPE(build);
+    return 0;
+}
