@@ -11,9 +11,9 @@
  *                   starts over at a cap so a demo never exhausts the machine
  *
  * Every thread sleeps between steps: the workload is meant to be watched, not to be fast.
- * Once every thread has started, named itself and allocated its first data, main prints
- * "demo: ready" (heaptui demo waits for that line before its first snapshot, so the ranking
- * shows every thread). It runs until it receives SIGTERM or SIGINT, then exits 0.
+ * Once every thread has started, named itself and allocated its first data (the runaway: its
+ * first 8 MiB), main prints "demo: ready" (heaptui demo waits for that line before its first
+ * snapshot, so the ranking shows every thread as it runs, the runaway first). It runs until it receives SIGTERM or SIGINT, then exits 0.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -31,6 +31,9 @@ extern int heaptui_cancel_requested(void) __attribute__((weak));
 #define WORKERS 4
 #define CACHE_ENTRIES 256
 #define REPORT_CAP_ROWS 40000 /* ~160 MiB of rows before the report starts over */
+/* The runaway says it is ready once it is the runaway: 8 MiB of rows (1.6 s), more than any
+ * other thread holds, so the first snapshot already ranks it first. */
+#define REPORT_READY_ROWS 2048
 
 static volatile sig_atomic_t stopping;
 
@@ -250,12 +253,12 @@ static int cancel_requested(void) {
 __attribute__((noinline)) static void build_report(void) {
     struct report_row *rows = NULL;
     long count = 0;
-    int first_step = 1;
+    int told_ready = 0;
     while (!stopping && !cancel_requested()) {
         rows = append_rows(rows, 64); /* 256 KiB per step */
         count += 64;
-        if (first_step) {
-            first_step = 0;
+        if (!told_ready && count >= REPORT_READY_ROWS) {
+            told_ready = 1;
             thread_ready();
         }
         if (count >= REPORT_CAP_ROWS) {
@@ -265,8 +268,8 @@ __attribute__((noinline)) static void build_report(void) {
         }
         nap_ms(50);
     }
-    if (first_step) {
-        thread_ready(); /* stopped before its first step: main must not wait for it */
+    if (!told_ready) {
+        thread_ready(); /* stopped before it grew: main must not wait for it */
     }
     free_rows(rows);
 }

@@ -171,10 +171,21 @@ pub fn recording(mut recording: Recording, description: String) -> (SourceHandle
 /// The offline answer to one request: snapshot requests from the answerer, the process from the
 /// file, and an honest refusal for what only a live agent can do.
 pub(crate) fn answer_offline(answerer: &Answerer<'_>, body: &RequestBody) -> Response {
+    let kept = answerer.kept();
+    // Ages count snapshot boundaries between allocations: a file without allocation order
+    // (a JSON snapshot, an outside capture) would give an empty table with no word on why.
+    if matches!(body, RequestBody::Ages { .. })
+        && (0..kept.object_count() as u32).all(|o| kept.seq(o) == heaptui_analysis::NO_SEQ)
+    {
+        return Response::error(
+            ErrorKind::Refused,
+            "ages: this snapshot file has no allocation order; ages need a recording \
+             (heaptui open FILE.rec) or a live agent",
+        );
+    }
     if let Some(answer) = answerer.answer(body) {
         return answer;
     }
-    let kept = answerer.kept();
     match body {
         RequestBody::ProcessInfo => Response::ProcessInfo(ProcessInfo {
             pid: kept.process().pid,
@@ -187,6 +198,16 @@ pub(crate) fn answer_offline(answerer: &Answerer<'_>, body: &RequestBody) -> Res
             peak_snapshot: None,
             snapshot_rule: Default::default(),
         }),
+        // Units and growth count allocation events, which a recording has and a snapshot
+        // file does not; the rest asks a running process.
+        RequestBody::Units { .. } | RequestBody::Growth { .. } => Response::error(
+            ErrorKind::Refused,
+            format!(
+                "{}: a snapshot file has no allocation events; open a recording (heaptui open \
+                 FILE.rec, written under HEAPTUI_RECORD) or attach to a live agent",
+                body.kind()
+            ),
+        ),
         other => Response::error(
             ErrorKind::Refused,
             format!(

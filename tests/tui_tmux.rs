@@ -254,14 +254,31 @@ fn demo_runs_the_workload_under_the_agent_and_stops_it_on_quit() {
     ] {
         assert!(s.contains(name), "{name} missing from the ranking:\n{s}");
     }
-    // The workers' connection buffers grow with their index, so by total (the default
-    // order) worker-4 ranks above worker-1 whatever the runaway thread has reached.
-    let ranked = order(&s, &["worker-4", "worker-3", "worker-2", "worker-1"]);
+    // The first snapshot is taken once every thread runs: the runaway report thread (8 MiB
+    // by then) ranks first. The workers' connection buffers grow with their index, so by
+    // total (the default order) worker-4 ranks above worker-1.
+    let ranked = order(
+        &s,
+        &[
+            "report-builder",
+            "worker-4",
+            "worker-3",
+            "worker-2",
+            "worker-1",
+        ],
+    );
     assert_eq!(
         ranked,
-        ["worker-4", "worker-3", "worker-2", "worker-1"],
+        [
+            "report-builder",
+            "worker-4",
+            "worker-3",
+            "worker-2",
+            "worker-1"
+        ],
         "{s}"
     );
+    assert!(s.contains("snapshot #1"), "the first snapshot:\n{s}");
 
     // Filter down to one worker and open its frames: the request path of the demo.
     t.literal("/worker-2");
@@ -322,12 +339,24 @@ fn demo_units_show_the_workload_code() {
     );
     // The demo program's row counts real calls: its malloc column is not zero.
     let program = row(&s, " heaptui-demo-");
-    // … MALLOC REALLOC FREE MEMALIGN│
+    // The figure right-aligned under the MALLOC header (the columns after it may give way
+    // to the unit's name).
+    let header: Vec<char> = s
+        .lines()
+        .find(|l| l.contains("MALLOC"))
+        .unwrap_or_else(|| panic!("no MALLOC column in\n{s}"))
+        .chars()
+        .collect();
+    let end = (0..header.len())
+        .find(|&i| header[i..].starts_with(&['M', 'A', 'L', 'L', 'O', 'C']))
+        .unwrap()
+        + "MALLOC".len();
     let mallocs: u64 = program
-        .trim_end_matches('│')
+        .chars()
+        .take(end)
+        .collect::<String>()
         .split_whitespace()
-        .rev()
-        .nth(3)
+        .last()
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no MALLOC figure in {program}"));
     assert!(mallocs > 0, "{program}");

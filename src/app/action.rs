@@ -359,7 +359,7 @@ pub const BINDINGS: &[Binding] = &[
         keys: &[KeyCode::Char('?')],
         shown: "?",
         action: Action::Help,
-        help: "this help",
+        help: "this help; Tab in it: what the figures and columns mean",
         hint: Some("help"),
         screens: &[],
     },
@@ -408,6 +408,15 @@ impl Binding {
     pub fn applies(&self, screen: Screen) -> bool {
         self.screens.is_empty() || self.screens.contains(&screen)
     }
+
+    /// Whether it asks a live agent for something (a snapshot, a cancel): a snapshot file or a
+    /// recording cannot do it, so the footer does not offer it there.
+    pub fn live_only(&self) -> bool {
+        matches!(
+            self.action,
+            Action::Cancel | Action::Refresh | Action::AutoRefresh
+        )
+    }
 }
 
 /// The action a key asks for on `screen`, if any. Ctrl-C always quits.
@@ -425,11 +434,20 @@ pub fn action_for(key: KeyEvent, screen: Screen) -> Option<Action> {
     })
 }
 
-/// The footer's hints for `screen`, in table order.
+/// The footer's hints for `screen` on a live agent, in table order.
+#[cfg(test)]
 pub fn hints(screen: Screen) -> impl Iterator<Item = (&'static str, &'static str)> {
+    live_hints(screen, true)
+}
+
+/// The footer's hints for `screen`, without what only a live agent can do when `live` is false.
+pub fn live_hints(
+    screen: Screen,
+    live: bool,
+) -> impl Iterator<Item = (&'static str, &'static str)> {
     BINDINGS
         .iter()
-        .filter(move |b| b.applies(screen))
+        .filter(move |b| b.applies(screen) && (live || !b.live_only()))
         .filter_map(|b| b.hint.map(|h| (b.shown, h)))
 }
 

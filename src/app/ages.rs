@@ -134,7 +134,7 @@ impl TableRow for AgeRow {
         Column::size("3", 8).keep(5),
         Column::size(">3", 8).keep(5),
         Column::size("BLOCKS", 8).keep(4),
-        Column::size("BYTES", 10).keep(8),
+        Column::bytes("BYTES", 10).keep(8),
         Column::text("0 1 2 3 >3", 10).unsorted().keep(3),
     ];
     const FILTER_COLUMN: usize = 0;
@@ -172,7 +172,7 @@ impl TableRow for AgeRow {
 impl TableRow for Survivor {
     const COLUMNS: &'static [Column] = &[
         Column::text("ADDRESS", 16).keep(6),
-        Column::size("SIZE", 10).keep(8),
+        Column::bytes("SIZE", 10).keep(8),
         Column::size("AGE", 5).keep(7),
         Column::size("WALL AGE", 9).keep(5),
         Column::text("SITE", 0).keep(9),

@@ -105,7 +105,7 @@ const SPARK_WIDTH: u16 = 16;
 impl TableRow for GrowthRow {
     const COLUMNS: &'static [Column] = &[
         Column::text("SITE", 0).keep(9),
-        Column::size("LATEST", 10).keep(8),
+        Column::bytes("LATEST", 10).keep(8),
         Column::text("HISTORY", SPARK_WIDTH).unsorted().keep(6),
         Column::text("FLAG", 14).keep(7),
         Column::text("CALLED FROM", 0).keep(3),
@@ -122,7 +122,7 @@ impl TableRow for GrowthRow {
             1 => size_cell(latest(self), cx),
             2 => sparkline(&self.history, SPARK_WIDTH as usize),
             3 => flag_text(self).to_string(),
-            _ => called_from(&self.frames),
+            _ => called_from(&self.frames, &self.label),
         }
     }
 

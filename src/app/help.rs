@@ -1,5 +1,6 @@
 //! The `?` help laid out for a terminal size, as plain data: the key table ([`BINDINGS`])
-//! grouped by the screens each binding works on, word-wrapped, in two columns when the
+//! grouped by the screens each binding works on (or, on its second page, what the figures and
+//! columns mean: [`FIGURES`]), word-wrapped, in two columns when the
 //! terminal is wide enough, and how far it can scroll when it is still taller than the
 //! terminal. The drawing code (`ui::popups::help`) paints this page; the key handling uses
 //! the same page to know whether ↑/↓ scroll the help or close it, so the two agree.
@@ -69,8 +70,99 @@ impl Page {
 /// Rows above the columns: the "On the … screen" line and a blank one.
 pub const HEAD_ROWS: u16 = 2;
 
-/// The help for `screen` in a terminal of `size`.
-pub fn page(size: Rect, screen: Screen) -> Page {
+/// What the figures and columns mean: the help's second page (`Tab` in the help), in the
+/// words of docs/reference.md §3 and §8. Each section names where its terms are shown.
+pub const FIGURES: &[(&str, &[(&str, &str)])] = &[
+    (
+        "Threads, Release",
+        &[
+            (
+                "PROPRIETARY",
+                "bytes only this thread reaches: what ending it alone frees (RELEASE ALONE)",
+            ),
+            (
+                "SHARED",
+                "bytes it reaches that other threads or the globals reach too",
+            ),
+            ("TOTAL", "proprietary + shared"),
+            ("FRAMES", "frames on its stack at the snapshot"),
+            (
+                "STATE",
+                "stopped for the snapshot, or not stoppable (with why): then its figures are what could be read",
+            ),
+        ],
+    ),
+    (
+        "Frames, Group",
+        &[
+            ("PROPRIETARY", "bytes only this frame reaches"),
+            (
+                "FRAME-SHARED",
+                "F groups it refers to: bytes shared with other frames of its thread",
+            ),
+            (
+                "THREAD-SHARED",
+                "T groups it refers to: bytes shared with other threads",
+            ),
+            (
+                "F T G",
+                "a group shared by frames of one thread, by threads, by the globals only",
+            ),
+            (
+                "developed",
+                "groups reached only through another group's members, not directly",
+            ),
+        ],
+    ),
+    (
+        "Header",
+        &[
+            (
+                "snapshot #N",
+                "the snapshot the figures come from, and how old it is (r: a new one)",
+            ),
+            (
+                "live",
+                "bytes live now, from the agent's counters (they move on their own)",
+            ),
+            ("alloc", "bytes allocated since the program started"),
+            (
+                "util",
+                "live ÷ allocated: the share of all bytes ever allocated that are still live",
+            ),
+            ("peak", "the most bytes ever live at once"),
+            ("leaks", "bytes no root reaches (Leaks: L)"),
+            ("global-only", "bytes only the globals reach"),
+        ],
+    ),
+    (
+        "Units, Leaks, Growth, Ages",
+        &[
+            ("LIVE", "bytes live now, allocated by the unit or site"),
+            (
+                "MIN MAX",
+                "the lowest and highest live bytes of the unit over time",
+            ),
+            (
+                "DEFINITELY",
+                "unreachable blocks no other unreachable block points to",
+            ),
+            (
+                "INDIRECTLY",
+                "unreachable blocks reached only from lost ones",
+            ),
+            ("AGE n", "blocks that survived n snapshots"),
+            (
+                "FLAG",
+                "growing over the last snapshots in a row, or most of the live bytes",
+            ),
+        ],
+    ),
+];
+
+/// The help for `screen` in a terminal of `size`: its keys, or with `figures` what the figures
+/// and columns mean.
+pub fn page(size: Rect, screen: Screen, figures: bool) -> Page {
     // A margin of two columns each side, unless the terminal is too narrow to spare it.
     let width = if size.width > 24 {
         (size.width - 4).min(MAX_WIDTH)
@@ -78,23 +170,28 @@ pub fn page(size: Rect, screen: Screen) -> Page {
         size.width
     };
     let inner = width.saturating_sub(2);
-    let key_width = BINDINGS
+    let sections = if figures {
+        figure_sections(screen)
+    } else {
+        sections(screen)
+    };
+    let key_width = sections
         .iter()
-        .map(|b| b.shown.chars().count())
+        .flat_map(|s| s.entries.iter())
+        .map(|(keys, _)| keys.chars().count())
         .max()
         .unwrap_or(0);
-    let sections = sections();
     let two = (inner.saturating_sub(GAP)) / 2;
     let (columns, column_width) = if two >= MIN_COLUMN {
         let laid: Vec<Vec<Line>> = sections
             .iter()
-            .map(|s| section_lines(s, screen, two, key_width))
+            .map(|s| section_lines(s, two, key_width))
             .collect();
         (split_in_two(laid), two)
     } else {
         let one: Vec<Line> = sections
             .iter()
-            .flat_map(|s| section_lines(s, screen, inner, key_width))
+            .flat_map(|s| section_lines(s, inner, key_width))
             .collect();
         (vec![trim_blank(one)], inner)
     };
@@ -121,52 +218,75 @@ pub fn page(size: Rect, screen: Screen) -> Page {
     }
 }
 
-/// Bindings that work on the same screens, in the key table's order of first appearance.
+/// Entries under one title: bindings that work on the same screens, or a screen's terms.
 struct Section {
-    screens: &'static [Screen],
-    bindings: Vec<&'static Binding>,
+    title: String,
+    /// Whether they concern the screen the help was opened on (the others are dimmed).
+    here: bool,
+    entries: Vec<(&'static str, &'static str)>,
 }
 
-fn sections() -> Vec<Section> {
-    let mut out: Vec<Section> = Vec::new();
+/// The bindings grouped by the screens they work on, in the key table's order of first
+/// appearance.
+fn sections(screen: Screen) -> Vec<Section> {
+    let mut by_screens: Vec<(&'static [Screen], Vec<&'static Binding>)> = Vec::new();
     for b in BINDINGS {
-        match out.iter_mut().find(|s| s.screens == b.screens) {
-            Some(s) => s.bindings.push(b),
-            None => out.push(Section {
-                screens: b.screens,
-                bindings: vec![b],
-            }),
+        match by_screens.iter_mut().find(|s| s.0 == b.screens) {
+            Some(s) => s.1.push(b),
+            None => by_screens.push((b.screens, vec![b])),
         }
     }
-    out
+    by_screens
+        .into_iter()
+        .map(|(screens, bindings)| Section {
+            title: screens_title(screens),
+            here: screens.is_empty() || screens.contains(&screen),
+            entries: bindings.iter().map(|b| (b.shown, b.help)).collect(),
+        })
+        .collect()
 }
 
-/// A section's lines at `width`, with a blank line after it.
-fn section_lines(s: &Section, screen: Screen, width: u16, key_width: usize) -> Vec<Line> {
-    let here = s.screens.is_empty() || s.screens.contains(&screen);
+fn figure_sections(screen: Screen) -> Vec<Section> {
+    FIGURES
+        .iter()
+        .map(|(title, terms)| Section {
+            title: (*title).to_string(),
+            here: *title == "Header" || title.contains(screen.title()),
+            entries: terms.to_vec(),
+        })
+        .collect()
+}
+
+/// Where bindings work: `Everywhere`, `Everywhere but …`, or the screens.
+fn screens_title(screens: &[Screen]) -> String {
     let names = |screens: &mut dyn Iterator<Item = &Screen>| {
         screens.map(|s| s.title()).collect::<Vec<_>>().join(", ")
     };
-    let title = if s.screens.is_empty() {
+    if screens.is_empty() {
         "Everywhere".to_string()
-    } else if s.screens.len() * 2 > Screen::ALL.len() {
+    } else if screens.len() * 2 > Screen::ALL.len() {
         // Shorter by what it leaves out (most bindings of a list work on most screens).
-        let mut others = Screen::ALL.iter().filter(|a| !s.screens.contains(a));
+        let mut others = Screen::ALL.iter().filter(|a| !screens.contains(a));
         format!("Everywhere but {}", names(&mut others))
     } else {
-        names(&mut s.screens.iter())
-    };
-    let mut lines: Vec<Line> = wrap(&title, width as usize)
+        names(&mut screens.iter())
+    }
+}
+
+/// A section's lines at `width`, with a blank line after it.
+fn section_lines(s: &Section, width: u16, key_width: usize) -> Vec<Line> {
+    let here = s.here;
+    let mut lines: Vec<Line> = wrap(&s.title, width as usize)
         .into_iter()
         .map(|text| Line::Section { text, here })
         .collect();
     let text_width = (width as usize)
         .saturating_sub(KEY_INDENT + key_width + KEY_GAP)
         .max(8);
-    for b in &s.bindings {
-        for (i, text) in wrap(b.help, text_width).into_iter().enumerate() {
+    for (keys, help) in &s.entries {
+        for (i, text) in wrap(help, text_width).into_iter().enumerate() {
             lines.push(Line::Entry {
-                keys: if i == 0 { b.shown } else { "" },
+                keys: if i == 0 { keys } else { "" },
                 text,
                 here,
             });
@@ -271,7 +391,7 @@ mod tests {
     #[test]
     fn every_binding_is_on_the_page_whole_at_every_size() {
         for (w, h) in [(120, 40), (120, 36), (80, 24), (200, 60), (60, 20)] {
-            let page = page(size(w, h), Screen::Threads);
+            let page = page(size(w, h), Screen::Threads, false);
             let mut expected: Vec<(&str, String)> = BINDINGS
                 .iter()
                 .map(|b| (b.shown, b.help.to_string()))
@@ -304,7 +424,7 @@ mod tests {
     #[test]
     fn two_columns_fit_without_scrolling_at_120_columns() {
         for h in [36, 40] {
-            let page = page(size(120, h), Screen::Threads);
+            let page = page(size(120, h), Screen::Threads, false);
             assert_eq!(page.columns.len(), 2);
             assert_eq!(page.max_scroll, 0, "120x{h}: {} rows", page.height());
         }
@@ -312,7 +432,7 @@ mod tests {
 
     #[test]
     fn a_small_terminal_gets_one_column_that_scrolls() {
-        let page = page(size(80, 24), Screen::Units);
+        let page = page(size(80, 24), Screen::Units, false);
         assert_eq!(page.columns.len(), 1);
         assert_eq!(page.area.height, 24);
         assert!(page.max_scroll > 0);
@@ -325,7 +445,7 @@ mod tests {
 
     #[test]
     fn sections_say_where_and_dim_what_does_not_work_here() {
-        let page = page(size(120, 40), Screen::Units);
+        let page = page(size(120, 40), Screen::Units, false);
         let lines: Vec<&Line> = page.columns.iter().flatten().collect();
         let section = |name: &str| {
             lines
@@ -343,6 +463,32 @@ mod tests {
         assert!(!section("Ages"));
         assert!(!section("Threads, Release"));
         assert!(!section("Threads, Release, Sites"));
+    }
+
+    #[test]
+    fn the_figures_page_explains_every_term_whole_and_fits_at_120_columns() {
+        for (w, h) in [(120, 36), (120, 40), (160, 45), (80, 24)] {
+            let page = page(size(w, h), Screen::Frames, true);
+            let got = shown(&page);
+            let expected: Vec<(&str, String)> = FIGURES
+                .iter()
+                .flat_map(|(_, terms)| terms.iter().map(|(k, t)| (*k, t.to_string())))
+                .collect();
+            assert_eq!(got, expected, "{w}x{h}");
+            if w >= 120 {
+                assert_eq!(page.max_scroll, 0, "{w}x{h}: {} rows", page.height());
+            } else {
+                assert_eq!(page.rows as usize + page.max_scroll as usize, page.height());
+            }
+        }
+        for term in ["developed", "util", "MIN MAX", "STATE"] {
+            assert!(
+                FIGURES
+                    .iter()
+                    .any(|(_, t)| t.iter().any(|(k, _)| *k == term)),
+                "{term}"
+            );
+        }
     }
 
     /// Fails to compile when a screen is added, until it is added to [`Screen::ALL`] too

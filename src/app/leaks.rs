@@ -59,12 +59,12 @@ const BAR_WIDTH: u16 = 12;
 impl TableRow for LeakRow {
     const COLUMNS: &'static [Column] = &[
         Column::text("SITE", 0).keep(9),
-        Column::size("DEFINITELY", 11).keep(7),
+        Column::bytes("DEFINITELY", 11).keep(7),
         Column::size("BLOCKS", 7).keep(4),
-        Column::size("INDIRECTLY", 11).keep(6),
+        Column::bytes("INDIRECTLY", 11).keep(6),
         Column::size("BLOCKS", 7).keep(3),
-        Column::size("LOST", 10).keep(8),
-        Column::size("POSSIBLY", 10).keep(5),
+        Column::bytes("LOST", 10).keep(8),
+        Column::bytes("POSSIBLY", 10).keep(5),
         Column::size("BLOCKS", 7).keep(2),
         Column::text("", BAR_WIDTH).unsorted().keep(2),
         Column::text("CALLED FROM", 0).keep(1),
@@ -86,7 +86,7 @@ impl TableRow for LeakRow {
             6 => size_cell(self.possibly_lost, cx),
             7 => self.possibly_lost_objects.to_string(),
             8 => bar(lost(self), cx.max, BAR_WIDTH as usize),
-            _ => called_from(&self.frames),
+            _ => called_from(&self.frames, &self.label),
         }
     }
 
@@ -113,12 +113,43 @@ impl TableRow for LeakRow {
     }
 }
 
-/// The callers of a site (its frames after the first), outermost last: `a ← b ← main`.
-pub fn called_from(frames: &[String]) -> String {
-    frames
+/// The callers of a site labelled `label` (its frames after the one that names it: the
+/// allocator and its wrappers are not callers), outermost last: `a ← b ← main`.
+pub fn called_from(frames: &[String], label: &str) -> String {
+    let after = frames
         .iter()
-        .skip(1)
+        .position(|f| f == label)
+        .or_else(|| heaptui_analysis::labels::Wrappers::process().label_index(frames))
+        .map_or(0, |i| i + 1);
+    frames[after.min(frames.len())..]
+        .iter()
         .map(String::as_str)
         .collect::<Vec<_>>()
         .join(" ← ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::called_from;
+
+    #[test]
+    fn a_site_is_called_from_the_frames_after_the_one_that_names_it() {
+        let frames: Vec<String> = [
+            "xmalloc (w.c:98)",
+            "build_cache (w.c:108)",
+            "main (w.c:290)",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(
+            called_from(&frames, "build_cache (w.c:108)"),
+            "main (w.c:290)"
+        );
+        // A label the frames do not hold whole (clipped): the wrappers say which names it.
+        assert_eq!(
+            called_from(&frames, "build_cache (w.c:1…"),
+            "main (w.c:290)"
+        );
+        assert_eq!(called_from(&[], "?"), "");
+    }
 }

@@ -120,6 +120,8 @@ pub struct App {
     pub help: bool,
     /// Rows the help is scrolled by, when it is taller than the terminal.
     pub help_scroll: u16,
+    /// The help shows what the figures mean rather than the keys (`Tab` in the help).
+    pub help_figures: bool,
     /// The cancel confirmation, drawn over the screen while open.
     pub cancel: Option<CancelDialog>,
     /// The agent's memory-shortage policy, as last asked (live agents).
@@ -166,6 +168,7 @@ impl App {
             stack: Vec::new(),
             help: false,
             help_scroll: 0,
+            help_figures: false,
             cancel: None,
             policy: None,
             shortage: None,
@@ -818,8 +821,15 @@ impl App {
         } else if self.help {
             // Any key closes the help, but the moves scroll it when it is taller than the
             // terminal; q still quits.
-            let page = help::page(self.size, self.screen());
+            let page = help::page(self.size, self.screen(), self.help_figures);
             let (max, rows) = (i32::from(page.max_scroll), i32::from(page.rows.max(1)));
+            if matches!(key.code, KeyCode::Tab | KeyCode::BackTab) {
+                // The other page: keys, or what the figures mean.
+                self.help_figures = !self.help_figures;
+                self.help_scroll = 0;
+                self.fit();
+                return;
+            }
             match action::action_for(key, self.screen()) {
                 Some(Action::Quit) => self.quit = true,
                 Some(Action::Up) if max > 0 => self.scroll_help(-1),
@@ -838,7 +848,7 @@ impl App {
 
     /// Scrolls the help by `by` rows, within what the terminal's size leaves hidden.
     fn scroll_help(&mut self, by: i32) {
-        let max = i32::from(help::page(self.size, self.screen()).max_scroll);
+        let max = i32::from(help::page(self.size, self.screen(), self.help_figures).max_scroll);
         self.help_scroll = (i32::from(self.help_scroll) + by).clamp(0, max) as u16;
     }
 
@@ -898,6 +908,7 @@ impl App {
             Action::Help => {
                 self.help = !self.help;
                 self.help_scroll = 0;
+                self.help_figures = false;
             }
             Action::Back => {
                 if self.stack.len() > 1 {

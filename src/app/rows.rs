@@ -65,9 +65,9 @@ impl TableRow for ThreadRow {
     const COLUMNS: &'static [Column] = &[
         Column::number("TID", 8).keep(7),
         Column::text("NAME", 0).keep(9),
-        Column::size("PROPRIETARY", 12).keep(8),
-        Column::size("SHARED", 10).keep(7),
-        Column::size("TOTAL", 10).keep(9),
+        Column::bytes("PROPRIETARY", 12).keep(8),
+        Column::bytes("SHARED", 10).keep(7),
+        Column::bytes("TOTAL", 10).keep(9),
         Column::text("", BAR_WIDTH).unsorted().keep(3),
         Column::number("FRAMES", 6).keep(2),
         Column::text("STATE", 0).min(8).keep(1),
@@ -124,10 +124,10 @@ impl TableRow for ReleaseRow {
         Column::text("MARK", 4).unsorted().keep(8),
         Column::number("TID", 8).keep(7),
         Column::text("NAME", 0).keep(9),
-        Column::size("RELEASE ALONE", 14).keep(9),
+        Column::bytes("RELEASE ALONE", 14).keep(9),
         Column::text("", BAR_WIDTH).unsorted().keep(3),
-        Column::size("SHARED", 10).keep(5),
-        Column::size("TOTAL", 10).keep(6),
+        Column::bytes("SHARED", 10).keep(5),
+        Column::bytes("TOTAL", 10).keep(6),
     ];
     const FILTER_COLUMN: usize = 2;
 
@@ -170,7 +170,7 @@ impl TableRow for FrameRow {
         Column::text("FUNCTION", 0).min(20).keep(9),
         Column::text("MODULE", 0).min(10).keep(3),
         Column::text("KIND", 6).keep(1),
-        Column::size("PROPRIETARY", 12).keep(8),
+        Column::bytes("PROPRIETARY", 12).keep(8),
         Column::text("FRAME-SHARED", 14).keep(5),
         Column::text("THREAD-SHARED", 14).keep(5),
     ];
@@ -230,7 +230,7 @@ pub const OBJECT_KEYS: &[Option<ObjectKey>] = &[
 impl TableRow for ObjectRow {
     const COLUMNS: &'static [Column] = &[
         Column::text("ADDRESS", 16).keep(6),
-        Column::size("SIZE", 10).keep(8),
+        Column::bytes("SIZE", 10).keep(8),
         Column::text("SITE", 0).keep(9),
         Column::number("THREAD", 8).keep(4),
         Column::number("SEQ", 10).keep(2),
@@ -278,7 +278,7 @@ impl TableRow for ObjectRow {
 impl TableRow for SiteRow {
     const COLUMNS: &'static [Column] = &[
         Column::text("SITE", 0).keep(9),
-        Column::size("LIVE", 10).keep(8),
+        Column::bytes("LIVE", 10).keep(8),
         Column::number("BLOCKS", 9).keep(5),
         Column::text("", BAR_WIDTH).unsorted().keep(3),
         Column::text("CALLED FROM", 0).keep(4),
@@ -295,13 +295,7 @@ impl TableRow for SiteRow {
             1 => size_cell(self.live_bytes, cx),
             2 => self.blocks.to_string(),
             3 => bar(self.live_bytes, cx.max, BAR_WIDTH as usize),
-            _ => self
-                .frames
-                .iter()
-                .skip(1)
-                .map(String::as_str)
-                .collect::<Vec<_>>()
-                .join(" ← "),
+            _ => super::leaks::called_from(&self.frames, &self.label),
         }
     }
 

@@ -39,6 +39,8 @@ pub struct Column {
     pub keep: u8,
     /// The narrowest a flexible column (width 0) is drawn.
     pub min: u16,
+    /// Its cells are sizes in bytes: under `b` (exact bytes) its header says `B`.
+    pub bytes: bool,
 }
 
 /// The `keep` of a column that says nothing else.
@@ -56,6 +58,7 @@ impl Column {
             sortable: true,
             keep: KEEP,
             min: MIN_FLEX,
+            bytes: false,
         }
     }
 
@@ -68,6 +71,7 @@ impl Column {
             sortable: true,
             keep: KEEP,
             min: MIN_FLEX,
+            bytes: false,
         }
     }
 
@@ -80,6 +84,23 @@ impl Column {
             sortable: true,
             keep: KEEP,
             min: MIN_FLEX,
+            bytes: false,
+        }
+    }
+
+    /// A size column whose cells are bytes (human units, or exact bytes under `b`).
+    pub const fn bytes(header: &'static str, width: u16) -> Column {
+        let mut c = Column::size(header, width);
+        c.bytes = true;
+        c
+    }
+
+    /// The header as drawn: under `b` a bytes column says so (`TOTAL B`).
+    pub fn header_text(&self, exact_bytes: bool) -> std::borrow::Cow<'static, str> {
+        if exact_bytes && self.bytes {
+            std::borrow::Cow::Owned(format!("{} B", self.header))
+        } else {
+            std::borrow::Cow::Borrowed(self.header)
         }
     }
 

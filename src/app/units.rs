@@ -109,10 +109,10 @@ const BAR_WIDTH: u16 = 12;
 impl TableRow for UnitRow {
     const COLUMNS: &'static [Column] = &[
         Column::text("UNIT", 0).keep(9),
-        Column::size("LIVE", 10).keep(8),
+        Column::bytes("LIVE", 10).keep(8),
         Column::text("", BAR_WIDTH).unsorted().keep(3),
-        Column::size("MIN", 10).keep(6),
-        Column::size("MAX", 10).keep(6),
+        Column::bytes("MIN", 10).keep(6),
+        Column::bytes("MAX", 10).keep(6),
         Column::size("MALLOC", 8).keep(2),
         Column::size("REALLOC", 8).keep(1),
         Column::size("FREE", 8).keep(2),

@@ -28,6 +28,29 @@ pub fn render(app: &App, frame: &mut Frame) {
         );
     }
     match &app.top().kind {
+        // A recording has no heap graph to rank: say so, and where its figures are, rather
+        // than a table that waits for rows forever.
+        ViewKind::Home(_) if app.recording => {
+            frame.render_widget(
+                Paragraph::new(vec![
+                    Line::from(
+                        "A recording has no heap graph: threads, release, sites and leaks need \
+                         a snapshot (a snapshot file or a live agent).",
+                    ),
+                    Line::default(),
+                    Line::styled(
+                        "Its events give: u allocation units · w growth · A ages",
+                        theme::key(),
+                    ),
+                ])
+                .wrap(ratatui::widgets::Wrap { trim: true })
+                .block(
+                    ratatui::widgets::Block::bordered()
+                        .title(Span::styled(" Threads ", theme::title())),
+                ),
+                areas.main,
+            );
+        }
         ViewKind::Home(home) => {
             if let Some(area) = areas.tabs {
                 let mut spans = Vec::new();
@@ -61,7 +84,13 @@ pub fn render(app: &App, frame: &mut Frame) {
     }
     widgets::footer::draw(frame, areas.footer, app);
     if app.help {
-        popups::help::draw(frame, frame.area(), app.screen(), app.help_scroll);
+        popups::help::draw(
+            frame,
+            frame.area(),
+            app.screen(),
+            app.help_scroll,
+            app.help_figures,
+        );
     }
     if let Some(dialog) = &app.cancel {
         popups::cancel::draw(frame, frame.area(), dialog);

@@ -15,7 +15,7 @@ pub(super) fn screen(h: &Harness) -> String {
 }
 
 /// [`screen`] in a terminal of `width`×`height` (the app is told the size first).
-fn screen_of_size(h: &Harness, width: u16, height: u16) -> String {
+pub(super) fn screen_of_size(h: &Harness, width: u16, height: u16) -> String {
     let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
     terminal.draw(|f| super::render(&h.app, f)).unwrap();
     let buffer = terminal.backend().buffer();
@@ -631,4 +631,56 @@ fn cancel_dialog_says_why_the_agent_acted_on_another_prediction() {
             && flat.contains("changed in between"),
         "{s}"
     );
+}
+
+/// `Tab` in the help turns to what the figures mean (developed, util, MIN/MAX, STATE, …), whole
+/// at 120×40 and scrolling at 80×24; the screen behind the help does not show through.
+#[test]
+fn help_explains_the_figures_on_its_second_page() {
+    let mut h = Harness::new(fixture());
+    h.app.on_resize(120, 40);
+    h.keys(&[KeyCode::Char('?'), KeyCode::Tab]);
+    let s = screen_of_size(&h, 120, 40);
+    for term in [
+        "developed  groups reached only through",
+        "util  live ÷ allocated",
+        "MIN MAX  the lowest and highest live bytes",
+        "STATE  stopped for the snapshot",
+        "FRAME-SHARED  F groups",
+    ] {
+        assert!(s.contains(term), "{term}:\n{s}");
+    }
+    assert!(
+        !s.contains("PgDn scroll"),
+        "nothing to scroll at 120x40:\n{s}"
+    );
+    assert!(!s.contains("thread-1"), "the screen shows through:\n{s}");
+    insta::assert_snapshot!(s);
+    h.key(KeyCode::Tab);
+    assert!(screen_of_size(&h, 120, 40).contains("On the Threads screen"));
+    h.app.on_resize(80, 24);
+    h.key(KeyCode::Tab);
+    h.key(KeyCode::End);
+    let s = screen_of_size(&h, 80, 24);
+    assert!(h.app.help, "{s}");
+    assert!(
+        s.contains("FLAG  growing over"),
+        "the last term at the end:\n{s}"
+    );
+    assert!(!s.contains("thread-"), "the screen shows through:\n{s}");
+}
+
+/// Under `b` the size columns say they are in bytes.
+#[test]
+fn exact_bytes_headers_say_bytes() {
+    let mut h = Harness::new(fixture());
+    h.key(KeyCode::Char('b'));
+    let s = screen(&h);
+    assert!(
+        s.contains("PROPRIETARY B") && s.contains("SHARED B") && s.contains("TOTAL B▼"),
+        "{s}"
+    );
+    assert!(s.contains("  264 "), "exact bytes:\n{s}");
+    h.key(KeyCode::Char('b'));
+    assert!(!screen(&h).contains("TOTAL B"));
 }

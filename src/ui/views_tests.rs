@@ -22,7 +22,7 @@ fn counters_of_a_recording_in_the_header() {
     let h = Harness::recording(counters_vector());
     let text = screen(&h);
     assert!(
-        text.contains("live 200 B in 1 blocks · allocated 300 B · util 66.7% · peak 300 B"),
+        text.contains("live 200 B in 1 block · allocated 300 B · util 66.7% · peak 300 B"),
         "{text}"
     );
     insta::assert_snapshot!(text);

@@ -1,4 +1,4 @@
-//! A real terminal for the TUI tests: a detached tmux session of 120×36 on a tmux server of its
+//! A real terminal for the TUI tests: a detached tmux session (120×36 unless asked) on a tmux server of its
 //! own, a plain shell with a known prompt in it; keys go in with `send-keys`, the screen comes
 //! back with `capture-pane`. Every wait polls the pane against a deadline — no fixed sleeps.
 //!
@@ -22,6 +22,11 @@ pub struct Tmux {
 
 impl Tmux {
     pub fn start() -> Tmux {
+        Tmux::start_sized(120, 36)
+    }
+
+    /// A terminal of `width`×`height` (80×24 is the smallest the TUI is made for).
+    pub fn start_sized(width: u16, height: u16) -> Tmux {
         match Command::new("tmux").arg("-V").output() {
             Ok(o) if o.status.success() => {}
             _ => panic!(
@@ -41,9 +46,9 @@ impl Tmux {
             "new-session",
             "-d",
             "-x",
-            "120",
+            &width.to_string(),
             "-y",
-            "36",
+            &height.to_string(),
             &format!("env 'PS1={PROMPT}' sh"),
         ]);
         t.run(&["set-option", "-g", "escape-time", "0"]);

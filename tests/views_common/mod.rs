@@ -175,8 +175,9 @@ use heaptui_analysis::{Analysis, HeapGraph, Kept};
 use heaptui_protocol::answer::Answerer;
 use heaptui_protocol::handshake::server_handshake;
 use heaptui_protocol::{
-    AgentInfo, CounterHistory, LiveCounters, MAX_FRAME_LEN, PageInfo, ProcessInfo, Request,
-    RequestBody, Response, ServerMessage, SnapshotId, UnitCharge, UnitPage, UnitRow, read_frame,
+    AgentInfo, CounterHistory, GrowthPage, GrowthRow, LiveCounters, MAX_FRAME_LEN, PageInfo,
+    ProcessInfo, Request, RequestBody, Response, ServerMessage, SnapshotId, UnitCharge, UnitPage,
+    UnitRow, read_frame,
 };
 
 pub const TOKEN: &str = "0123456789abcdef0123456789abcdef";
@@ -331,6 +332,40 @@ fn serve(mut stream: std::net::TcpStream) {
                     ..UnitPage::default()
                 })
             }
+            // Three snapshots: `keep` grew over each (flagged), the leak stayed; `keep` was
+            // allocated through a wrapper, which names no site.
+            RequestBody::Growth { page } => Response::Growth(GrowthPage {
+                snapshots: 3,
+                run: 3,
+                page: PageInfo {
+                    offset: page.offset,
+                    total: 2,
+                },
+                rows: if page.offset == 0 {
+                    vec![
+                        GrowthRow {
+                            label: "keep (aged.c:7)".into(),
+                            frames: vec![
+                                "xmalloc (aged.c:3)".into(),
+                                "keep (aged.c:7)".into(),
+                                "main (aged.c:20)".into(),
+                            ],
+                            history: vec![60, 100, 130],
+                            growing: true,
+                            dominant: false,
+                        },
+                        GrowthRow {
+                            label: "Leak.Node (aged.c:9)".into(),
+                            frames: vec!["Leak.Node (aged.c:9)".into(), "main (aged.c:21)".into()],
+                            history: vec![40, 40, 40],
+                            growing: false,
+                            dominant: false,
+                        },
+                    ]
+                } else {
+                    Vec::new()
+                },
+            }),
             other => answerer.answer(other).unwrap_or_else(|| {
                 Response::error(
                     heaptui_protocol::ErrorKind::Refused,

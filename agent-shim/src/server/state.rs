@@ -350,7 +350,8 @@ pub fn growth_page(page: Page) -> GrowthPage {
     for &i in window {
         let s = &sites[i];
         let row = GrowthRow {
-            label: clip(s.frames.first().map_or("?", String::as_str)),
+            // Named as every site is (docs/reference.md §3 "Labels"): not `xmalloc`.
+            label: clip(heaptui_analysis::labels::Wrappers::process().label(&s.frames)),
             frames: s
                 .frames
                 .iter()

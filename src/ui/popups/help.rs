@@ -1,5 +1,5 @@
 //! `?`: every binding of the key table, grouped by where it works — the same table the
-//! footer reads — painted from the page `app::help` lays out for the terminal's size (two
+//! footer reads — or, after `Tab`, what the figures and columns mean, painted from the page `app::help` lays out for the terminal's size (two
 //! columns when wide enough, scrolled with ↑/↓ when still too tall).
 
 use ratatui::Frame;
@@ -12,13 +12,14 @@ use crate::app::action::Screen;
 use crate::app::help::{self, GAP, HEAD_ROWS, KEY_GAP, KEY_INDENT, Page};
 use crate::ui::theme;
 
-pub fn draw(frame: &mut Frame, area: Rect, screen: Screen, scroll: u16) {
-    let page = help::page(area, screen);
+pub fn draw(frame: &mut Frame, area: Rect, screen: Screen, scroll: u16, figures: bool) {
+    let page = help::page(area, screen, figures);
     let scroll = scroll.min(page.max_scroll);
-    let title = if page.max_scroll > 0 {
-        " Help · ↑/↓ PgUp/PgDn scroll · any other key closes "
-    } else {
-        " Help · any key closes "
+    let title = match (figures, page.max_scroll > 0) {
+        (false, true) => " Help · Tab: figures · ↑/↓ PgUp/PgDn scroll · other keys close ",
+        (false, false) => " Help · Tab: what the figures mean · other keys close ",
+        (true, true) => " Help: figures · Tab: keys · ↑/↓ PgUp/PgDn scroll · other keys close ",
+        (true, false) => " Help: what the figures mean · Tab: keys · other keys close ",
     };
     let mut block = Block::bordered().title(Span::styled(title, theme::title()));
     if page.max_scroll > 0 {
@@ -32,7 +33,9 @@ pub fn draw(frame: &mut Frame, area: Rect, screen: Screen, scroll: u16) {
             theme::dim(),
         ));
     }
-    frame.render_widget(Clear, page.area);
+    // The whole screen, not only the popup: a margin showing pieces of the lines behind it
+    // reads as part of the help.
+    frame.render_widget(Clear, area);
     let inner = block.inner(page.area);
     frame.render_widget(block, page.area);
 
@@ -42,7 +45,14 @@ pub fn draw(frame: &mut Frame, area: Rect, screen: Screen, scroll: u16) {
     };
     frame.render_widget(
         Paragraph::new(Line::styled(
-            format!("On the {} screen (dimmed: elsewhere)", screen.title()),
+            if figures {
+                format!(
+                    "What the figures mean (on the {} screen: bright)",
+                    screen.title()
+                )
+            } else {
+                format!("On the {} screen (dimmed: elsewhere)", screen.title())
+            },
             theme::dim(),
         )),
         head,

@@ -15,7 +15,8 @@ pub fn draw(frame: &mut Frame, areas: &Areas, app: &App, view: &GrowthView) {
     let mut title = "Growth by site".to_string();
     if let Some((snapshots, run)) = view.snapshots {
         title.push_str(&format!(
-            " · {snapshots} snapshots · flagged: growing over {run} in a row, or >75% of the heap"
+            " · {} · flagged: growing over {run} in a row, or >75% of the heap",
+            crate::figures::count(snapshots as u64, "snapshot", "snapshots")
         ));
     }
     widgets::notice::or_table(

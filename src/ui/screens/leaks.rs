@@ -17,10 +17,10 @@ pub fn draw(frame: &mut Frame, areas: &Areas, app: &App, view: &LeaksView) {
     let mut title = "Leaks by site: blocks no root reaches".to_string();
     if let Some(s) = &app.snapshot {
         title.push_str(&format!(
-            " · snapshot #{}: {} lost in {} blocks",
+            " · snapshot #{}: {} lost in {}",
             s.snapshot.0,
             human(s.leaks.bytes),
-            s.leaks.objects
+            crate::figures::count(s.leaks.objects, "block", "blocks")
         ));
         if s.leaks.possibly_lost_objects > 0 {
             title.push_str(&format!(

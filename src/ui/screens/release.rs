@@ -4,7 +4,7 @@
 use ratatui::Frame;
 use ratatui::style::Style;
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Paragraph};
+use ratatui::widgets::{Block, Paragraph, Wrap};
 
 use crate::app::App;
 use crate::app::layout::Areas;
@@ -28,7 +28,7 @@ pub fn draw(frame: &mut Frame, areas: &Areas, app: &App, home: &HomeView) {
         None => vec![
             Line::from("Space marks threads; the release of the marked set is computed exactly:"),
             Line::styled(
-                "objects shared only among the marked threads are freed too, so it is not the sum.",
+                "objects only the marked threads share are freed too: it is not the sum.",
                 theme::dim(),
             ),
         ],
@@ -65,7 +65,9 @@ pub fn draw(frame: &mut Frame, areas: &Areas, app: &App, home: &HomeView) {
         }
     };
     frame.render_widget(
-        Paragraph::new(lines).block(Block::bordered().title(" Marked set ")),
+        Paragraph::new(lines)
+            .wrap(Wrap { trim: true })
+            .block(Block::bordered().title(" Marked set ")),
         area,
     );
 }

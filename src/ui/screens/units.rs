@@ -14,7 +14,10 @@ use crate::ui::{theme, widgets};
 pub fn draw(frame: &mut Frame, areas: &Areas, app: &App, view: &UnitsView) {
     let mut title = format!("Allocation units · {}", view.query_text());
     if let Some((events, frees, reallocs)) = view.events {
-        title.push_str(&format!(" · {events} events"));
+        title.push_str(&format!(
+            " · {}",
+            crate::figures::count(events, "event", "events")
+        ));
         if frees + reallocs > 0 {
             title.push_str(&format!(
                 " · unknown pointers: {frees} frees, {reallocs} reallocs"

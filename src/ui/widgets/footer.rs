@@ -7,7 +7,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 
 use crate::app::App;
-use crate::app::action::{Screen, hints};
+use crate::app::action::{Screen, live_hints};
 use crate::ui::theme;
 
 const SEPARATOR: &str = " · ";
@@ -15,14 +15,15 @@ const SEPARATOR: &str = " · ";
 const ALWAYS: [&str; 2] = ["?", "q"];
 
 /// The screen's hints that fit in `width` cells, whole and in table order: the later ones give
-/// way first, `?` (where the rest are) and `q` never.
-fn fitting_hints(screen: Screen, width: u16) -> Vec<(&'static str, &'static str)> {
+/// way first, `?` (where the rest are) and `q` never. Offline (`live` false) nothing that needs
+/// a live agent is offered.
+fn fitting_hints(screen: Screen, live: bool, width: u16) -> Vec<(&'static str, &'static str)> {
     // Each hint with the separator before it; the first has none, hence the one added to room.
     let separator = Span::raw(SEPARATOR).width();
     let cells = |(shown, hint): &(&str, &str)| {
         Span::raw(*shown).width() + 1 + Span::raw(*hint).width() + separator
     };
-    let all: Vec<_> = hints(screen).collect();
+    let all: Vec<_> = live_hints(screen, live).collect();
     let mut room = (width as usize + separator).saturating_sub(
         all.iter()
             .filter(|h| ALWAYS.contains(&h.0))
@@ -48,7 +49,7 @@ fn fitting_hints(screen: Screen, width: u16) -> Vec<(&'static str, &'static str)
 pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
     let [keys, status] = Layout::vertical([Constraint::Length(1); 2]).areas(area);
     let mut line = Vec::new();
-    for (i, (shown, hint)) in fitting_hints(app.screen(), keys.width)
+    for (i, (shown, hint)) in fitting_hints(app.screen(), app.live, keys.width)
         .into_iter()
         .enumerate()
     {

@@ -37,12 +37,6 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
         frame.render_widget(Paragraph::new(Span::styled(text, theme::dim())), spark);
         return;
     };
-    // The counters, then the chart of live vs allocated bytes in the room left.
-    let room = if app.chart.is_empty() {
-        spark.width
-    } else {
-        spark.width.saturating_sub(CHART_MIN_WIDTH)
-    };
     let counters = |terse: bool| {
         let rest = if terse {
             format!(
@@ -53,8 +47,8 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
             )
         } else {
             format!(
-                " in {} blocks · allocated {} · util {} · peak {} ",
-                c.live_blocks,
+                " in {} · allocated {} · util {} · peak {} ",
+                count(c.live_blocks, "block", "blocks"),
                 human(c.allocated_bytes),
                 utilization(c),
                 human(c.peak_live_bytes)
@@ -66,12 +60,21 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
             Span::raw(rest),
         ])
     };
+    // The counters, then the chart of live vs allocated bytes in the room left; the chart
+    // goes when even the short counters would not leave it its least width.
+    let chart = !app.chart.is_empty()
+        && counters(true).width() as u16 <= spark.width.saturating_sub(CHART_MIN_WIDTH);
+    let room = if chart {
+        spark.width.saturating_sub(CHART_MIN_WIDTH)
+    } else {
+        spark.width
+    };
     let text = fitting(room, [counters(false), counters(true)]);
     let width = (text.width() as u16).min(room);
     let [label, graph] =
         Layout::horizontal([Constraint::Length(width), Constraint::Fill(1)]).areas(spark);
     frame.render_widget(Paragraph::new(text), label);
-    if app.chart.is_empty() {
+    if !chart {
         return;
     }
     // Two series, each on its own scale: allocated only grows, live rises and falls.

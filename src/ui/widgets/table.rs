@@ -41,11 +41,11 @@ pub fn draw<M: TableModel>(
     }
     // Inside the border, after the selection symbol.
     let room = area.width.saturating_sub(2 + SYMBOL_WIDTH);
-    let shown = fit(columns, &widest, room);
+    let shown = fit(columns, &widest, room, exact_bytes);
 
     let header = Row::new(shown.iter().map(|&(i, _)| {
         let c = &columns[i];
-        let mut text = c.header.to_string();
+        let mut text = c.header_text(exact_bytes).into_owned();
         if i == sort.column && c.sortable {
             text.push(if sort.descending { '▼' } else { '▲' });
         }
@@ -71,13 +71,22 @@ pub fn draw<M: TableModel>(
     });
 
     let widths = shown.iter().map(|&(_, w)| Constraint::Length(w));
-    let mut title_spans = vec![
-        Span::styled(format!(" {title} "), theme::title()),
-        Span::raw(format!("· {} ", model.position_note())),
-    ];
+    let position = format!("· {} ", model.position_note());
     let note = model.filter_note();
+    let note = if note.is_empty() {
+        String::new()
+    } else {
+        format!("· {note} ")
+    };
+    // The title gives way before the position and the filter: its last ` · ` parts go first.
+    let room = (area.width.saturating_sub(2) as usize)
+        .saturating_sub(text_width(&position) as usize + text_width(&note) as usize);
+    let mut title_spans = vec![
+        Span::styled(format!(" {} ", fitting_title(title, room)), theme::title()),
+        Span::raw(position),
+    ];
     if !note.is_empty() {
-        title_spans.push(Span::styled(format!("· {note} "), theme::filter()));
+        title_spans.push(Span::styled(note, theme::filter()));
     }
     let table = Table::new(rows, widths)
         .header(header)
@@ -105,10 +114,27 @@ pub fn sorted_by<M: TableModel>(model: &M) -> String {
     }
 }
 
+/// `title` in `room` cells (its blanks either side included): whole, else without its last
+/// ` · ` parts, else cut.
+fn fitting_title(title: &str, room: usize) -> String {
+    let mut title = title;
+    while text_width(title) as usize + 2 > room {
+        match title.rfind(" · ") {
+            Some(at) => title = &title[..at],
+            None => break,
+        }
+    }
+    title.to_string()
+}
+
 const SYMBOL: &str = "▶ ";
 const SYMBOL_WIDTH: u16 = 2;
 /// Cells between two columns.
 const SPACING: u16 = 1;
+/// The `keep` of a name column (a thread's, a site's, a function's).
+const NAME_KEEP: u8 = 9;
+/// Columns kept below this are extras, which give way to a name's width.
+const DATA_KEEP: u8 = 5;
 
 /// The columns shown in `room` cells, as (index, width) in table order.
 ///
@@ -116,8 +142,12 @@ const SPACING: u16 = 1;
 /// fixed column is never narrower than its header and the sort arrow (no `ROPRIETARY`); a
 /// flexible one (width 0) gets its minimum, then up to its `widest` cell in view, and the first
 /// flexible column takes whatever room is left.
-pub fn fit(columns: &[Column], widest: &[u16], room: u16) -> Vec<(usize, u16)> {
-    let header_width = |c: &Column| text_width(c.header) + u16::from(c.sortable);
+///
+/// Then the name (a flexible column kept to the last, `keep` 9) gets its widest cell in view,
+/// up to half the room: while it cannot, the extras (`keep` below [`DATA_KEEP`]: bars, callers,
+/// counts) go, lowest first, so that `handle_request (workload.c:139)` is not cut for a bar.
+pub fn fit(columns: &[Column], widest: &[u16], room: u16, exact_bytes: bool) -> Vec<(usize, u16)> {
+    let header_width = |c: &Column| text_width(&c.header_text(exact_bytes)) + u16::from(c.sortable);
     let least = |c: &Column| match c.width {
         0 => c.min.max(header_width(c)),
         w => w.max(header_width(c)),
@@ -135,6 +165,26 @@ pub fn fit(columns: &[Column], widest: &[u16], room: u16) -> Vec<(usize, u16)> {
             .min_by_key(|(_, i)| columns[**i].keep)
             .map(|(at, _)| at)
             .expect("more than one column");
+        shown.remove(drop);
+    }
+    let more_for_names = |shown: &[usize]| -> u16 {
+        shown
+            .iter()
+            .filter(|&&i| columns[i].width == 0 && columns[i].keep >= NAME_KEEP)
+            .map(|&i| widest[i].min(room / 2).saturating_sub(least(&columns[i])))
+            .sum()
+    };
+    while needed(&shown) + more_for_names(&shown) > room {
+        let Some(drop) = shown
+            .iter()
+            .enumerate()
+            .rev()
+            .filter(|(_, i)| columns[**i].keep < DATA_KEEP)
+            .min_by_key(|(_, i)| columns[**i].keep)
+            .map(|(at, _)| at)
+        else {
+            break;
+        };
         shown.remove(drop);
     }
     let mut widths: Vec<u16> = shown.iter().map(|&i| least(&columns[i])).collect();
@@ -203,7 +253,7 @@ mod tests {
         let columns = ThreadRow::COLUMNS;
         let widest = [0, 14, 0, 0, 0, 0, 0, 7];
         // 80 columns less the border and the selection symbol.
-        let shown = fit(columns, &widest, 76);
+        let shown = fit(columns, &widest, 76, false);
         assert_eq!(
             headers(&shown),
             ["TID", "NAME", "PROPRIETARY", "SHARED", "TOTAL", ""]
@@ -214,7 +264,7 @@ mod tests {
         let used: u16 = shown.iter().map(|&(_, w)| w).sum::<u16>() + shown.len() as u16 - 1;
         assert_eq!(used, 76, "the name takes the room left");
         // Wide: every column, and the state as wide as its widest cell.
-        let shown = fit(columns, &widest, 156);
+        let shown = fit(columns, &widest, 156, false);
         assert_eq!(shown.len(), columns.len());
     }
 
@@ -222,7 +272,7 @@ mod tests {
     fn a_wide_screen_gives_a_second_flexible_column_its_widest_cell() {
         let columns = heaptui_protocol::message::FrameRow::COLUMNS;
         let widest = [0, 30, 40, 0, 0, 0, 0];
-        let shown = fit(columns, &widest, 156);
+        let shown = fit(columns, &widest, 156, false);
         assert_eq!(shown[2], (2, 40), "the module whole: {shown:?}");
         assert!(shown[1].1 >= 30, "{shown:?}");
     }
