@@ -151,6 +151,10 @@ pub const FIGURES: &[(&str, &[(&str, &str)])] = &[
                 "INDIRECTLY",
                 "unreachable blocks reached only from lost ones",
             ),
+            (
+                "POSSIBLY",
+                "reachable only through pointers into the middle of blocks",
+            ),
             ("AGE n", "blocks that survived n snapshots"),
             (
                 "FLAG",
