@@ -61,6 +61,13 @@ fn live_equals_file(listen: &str) {
 
     // The same quiescent state, captured twice: the same report, to the byte.
     assert_eq!(without_timing(live.clone()), offline);
+    // Every thread was stopped: the capture is complete.
+    assert_eq!(live["threads_not_stopped"], 0, "{live}");
+    assert_eq!(
+        live["leaks"]["may_be_overstated"], false,
+        "{}",
+        live["leaks"]
+    );
 
     // And it is the target's shape: four workers, each holding its own block, sharing one.
     let threads = live["threads"].as_array().unwrap();
@@ -296,5 +303,86 @@ int main(void) {
         status.code(),
         Some(3),
         "run exits with the program's status"
+    );
+}
+
+/// A program with a thread the agent cannot stop: it blocks every signal with the raw system
+/// call (which no wrapper sees, so the stop signal too) and waits in read(2), holding a block.
+const UNSTOPPABLE: &str = r#"
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+static int gate[2];
+static volatile int masked;
+
+static void *rawmask(void *arg) {
+    sigset_t all;
+    sigfillset(&all);
+    syscall(SYS_rt_sigprocmask, SIG_BLOCK, &all, 0, 8);
+    char *mine = malloc(4321);
+    memset(mine, 1, 4321);
+    masked = 1;
+    char c;
+    if (read(gate[0], &c, 1) != 1) abort();
+    free(mine);
+    return arg;
+}
+
+int main(void) {
+    if (pipe(gate) != 0) abort();
+    pthread_t t;
+    pthread_create(&t, NULL, rawmask, NULL);
+    char line[64];
+    while (fgets(line, sizeof line, stdin)) {
+        while (!masked) usleep(1000);
+        printf("ok\n");
+        fflush(stdout);
+    }
+    return 0;
+}
+"#;
+
+#[test]
+fn a_capture_with_a_thread_that_was_not_stopped_says_it_is_incomplete() {
+    let dir = Scratch::new("report-incomplete");
+    let exe = compile_c(dir.path(), "unstoppable", UNSTOPPABLE);
+    let mut target = Target::start(dir.path(), &exe, "127.0.0.1:0", &[]);
+    assert_eq!(target.command("masked?"), "ok");
+    // The protocol says so in the snapshot's figures.
+    let info = target.client().snapshot();
+    assert_eq!((info.threads, info.threads_not_stopped), (2, 1), "{info:?}");
+    // The report JSON: the count, the thread with its reason, leaks that may be overstated.
+    let json = report_json(&[&target.address]);
+    assert_eq!(json["threads_not_stopped"], 1, "{json}");
+    assert_eq!(
+        json["leaks"]["may_be_overstated"], true,
+        "{}",
+        json["leaks"]
+    );
+    let reasons: Vec<&str> = json["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["not_stoppable"].as_str())
+        .collect();
+    assert_eq!(reasons, vec!["stop signal blocked"], "{json}");
+    // The text report says it under its header.
+    let out = heaptui()
+        .args(["report", &target.address])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains(
+            "\nINCOMPLETE: 1 thread was not stopped (frames unknown); leak figures may be \
+             overstated\n"
+        ),
+        "{text}"
     );
 }

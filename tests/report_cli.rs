@@ -650,7 +650,8 @@ fn the_three_leak_classes_in_text_and_json() {
         json!({"bytes": 78, "objects": 6,
                "definitely_lost": 25, "definitely_lost_objects": 2,
                "indirectly_lost": 53, "indirectly_lost_objects": 4,
-               "possibly_lost": 150, "possibly_lost_objects": 2})
+               "possibly_lost": 150, "possibly_lost_objects": 2,
+               "may_be_overstated": false})
     );
     // Possibly lost blocks stay reachable: only the lost ones are unreachable.
     assert_eq!(report["totals"]["unreachable_bytes"], 78);

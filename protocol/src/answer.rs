@@ -199,6 +199,12 @@ impl<'a> Answerer<'a> {
         SnapshotInfo {
             snapshot: self.snapshot,
             threads: self.kept.threads().len() as u32,
+            threads_not_stopped: self
+                .kept
+                .threads()
+                .iter()
+                .filter(|t| t.state != heaptui_analysis::ThreadState::Stopped)
+                .count() as u32,
             totals: self.kept.totals().into(),
             leaks: self.kept.leaks().into(),
             ..SnapshotInfo::default()

@@ -360,6 +360,9 @@ pub struct SnapshotInfo {
     pub capture_us: u64,
     pub analysis_us: u64,
     pub threads: u32,
+    /// Threads the capture could not stop (docs/reference.md §3): their frames are unknown,
+    /// so the snapshot is incomplete and its leak figures may be overstated.
+    pub threads_not_stopped: u32,
     pub totals: Totals,
     pub leaks: Leaks,
     /// Memory the agent spends keeping this snapshot and its analysis for drill-down.

@@ -129,7 +129,10 @@ pub struct Report {
     pub groups: Vec<GroupReport>,
     /// How many smaller groups `groups` leaves out.
     pub groups_omitted: u64,
-    pub leaks: Leaks,
+    /// Threads the capture could not stop: the snapshot is incomplete (their frames are
+    /// unknown), and what only those frames held counts as leaked.
+    pub threads_not_stopped: u32,
+    pub leaks: LeaksReport,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub release: Option<Release>,
     /// A live report's snapshot timing (docs/reference.md §5), absent for a file.
@@ -138,6 +141,23 @@ pub struct Report {
     /// `--leaks`/`--ages` (members `leak_sites`, `ages`), absent unless asked.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub views: Option<super::views::ViewsReport>,
+}
+
+/// The engine's leak figures and whether they may be overstated: a thread that was not
+/// stopped may hold blocks through frames nobody scanned.
+#[derive(Debug, Serialize)]
+pub struct LeaksReport {
+    #[serde(flatten)]
+    pub figures: Leaks,
+    pub may_be_overstated: bool,
+}
+
+/// The figures read through: `report.leaks.bytes` is the engine's figure.
+impl std::ops::Deref for LeaksReport {
+    type Target = Leaks;
+    fn deref(&self) -> &Leaks {
+        &self.figures
+    }
 }
 
 /// How long the live snapshot of a report took, in milliseconds.
@@ -300,6 +320,11 @@ impl Report {
                 refs: g.refs.clone(),
             })
             .collect();
+        let threads_not_stopped = graph
+            .threads
+            .iter()
+            .filter(|t| t.state != ThreadState::Stopped)
+            .count() as u32;
         Report {
             format: REPORT_FORMAT,
             version: REPORT_VERSION,
@@ -311,7 +336,11 @@ impl Report {
             threads,
             groups,
             groups_omitted,
-            leaks: analysis.leaks(),
+            threads_not_stopped,
+            leaks: LeaksReport {
+                figures: analysis.leaks(),
+                may_be_overstated: threads_not_stopped > 0,
+            },
             release,
             timing: None,
             views: None,

@@ -73,6 +73,18 @@ fn header(report: &Report, source: &Path, out: &mut impl Write) -> io::Result<()
             "shared group",
             "shared groups"
         )
+    )?;
+    if report.threads_not_stopped > 0 {
+        writeln!(out, "{}", incomplete(report.threads_not_stopped))?;
+    }
+    Ok(())
+}
+
+/// The line that says a snapshot is incomplete (docs/reference.md §3).
+pub fn incomplete(threads_not_stopped: u32) -> String {
+    format!(
+        "INCOMPLETE: {} not stopped (frames unknown); leak figures may be overstated",
+        count(u64::from(threads_not_stopped), "thread was", "threads were")
     )
 }
 
@@ -222,6 +234,12 @@ fn leaks(report: &Report, out: &mut impl Write) -> io::Result<()> {
         writeln!(out, "Leaks: no block is unreachable")?;
     } else {
         writeln!(out, "Leaks (blocks no root reaches)")?;
+        if l.may_be_overstated {
+            writeln!(
+                out,
+                "  may be overstated: a thread that was not stopped may hold some of these blocks"
+            )?;
+        }
         writeln!(
             out,
             "  {} in {}: definitely lost {} ({}), indirectly lost {} ({})",

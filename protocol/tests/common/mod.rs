@@ -29,6 +29,7 @@ pub fn sample_snapshot_info() -> SnapshotInfo {
         capture_us: 5_678,
         analysis_us: 91_011,
         threads: 4,
+        threads_not_stopped: 1,
         totals: Totals {
             objects: 16,
             bytes: 760,
@@ -597,19 +598,20 @@ fn snapshot_info() -> impl Strategy<Value = SnapshotInfo> {
     (
         snapshot_id(),
         any::<[u64; 4]>(),
-        any::<u32>(),
+        any::<[u32; 2]>(),
         any::<[u64; 4]>(),
         any::<[u64; 8]>(),
         any::<u64>(),
     )
         .prop_map(
-            |(snapshot, [t, p, c, a], threads, tot, l, held)| SnapshotInfo {
+            |(snapshot, [t, p, c, a], [threads, not_stopped], tot, l, held)| SnapshotInfo {
                 snapshot,
                 taken_unix_ms: t,
                 pause_us: p,
                 capture_us: c,
                 analysis_us: a,
                 threads,
+                threads_not_stopped: not_stopped,
                 totals: Totals {
                     objects: tot[0],
                     bytes: tot[1],

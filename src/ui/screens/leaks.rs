@@ -29,6 +29,9 @@ pub fn draw(frame: &mut Frame, areas: &Areas, app: &App, view: &LeaksView) {
                 s.leaks.possibly_lost_objects
             ));
         }
+        if s.threads_not_stopped > 0 {
+            title.push_str(" (may be overstated: a thread was not stopped)");
+        }
     }
     widgets::notice::or_table(
         frame,

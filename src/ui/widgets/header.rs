@@ -224,8 +224,26 @@ fn figures_line(app: &App, terse: u8) -> Line<'static> {
                 count(s.threads as u64, "thread", "threads")
             )
         }));
+        if s.threads_not_stopped > 0 {
+            // Said first: every figure after it may be off (docs/reference.md §3).
+            line.push(Span::styled(
+                format!(
+                    "INCOMPLETE: {} not stopped · ",
+                    count(u64::from(s.threads_not_stopped), "thread", "threads")
+                ),
+                theme::error(),
+            ));
+        }
         line.push(Span::styled(
-            format!("leaks {}", human(s.leaks.bytes)),
+            format!(
+                "leaks {}{}",
+                human(s.leaks.bytes),
+                if s.threads_not_stopped > 0 {
+                    " (may be overstated)"
+                } else {
+                    ""
+                }
+            ),
             if s.leaks.bytes > 0 {
                 theme::error()
             } else {
@@ -307,5 +325,25 @@ mod tests {
             .find("· unix:/run/user/1000/heaptui/pid-42.sock")
             .unwrap_or_else(|| panic!("{line}"));
         assert!(line.find("· live").is_some_and(|live| live < at), "{line}");
+    }
+
+    #[test]
+    fn a_snapshot_with_a_thread_that_was_not_stopped_is_said_incomplete() {
+        let complete = Harness::live(fixture());
+        let mut graph = fixture();
+        graph.threads[0].state =
+            heaptui_analysis::ThreadState::NotStoppable("stop signal blocked".into());
+        let mut incomplete = Harness::live(graph);
+        incomplete.pump();
+        let mut complete = complete;
+        complete.pump();
+        let screen = crate::ui::tests::screen(&incomplete);
+        assert!(
+            screen.contains("INCOMPLETE: 1 thread not stopped · leaks "),
+            "{screen}"
+        );
+        assert!(screen.contains("(may be overstated)"), "{screen}");
+        let screen = crate::ui::tests::screen(&complete);
+        assert!(!screen.contains("INCOMPLETE"), "{screen}");
     }
 }
