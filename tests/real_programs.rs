@@ -39,8 +39,8 @@ fn program(name: &str) -> PathBuf {
         })
 }
 
-/// Leaves out every `HEAPTUI_*` variable this test inherited (cargo sets the build's
-/// `HEAPTUI_EMBEDDED_*` for test runs; the agent would warn about them): the programs start as
+/// Leaves out every `HEAPTUI_*` variable this test inherited (a developer's own `HEAPTUI_LOG`
+/// or `HEAPTUI_LISTEN` would change where the agent speaks and listens): the programs start as
 /// a user would start them, with only what each run adds.
 fn without_heaptui_env(cmd: &mut Command) -> &mut Command {
     for (key, _) in std::env::vars_os() {

@@ -4,7 +4,9 @@
  * preloaded cdylib goes through __tls_get_addr, which glibc may serve by calling malloc — from
  * inside malloc. The agent is loaded with the initial executable (LD_PRELOAD), so its TLS block
  * is part of the static TLS area and the initial-exec model is valid: the access is one
- * %fs-relative load, it never allocates and never takes a lock. */
+ * %fs-relative load, it never allocates and never takes a lock. The Rust side (src/sys.rs,
+ * `thread_state`) computes the address inline with that same initial-exec sequence, so the
+ * variable is visible to the rest of the library (hidden from every other module). */
 #include <stdint.h>
 
 struct heaptui_thread {
@@ -17,9 +19,5 @@ struct heaptui_thread {
                            n = slot n - 1, UINT32_MAX never (the thread is ending or none left) */
 };
 
-static __thread struct heaptui_thread heaptui_thread_state
-    __attribute__((tls_model("initial-exec")));
-
-__attribute__((visibility("hidden"))) struct heaptui_thread *heaptui_thread(void) {
-    return &heaptui_thread_state;
-}
+__attribute__((visibility("hidden"), tls_model("initial-exec"))) __thread struct heaptui_thread
+    heaptui_thread_state;

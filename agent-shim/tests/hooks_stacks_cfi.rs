@@ -210,3 +210,89 @@ fn a_dlopened_library_without_frame_pointers_unwinds_before_and_after_dlclose() 
         );
     }
 }
+
+/// Five callers of one allocating function, alike to the byte in their frames, so every
+/// allocation enters malloc at the same stack pointer with the same return address, and
+/// only the words further up (which caller, and the callers' saved registers) differ. The
+/// hooks' walk cache (`hooks/unwind/walks.rs`) remembers walks by where they start and
+/// keeps four per start: here it must still give every block the stack of its own caller,
+/// through alternation, replacement and rbp holding a different value on every call.
+const PATHS: &str = r#"
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "heaptui.h"
+#pragma weak heaptui_allocation_stack
+
+#define KEEP __asm__ volatile("" ::: "memory")
+__attribute__((noinline)) void *c(size_t n) { void *p = malloc(n); KEEP; return p; }
+/* rbp is a general register here: it holds the loop's value at the malloc call. */
+#define PATH(k) __attribute__((noinline)) void *x##k(size_t n) { \
+    register size_t v __asm__("rbp") = n * k; __asm__ volatile("" : "+r"(v)); \
+    void *p = c(v / k + k); KEEP; return p; }
+PATH(1) PATH(2) PATH(3) PATH(4) PATH(5)
+static void *(*const path[5])(size_t) = {x1, x2, x3, x4, x5};
+
+enum { ROUNDS = 2000 };
+static void *block[ROUNDS];
+static int took[ROUNDS];
+
+int main(void) {
+    if (!heaptui_allocation_stack) { printf("no agent\n"); return 4; }
+    unsigned seed = 1;
+    for (int i = 0; i < ROUNDS; i++) {
+        seed = seed * 1103515245 + 12345;
+        /* Runs of one path, then switches: hits, misses and replacements. */
+        took[i] = i < 1000 ? (i / 7) % 5 : (seed >> 16) % 5;
+        block[i] = path[took[i]](16 + i % 100);
+    }
+    int wrong = 0;
+    for (int i = 0; i < ROUNDS; i++) {
+        uint64_t frames[16];
+        size_t n = heaptui_allocation_stack(block[i], frames, 16);
+        char want[4];
+        snprintf(want, sizeof want, "x%d", took[i] + 1);
+        Dl_info info;
+        const char *caller = "?";
+        if (n >= 2 && dladdr((void *)(uintptr_t)frames[1], &info) && info.dli_sname)
+            caller = info.dli_sname;
+        if (n < 3 || strcmp(caller, want) != 0) {
+            if (wrong++ < 5) printf("block %d: caller %s, want %s (%zu frames)\n", i, caller, want, n);
+        }
+        free(block[i]);
+    }
+    printf("wrong %d of %d\n", wrong, ROUNDS);
+    return 0;
+}
+"#;
+
+#[test]
+fn every_block_has_its_own_callers_stack_where_paths_share_the_entry_stack_pointer() {
+    let dir = TempDir::new("hooks-stacks-paths");
+    let exe = compile_c(
+        &dir,
+        "paths",
+        PATHS,
+        &[
+            &include_flag(),
+            "-rdynamic",
+            "-O2",
+            "-fomit-frame-pointer",
+            "-fno-optimize-sibling-calls",
+            "-fno-ipa-icf",
+            "-fno-inline",
+        ],
+    );
+    let run = run_preloaded(&dir, &exe, &[], &[]);
+    assert_eq!(
+        run.code,
+        Some(0),
+        "stdout {} stderr {}",
+        run.stdout,
+        run.stderr
+    );
+    assert_eq!(run.stdout.trim(), "wrong 0 of 2000", "{}", run.stdout);
+}

@@ -126,14 +126,31 @@ fn stack_id(entry_sp: usize, fp: usize) -> u32 {
     id
 }
 
-/// Unwinds up to `depth` (≤ N) frames into an N-frame buffer and interns them.
+/// Unwinds up to `depth` (≤ N) frames into an N-frame buffer and interns them; a walk the
+/// walk cache remembers (`unwind::walks`) is only checked, not taken again.
 #[inline(always)]
 fn capture<const N: usize>(entry_sp: usize, fp: usize, depth: usize) -> u32 {
-    let mut buf = [0u64; N];
     // SAFETY: `entry_sp` and `fp` are the stack and frame pointers at the hooked function's
     // entry (the export stubs pass them), and this hook still runs on that stack.
-    let n = unsafe { unwind::unwind(entry_sp, fp, &mut buf[..depth.min(N)]) };
-    stacks::intern(&buf[..n])
+    let Some(start) = (unsafe { unwind::start(entry_sp, fp) }) else {
+        return 0;
+    };
+    if let Some(id) = unwind::walks::lookup(&start, depth) {
+        return id;
+    }
+    walk_and_intern::<N>(&start, depth)
+}
+
+/// The walk cache's miss: the full walk, interned and remembered.
+#[inline(never)]
+fn walk_and_intern<const N: usize>(start: &unwind::walks::Start, depth: usize) -> u32 {
+    let mut buf = [0u64; N];
+    let mut reads = unwind::walks::Reads::default();
+    // SAFETY: `start` came from `unwind::start` in this hook, on this stack.
+    let n = unsafe { unwind::walk(start, &mut buf[..depth.min(N)], &mut reads) };
+    let id = stacks::intern(&buf[..n]);
+    unwind::walks::store(start, depth, &reads, id);
+    id
 }
 
 /// A request of `size` bytes is about to go to libc: a big one first applies the frees this

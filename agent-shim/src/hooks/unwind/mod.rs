@@ -21,8 +21,12 @@
 //! every step must move the stack pointer up, so a wrong rule ends the walk early instead of
 //! reading wild memory.
 //!
-//! The cache is cleared after each `dlclose` (exports.rs wraps it): a module loaded later at
-//! the same address must not inherit rules. Inside a hook: no allocation, no lock, no
+//! A whole walk is remembered too ([`walks`]): with every stack word it read that its result
+//! depended on, so the next allocation from the same place checks those words (independent
+//! loads of hot stack lines) instead of walking again, and reuses the interned stack id.
+//!
+//! Both caches are cleared after each `dlclose` (exports.rs wraps it): a module loaded later
+//! at the same address must not inherit rules. Inside a hook: no allocation, no lock, no
 //! printing, no `thread_local!` (the stack bounds live in the agent's initial-exec TLS).
 //!
 //! Return addresses into the agent's own code (the thread trampoline, the `pthread_create`
@@ -31,6 +35,7 @@
 
 pub mod cache;
 pub mod cfi;
+pub mod walks;
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -85,14 +90,16 @@ impl Rule {
     }
 }
 
-/// Sets the unwinder up (the rule cache, `_dl_find_object` and where the agent's code is).
-/// From the constructor only. Returns false when only frame pointers can be used.
+/// Sets the unwinder up (the rule and walk caches, `_dl_find_object` and where the agent's
+/// code is). From the constructor only. Returns false when only frame pointers can be used.
 pub fn init() -> bool {
     // In the agent's own unit tests the "agent" is the test program, every frame of it.
     if !cfg!(test) {
         find_agent_text();
     }
     let cached = cache::init();
+    // Without the walk cache every allocation walks: slower, not wrong.
+    walks::init();
     cfi::init() && cached
 }
 
@@ -176,29 +183,44 @@ struct Frame {
     pc: usize,
     sp: usize,
     rbp: usize,
+    /// Where rbp came from: the walk's read of that number (`walks::Reads::push`), or None
+    /// for the frame pointer the walk started with.
+    rbp_read: Option<usize>,
 }
 
-/// The reads of one walk: only 8-aligned words inside `[lo, hi)`.
-struct Stack {
+/// The reads of one walk: only 8-aligned words inside `[lo, hi)`, each noted in `reads`
+/// (for the walk cache, [`walks`]).
+struct Stack<'a> {
     lo: usize,
     hi: usize,
+    reads: &'a mut walks::Reads,
 }
 
-impl Stack {
+impl Stack<'_> {
+    /// The word at `addr` and the number of its read.
     #[inline]
-    fn read(&self, addr: usize) -> Option<usize> {
+    fn read(&mut self, addr: usize) -> Option<(usize, usize)> {
         if addr < self.lo || addr > self.hi.saturating_sub(8) || !addr.is_multiple_of(8) {
             return None;
         }
         // SAFETY: the word lies inside the calling thread's own stack mapping, at or above
         // the current stack pointer (lo), so it is mapped and readable.
-        Some(unsafe { *(addr as *const usize) })
+        let word = unsafe { *(addr as *const usize) };
+        Some((word, self.reads.push(addr - self.lo, word)))
     }
 
     /// The caller of frame `f`, or None when the walk ends here.
     #[inline]
-    fn step(&self, f: Frame) -> Option<Frame> {
-        let (cfa, rbp_at) = match rule_of(f.pc as u64) {
+    fn step(&mut self, f: Frame) -> Option<Frame> {
+        let rule = rule_of(f.pc as u64);
+        let uses_rbp = matches!(rule, Rule::FramePointer | Rule::Cfa { from_rbp: true, .. });
+        if uses_rbp {
+            match f.rbp_read {
+                Some(i) => self.reads.need(i),
+                None => self.reads.use_fp(),
+            }
+        }
+        let (cfa, rbp_at) = match rule {
             Rule::Cfa {
                 from_rbp,
                 offset,
@@ -210,46 +232,81 @@ impl Stack {
                 (cfa, rbp_at)
             }
             Rule::FramePointer => (f.rbp.checked_add(16)?, Some(f.rbp)),
-            Rule::End | Rule::Unknown => return None,
+            Rule::End => return None,
+            Rule::Unknown => {
+                // Not cached: a module loaded later may know this address.
+                self.reads.unkeepable();
+                return None;
+            }
         };
         // The caller's stack pointer is the CFA: it must be above this frame's.
         if cfa <= f.sp {
             return None;
         }
-        let pc = self.read(cfa - 8)?;
-        let rbp = match rbp_at {
-            Some(at) if at >= f.sp => self.read(at)?,
+        let (pc, pc_read) = self.read(cfa - 8)?;
+        // The return address is the result (and picks the next rule).
+        self.reads.need(pc_read);
+        let (rbp, rbp_read) = match rbp_at {
+            Some(at) if at >= f.sp => {
+                let (rbp, i) = self.read(at)?;
+                (rbp, Some(i))
+            }
             Some(_) => return None,
-            None => f.rbp,
+            None => (f.rbp, f.rbp_read),
         };
-        (pc >= 4096).then_some(Frame { pc, sp: cfa, rbp })
+        (pc >= 4096).then_some(Frame {
+            pc,
+            sp: cfa,
+            rbp,
+            rbp_read,
+        })
     }
 }
 
-/// Captures up to `out.len()` return addresses of the hooked call whose export stub was
-/// entered with stack pointer `entry_sp` (pointing at the call's return address) and frame
-/// pointer `fp`: the return address, then one per caller, innermost first.
+/// Where the walk of the hooked call whose export stub was entered with stack pointer
+/// `entry_sp` and frame pointer `fp` starts; None when `entry_sp` is not in this thread's
+/// stack (no stack is captured then).
 ///
 /// # Safety
 /// `entry_sp` must be the stack pointer at the entry of the hooked function on this thread
-/// (the export stubs pass it), and the hook must still be running on that stack: reads
-/// happen only inside the calling thread's stack mapping, above `entry_sp`.
-pub unsafe fn unwind(entry_sp: usize, fp: usize, out: &mut [u64]) -> usize {
-    if out.is_empty() {
-        return 0;
-    }
+/// (the export stubs pass it), and the hook must still be running on that stack.
+#[inline]
+pub unsafe fn start(entry_sp: usize, fp: usize) -> Option<walks::Start> {
     let (lo, hi) = stack_bounds(entry_sp);
     if entry_sp < lo || entry_sp > hi.saturating_sub(8) || !entry_sp.is_multiple_of(8) {
-        return 0;
+        return None;
     }
     // SAFETY: entry_sp is inside this thread's stack mapping (checked above) and holds the
     // hooked call's return address.
     let ret = unsafe { *(entry_sp as *const usize) };
-    let stack = Stack { lo: entry_sp, hi };
+    Some(walks::Start {
+        sp: entry_sp,
+        ret,
+        fp,
+        hi,
+    })
+}
+
+/// Captures up to `out.len()` return addresses from `start`: the hooked call's return
+/// address, then one per caller, innermost first, leaving the agent's own frames out; every
+/// stack word read goes to `reads`.
+///
+/// # Safety
+/// `start` comes from [`start`] on this thread, whose hook is still running on that stack.
+pub unsafe fn walk(start: &walks::Start, out: &mut [u64], reads: &mut walks::Reads) -> usize {
+    if out.is_empty() {
+        return 0;
+    }
+    let mut stack = Stack {
+        lo: start.sp,
+        hi: start.hi,
+        reads,
+    };
     let mut frame = Frame {
-        pc: ret,
-        sp: entry_sp + 8,
-        rbp: fp,
+        pc: start.ret,
+        sp: start.sp + 8,
+        rbp: start.fp,
+        rbp_read: None,
     };
     let mut n = 0;
     // The agent's frames are a handful per stack: the walk still ends after `out.len()`
@@ -268,6 +325,22 @@ pub unsafe fn unwind(entry_sp: usize, fp: usize, out: &mut [u64]) -> usize {
         frame = caller;
     }
     n
+}
+
+/// Captures up to `out.len()` return addresses of the hooked call whose export stub was
+/// entered with stack pointer `entry_sp` (pointing at the call's return address) and frame
+/// pointer `fp`: the return address, then one per caller, innermost first.
+///
+/// # Safety
+/// As [`start`].
+#[cfg(test)]
+pub unsafe fn unwind(entry_sp: usize, fp: usize, out: &mut [u64]) -> usize {
+    // SAFETY: as the caller's.
+    match unsafe { start(entry_sp, fp) } {
+        // SAFETY: `start` just came from this thread's stack.
+        Some(start) => unsafe { walk(&start, out, &mut walks::Reads::default()) },
+        None => 0,
+    }
 }
 
 /// libc's `dlclose`, looked up by [`resolve_dlclose`].
@@ -300,6 +373,7 @@ pub unsafe fn dlclose(handle: *mut c_void) -> i32 {
     // SAFETY: the caller's handle, as dlclose(3) requires.
     let rc = unsafe { real(handle) };
     cache::clear();
+    walks::clear();
     rc
 }
 
@@ -342,15 +416,18 @@ mod tests {
         std::hint::black_box(&mut words);
         cache::init();
         cache::put(0xaaaa_0000, Rule::FramePointer);
-        let stack = Stack {
+        let mut reads = walks::Reads::default();
+        let mut stack = Stack {
             lo: base,
             hi: base + 12 * 8,
+            reads: &mut reads,
         };
         let caller = stack
             .step(Frame {
                 pc: 0xaaaa_0000,
                 sp: base,
                 rbp: base,
+                rbp_read: None,
             })
             .unwrap();
         assert_eq!(
@@ -364,6 +441,7 @@ mod tests {
                     pc: 0xaaaa_0000,
                     sp: base + 8,
                     rbp: base,
+                    rbp_read: None,
                 })
                 .is_none()
         );

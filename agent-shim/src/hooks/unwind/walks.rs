@@ -1,0 +1,339 @@
+//! The walk cache of the hook unwinder: a finished walk, remembered with every stack word it
+//! read, so the next allocation from the same place gets its interned stack id by checking
+//! those words instead of walking again.
+//!
+//! Why it is exact: a walk is a function of where it starts (the stack pointer at the hooked
+//! call's entry, the return address stored there, the frame pointer when a rule used it before
+//! the stack restored it), of the rules of its return addresses (fixed until a `dlclose`,
+//! which bumps [`GENERATION`]), and of the stack words it read. When all of these are as they
+//! were, the walk would take the same steps and find the same frames, so it need not be taken.
+//! A program allocating in a loop calls malloc from the same site at the same stack depth over
+//! and over: the check is up to 32 independent loads of hot stack words, where the walk is 16
+//! dependent rule lookups (and the stack's hash and intern probe after it).
+//!
+//! One direct-mapped table shared by all threads (their stacks lie at different addresses,
+//! so their keys differ), each entry a seqlock: a writer makes the version odd, writes,
+//! makes it even again; a reader that saw an odd or changed version treats the entry as a
+//! miss. A reader only dereferences words of its own stack (every offset is checked against
+//! the thread's stack top before the load), so a torn entry costs one miss, never a wild
+//! read. A thread interrupted while writing (its own signal handler allocating) finds the
+//! entry odd and walks. Walks that read more than [`MAX_READS`] words, left 4 GiB of stack,
+//! or ended at a return address in no module (its rule is not cached either) are not kept.
+//!
+//! Never allocates, locks or prints: it is read and written inside the malloc hooks.
+
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering, fence};
+
+use crate::sys;
+
+/// Stack words one remembered walk may have read: a return address and a saved rbp per frame
+/// at the default depth of 16 (the first return address is the key).
+pub const MAX_READS: usize = 32;
+
+/// Sets of [`WAYS`] entries: one call site at one stack depth is often reached from a few
+/// different paths (an interpreter's loop calling the same allocator wrapper from several
+/// opcodes at the same depth); each path keeps its own entry.
+const SET_BITS: u32 = 10;
+const SETS: usize = 1 << SET_BITS;
+const WAYS: usize = 4;
+const ENTRIES: usize = SETS * WAYS;
+
+/// Bumped when rules may have changed (`dlclose`): older entries no longer match.
+static GENERATION: AtomicU32 = AtomicU32::new(1);
+
+/// The stack words a walk read, in order, as offsets from its entry stack pointer, and which
+/// of them its result depends on: every return address, and a saved rbp only when a later
+/// rule computed from it (code built without frame pointers keeps data in rbp, so its saved
+/// value changes from call to call without changing the stack).
+#[derive(Default)]
+pub struct Reads {
+    offsets: [u32; MAX_READS],
+    values: [u64; MAX_READS],
+    len: usize,
+    /// Bit i: read i matters.
+    needed: u32,
+    /// The walk cannot be remembered (too many reads, too far, ended at an unknown address).
+    unkeepable: bool,
+    /// A rule used the entry frame pointer before the stack restored rbp.
+    used_fp: bool,
+}
+
+impl Reads {
+    /// Notes the read of `value` at `offset` bytes above the entry stack pointer; returns its
+    /// number for [`Reads::need`] (`MAX_READS` when it could not be noted: the walk is then
+    /// not kept).
+    #[inline]
+    pub fn push(&mut self, offset: usize, value: usize) -> usize {
+        match (u32::try_from(offset), self.len < MAX_READS) {
+            (Ok(offset), true) => {
+                self.offsets[self.len] = offset;
+                self.values[self.len] = value as u64;
+                self.len += 1;
+                self.len - 1
+            }
+            _ => {
+                self.unkeepable = true;
+                MAX_READS
+            }
+        }
+    }
+
+    /// The walk's result depends on read `i`.
+    #[inline]
+    pub fn need(&mut self, i: usize) {
+        if i < MAX_READS {
+            self.needed |= 1 << i;
+        }
+    }
+
+    /// The walk used the frame pointer it started with.
+    #[inline]
+    pub fn use_fp(&mut self) {
+        self.used_fp = true;
+    }
+
+    /// The walk ended for a reason that may not hold next time.
+    #[inline]
+    pub fn unkeepable(&mut self) {
+        self.unkeepable = true;
+    }
+}
+
+/// Where a walk starts: the hooked call's entry stack pointer, the return address stored
+/// there, the frame pointer at entry, and the top of the thread's stack mapping.
+#[derive(Clone, Copy)]
+pub struct Start {
+    pub sp: usize,
+    pub ret: usize,
+    pub fp: usize,
+    pub hi: usize,
+}
+
+#[repr(C, align(64))]
+struct Entry {
+    /// Odd while written (see the module docs).
+    version: AtomicU64,
+    sp: AtomicU64,
+    ret: AtomicU64,
+    /// The entry frame pointer, compared only when `meta` says the walk used it.
+    fp: AtomicU64,
+    /// generation (bits 0..32), depth (32..40), reads (40..48), used_fp (48).
+    meta: AtomicU64,
+    stack: AtomicU32,
+    offsets: [AtomicU32; MAX_READS],
+    values: [AtomicU64; MAX_READS],
+}
+
+/// The entries (null until [`init`], or when the mapping was refused: then nothing is kept).
+static ENTRIES_PTR: AtomicPtr<Entry> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Reserves the table (pages cost memory when first written). From the constructor.
+pub fn init() -> bool {
+    if !ENTRIES_PTR.load(Ordering::Acquire).is_null() {
+        return true;
+    }
+    let Some(p) = sys::map_anon(ENTRIES * std::mem::size_of::<Entry>(), true) else {
+        return false;
+    };
+    ENTRIES_PTR.store(p.cast(), Ordering::Release);
+    true
+}
+
+/// Forgets every walk (after a `dlclose`: the rules they went by may be gone).
+pub fn clear() {
+    GENERATION.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The set of [`WAYS`] entries where walks from `start` are kept.
+#[inline]
+fn set(start: &Start) -> Option<&'static [Entry; WAYS]> {
+    let base = ENTRIES_PTR.load(Ordering::Relaxed);
+    if base.is_null() {
+        return None;
+    }
+    let h =
+        (start.sp as u64 ^ (start.ret as u64).rotate_left(29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let i = (h >> (64 - SET_BITS)) as usize;
+    // SAFETY: i < SETS, so the set's entries lie in the mapping of SETS * WAYS entries; it
+    // is never unmapped, and zeroed memory is a valid entry of atomics.
+    Some(unsafe { &*base.add(i * WAYS).cast::<[Entry; WAYS]>() })
+}
+
+#[inline]
+fn meta(depth: usize, reads: usize, used_fp: bool) -> u64 {
+    u64::from(GENERATION.load(Ordering::Relaxed))
+        | (depth as u64 & 0xff) << 32
+        | (reads as u64 & 0xff) << 40
+        | u64::from(used_fp) << 48
+}
+
+/// The stack id of the walk from `start` to `depth` frames, if it is remembered and every
+/// word it read still holds what it held.
+#[inline]
+pub fn lookup(start: &Start, depth: usize) -> Option<u32> {
+    let set = set(start)?;
+    set.iter().find_map(|e| check(e, start, depth))
+}
+
+/// The stack id of entry `e` if it holds the walk from `start`.
+#[inline]
+fn check(e: &Entry, start: &Start, depth: usize) -> Option<u32> {
+    let version = e.version.load(Ordering::Acquire);
+    if version & 1 != 0
+        || e.sp.load(Ordering::Relaxed) != start.sp as u64
+        || e.ret.load(Ordering::Relaxed) != start.ret as u64
+    {
+        return None;
+    }
+    let m = e.meta.load(Ordering::Relaxed);
+    let used_fp = m >> 48 & 1 != 0;
+    if m & !(0xff << 40) & !(1 << 48) != meta(depth, 0, false)
+        || used_fp && e.fp.load(Ordering::Relaxed) != start.fp as u64
+    {
+        return None;
+    }
+    let reads = ((m >> 40) & 0xff) as usize;
+    // The highest address a word may be read at: the stack top's last word.
+    let last = start.hi.checked_sub(8)?.checked_sub(start.sp)?;
+    for (offset, value) in e.offsets.iter().zip(&e.values).take(reads.min(MAX_READS)) {
+        let offset = offset.load(Ordering::Relaxed) as usize & !7;
+        if offset > last {
+            return None;
+        }
+        // SAFETY: sp + offset lies in this thread's stack mapping, at or above the hooked
+        // call's entry stack pointer (checked above), 8-aligned (sp is, offset is masked).
+        let word = unsafe { *((start.sp + offset) as *const usize) };
+        if word as u64 != value.load(Ordering::Relaxed) {
+            return None;
+        }
+    }
+    let stack = e.stack.load(Ordering::Relaxed);
+    fence(Ordering::Acquire);
+    (e.version.load(Ordering::Relaxed) == version && stack != 0).then_some(stack)
+}
+
+/// Remembers the walk from `start` to `depth` frames that read `reads` and was interned as
+/// `stack` (unless another thread is writing the same entry: then it is not kept).
+pub fn store(start: &Start, depth: usize, reads: &Reads, stack: u32) {
+    if reads.unkeepable || stack == 0 {
+        return;
+    }
+    let Some(set) = set(start) else {
+        return;
+    };
+    // The stack id picks the way: the paths that share a set usually differ in it.
+    let e = &set[stack as usize % WAYS];
+    let version = e.version.load(Ordering::Relaxed);
+    if version & 1 != 0
+        || e.version
+            .compare_exchange(version, version + 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+    {
+        return;
+    }
+    fence(Ordering::Release);
+    e.sp.store(start.sp as u64, Ordering::Relaxed);
+    e.ret.store(start.ret as u64, Ordering::Relaxed);
+    e.fp.store(start.fp as u64, Ordering::Relaxed);
+    let kept = reads.needed.count_ones() as usize;
+    e.meta
+        .store(meta(depth, kept, reads.used_fp), Ordering::Relaxed);
+    e.stack.store(stack, Ordering::Relaxed);
+    let needed = (0..reads.len).filter(|&i| reads.needed & 1 << i != 0);
+    for (k, i) in needed.enumerate() {
+        e.offsets[k].store(reads.offsets[i], Ordering::Relaxed);
+        e.values[k].store(reads.values[i], Ordering::Relaxed);
+    }
+    e.version.store(version + 2, Ordering::Release);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A remembered walk over a stack laid out in `words`: word 0 is the return address at
+    /// entry, words 2 and 5 are read and needed, word 3 read and not needed.
+    fn remember(words: &[usize; 8], used_fp: bool) -> Start {
+        assert!(init());
+        let sp = words.as_ptr() as usize;
+        let start = Start {
+            sp,
+            ret: words[0],
+            fp: 0x5000,
+            hi: sp + 8 * words.len(),
+        };
+        let mut reads = Reads::default();
+        let i = reads.push(16, words[2]);
+        reads.need(i);
+        reads.push(24, words[3]);
+        let i = reads.push(40, words[5]);
+        reads.need(i);
+        if used_fp {
+            reads.use_fp();
+        }
+        store(&start, 16, &reads, 77);
+        start
+    }
+
+    /// One test, not three: a `clear` or a store to the same set from a test running in
+    /// parallel would make the others' lookups miss.
+    #[test]
+    fn a_walk_is_reused_only_while_everything_it_depended_on_holds() {
+        let mut words = [0x1000usize, 1, 0x2000, 3, 4, 0x3000, 6, 7];
+        std::hint::black_box(&mut words);
+        let start = remember(&words, false);
+        assert_eq!(lookup(&start, 16), Some(77));
+        // Another depth is another walk.
+        assert_eq!(lookup(&start, 8), None);
+        // A word the walk read but did not depend on (a saved rbp no rule used).
+        words[3] = 33;
+        std::hint::black_box(&mut words);
+        assert_eq!(lookup(&start, 16), Some(77));
+        // A frame pointer the walk did not use.
+        assert_eq!(
+            lookup(
+                &Start {
+                    fp: 0x6000,
+                    ..start
+                },
+                16
+            ),
+            Some(77)
+        );
+        // The same walk seen from a thread whose stack ends below word 5.
+        assert_eq!(
+            lookup(
+                &Start {
+                    hi: start.sp + 40,
+                    ..start
+                },
+                16
+            ),
+            None
+        );
+        // A return address further up.
+        words[5] = 0x3008;
+        std::hint::black_box(&mut words);
+        assert_eq!(lookup(&start, 16), None);
+        words[5] = 0x3000;
+        std::hint::black_box(&mut words);
+        assert_eq!(lookup(&start, 16), Some(77));
+        // A dlclose since.
+        clear();
+        assert_eq!(lookup(&start, 16), None);
+
+        // A walk that used the frame pointer it started with needs the same one.
+        let start = remember(&words, true);
+        assert_eq!(lookup(&start, 16), Some(77));
+        assert_eq!(
+            lookup(
+                &Start {
+                    fp: 0x6000,
+                    ..start
+                },
+                16
+            ),
+            None
+        );
+    }
+}
