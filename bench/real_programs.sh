@@ -14,7 +14,9 @@
 # Each runs bare, under the agent with stacks on (the default), under the agent with
 # HEAPTUI_STACK_DEPTH=0 and under heaptrack, RUNS (3) times, interleaved (the order rotated
 # every round); the table gives medians of wall and CPU (user + system, children included:
-# heaptrack's interpreter counts) and their ratios to bare.
+# heaptrack's interpreter counts) and their ratios to bare. AGENT_BEFORE=PATH adds a row for
+# another build of the agent (stacks on), interleaved with the rest: a before/after comparison
+# measured side by side in one run.
 #
 # Snapshot: one more run per workload under the agent (stacks on) with HEAPTUI_DUMP. At the
 # peak (perl, python: once "keys: N" is out; sqlite: once the rows are in; compressors: half the
@@ -41,6 +43,9 @@ for w in "${workloads[@]}"; do
     command -v "$tool" >/dev/null || { echo "$w: $tool not found on PATH" >&2; exit 2; }
 done
 command -v heaptrack >/dev/null || { echo "heaptrack not found on PATH" >&2; exit 2; }
+if [[ -n "${AGENT_BEFORE:-}" ]]; then
+    [[ -f "$AGENT_BEFORE" ]] || { echo "AGENT_BEFORE: no such file: $AGENT_BEFORE" >&2; exit 2; }
+fi
 
 source bench/timing_lib.sh
 real=tests/real_programs
@@ -95,6 +100,8 @@ one() {
         bare) wall from "$(stdin_of "$w")" "${cmd[@]}" ;;
         stacks_on) wall from "$(stdin_of "$w")" agent "${cmd[@]}" ;;
         stacks_off) wall from "$(stdin_of "$w")" agent HEAPTUI_STACK_DEPTH=0 "${cmd[@]}" ;;
+        before) wall from "$(stdin_of "$w")" env LD_PRELOAD="$AGENT_BEFORE" \
+            HEAPTUI_LOG="$work/before.log" HEAPTUI_LISTEN="unix:$work/before.sock" "${cmd[@]}" ;;
         heaptrack) wall from "$(stdin_of "$w")" heaptrack -o "$work/heaptrack.out" "${cmd[@]}" ;;
     esac
 }
@@ -154,15 +161,16 @@ snapshot() {
         awk -v w="$w" '{ printf "| %-8s | %10d | %10.1f | %7d | %9.1f | %10.1f |\n", w, $1, $2 / 1048576, $3, $4, $5 }'
 }
 
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 names=()
 for w in "${workloads[@]}"; do
-    for config in bare stacks_on stacks_off heaptrack; do
+    for config in bare stacks_on stacks_off heaptrack ${AGENT_BEFORE:+before}; do
         names+=("$w.$config")
     done
 done
 interleave "${names[@]}"
 
-echo "medians of $RUNS interleaved runs; load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "medians of $RUNS interleaved runs; load average before: $load_before, at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 for w in "${workloads[@]}"; do
     case $w in
         perl) what="perl, hash of $PERL_KEYS keys" ;;
@@ -176,6 +184,9 @@ for w in "${workloads[@]}"; do
     table_header 30 bare
     table_row 30 "bare" "$w.bare" "$w.bare"
     table_row 30 "agent, stacks on (depth 16)" "$w.stacks_on" "$w.bare"
+    if [[ -n "${AGENT_BEFORE:-}" ]]; then
+        table_row 30 "AGENT_BEFORE, stacks on" "$w.before" "$w.bare"
+    fi
     table_row 30 "agent, HEAPTUI_STACK_DEPTH=0" "$w.stacks_off" "$w.bare"
     table_row 30 "heaptrack" "$w.heaptrack" "$w.bare"
 done
