@@ -397,6 +397,48 @@ fn plan(n: usize, threads: usize, frames_per_thread: usize, rng: &mut Rng) -> Ve
     out
 }
 
+/// `graph` with every `every`-th reference between objects made an interior edge, and each
+/// frame's and the globals' first reference too: graphs with possibly lost blocks, for the
+/// tests of everything that carries the kinds of references.
+pub fn with_interior_edges(graph: &HeapGraph, every: usize) -> HeapGraph {
+    let n = graph.object_count();
+    let mut edges = Edges::with_capacity(n, graph.edges().len());
+    let mut k = 0usize;
+    for o in 0..n as ObjectIndex {
+        edges.push_with_kinds(graph.edges().of(o).iter().map(|&t| {
+            k += 1;
+            (t, k.is_multiple_of(every.max(1)))
+        }));
+    }
+    let first = |refs: &[ObjectIndex]| refs.first().map(|&o| vec![o]).unwrap_or_default();
+    let threads = graph
+        .threads
+        .iter()
+        .map(|t| Thread {
+            frames: t
+                .frames
+                .iter()
+                .map(|f| Frame {
+                    interior: first(&f.refs),
+                    ..f.clone()
+                })
+                .collect(),
+            ..t.clone()
+        })
+        .collect();
+    let globals_interior = first(&graph.globals);
+    HeapGraph::new(
+        graph.process.clone(),
+        graph.sites.clone(),
+        graph.objects().clone(),
+        edges,
+        threads,
+        graph.globals.clone(),
+    )
+    .and_then(|g| g.with_globals_interior(globals_interior))
+    .expect("the same graph with kinds")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

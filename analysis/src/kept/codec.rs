@@ -683,6 +683,16 @@ mod tests {
         k.encode(&mut bytes).unwrap();
         let back = Kept::decode(&mut bytes.as_slice()).unwrap();
         assert_eq!(back, k);
+        // With interior edges and possibly lost blocks.
+        let graph = crate::synthetic::with_interior_edges(
+            &generate(&SyntheticConfig::new(20_000, 4, 5)),
+            4,
+        );
+        let k = Kept::new(&graph, &Analysis::new(&graph));
+        assert!(k.leaks().possibly_lost_objects > 0);
+        let mut bytes = Vec::new();
+        k.encode(&mut bytes).unwrap();
+        assert_eq!(Kept::decode(&mut bytes.as_slice()).unwrap(), k);
     }
 
     #[test]

@@ -824,9 +824,26 @@ mod tests {
     #[test]
     fn the_kept_form_answers_like_the_graph_and_its_analysis() {
         for (objects, threads, frames, seed) in [(0, 0, 0, 1), (300, 3, 4, 2), (5_000, 6, 5, 3)] {
-            agrees(&generate(
-                &SyntheticConfig::new(objects, threads, frames).seed(seed),
-            ));
+            let graph = generate(&SyntheticConfig::new(objects, threads, frames).seed(seed));
+            agrees(&graph);
+            agrees(&crate::synthetic::with_interior_edges(&graph, 3));
+        }
+    }
+
+    #[test]
+    fn interior_edges_and_possibly_lost_blocks_are_kept() {
+        let graph = crate::synthetic::with_interior_edges(
+            &generate(&SyntheticConfig::new(5_000, 6, 5).seed(4)),
+            3,
+        );
+        let analysis = Analysis::new(&graph);
+        let k = Kept::new(&graph, &analysis);
+        assert!(graph.edges().interior_count() > 0);
+        assert!(k.leaks().possibly_lost_objects > 0, "{:?}", k.leaks());
+        assert_eq!(k.possibly_lost(), analysis.possibly_lost());
+        assert_eq!(k.globals_interior(), graph.globals_interior.as_slice());
+        for o in 0..graph.object_count() as ObjectIndex {
+            assert!(k.edges_with_kinds(o).eq(graph.edges().of_with_kinds(o)));
         }
     }
 
