@@ -386,3 +386,61 @@ fn a_capture_with_a_thread_that_was_not_stopped_says_it_is_incomplete() {
         "{text}"
     );
 }
+
+/// The live report's source: the agent's analysed snapshot (`KeptData`), fetched in chunks,
+/// decodes to the figures the agent announced, and the agent drops the encoded bytes once the
+/// last chunk is sent (docs/reference.md §6).
+#[test]
+fn the_analysed_snapshot_travels_in_chunks_and_the_agent_lets_its_bytes_go() {
+    use heaptui_protocol::{RequestBody, Response};
+
+    let dir = Scratch::new("kept-data");
+    let exe = shapes(dir.path());
+    let mut target = Target::start(dir.path(), &exe, "127.0.0.1:0", &[]);
+    // About 20 bytes an object: more than one 8 MiB chunk.
+    assert_eq!(target.command("many 600000"), "ok");
+    let mut c = target.client();
+    let info = c.snapshot();
+    let held = |c: &mut Client| match c.ask(RequestBody::ProcessInfo) {
+        Response::ProcessInfo(p) => p.snapshot.expect("a kept snapshot").held_bytes,
+        other => panic!("{other:?}"),
+    };
+    let mut bytes = Vec::new();
+    let mut chunks = 0;
+    loop {
+        let chunk = match c.ask(RequestBody::KeptData {
+            snapshot: info.snapshot,
+            offset: bytes.len() as u64,
+        }) {
+            Response::KeptData(chunk) => chunk,
+            other => panic!("{other:?}"),
+        };
+        chunks += 1;
+        assert_eq!(chunk.offset, bytes.len() as u64);
+        bytes.extend_from_slice(&chunk.bytes);
+        if bytes.len() as u64 == chunk.total {
+            break;
+        }
+        // While a client fetches, the agent holds the encoding (and says so).
+        assert!(
+            held(&mut c) >= info.held_bytes + chunk.total,
+            "chunk {chunks}"
+        );
+    }
+    assert!(chunks >= 2, "{} bytes in {chunks} chunk(s)", bytes.len());
+    assert_eq!(held(&mut c), info.held_bytes, "the bytes were let go");
+    let kept = heaptui_analysis::Kept::decode(&mut bytes.as_slice()).unwrap();
+    let totals = kept.totals();
+    assert_eq!(
+        (totals.objects, totals.bytes, totals.unreachable_bytes),
+        (
+            info.totals.objects,
+            info.totals.bytes,
+            info.totals.unreachable_bytes
+        )
+    );
+    assert!(kept.object_count() > 600_000);
+    drop(c);
+    let (out, log) = target.finish();
+    assert!(out.status.success(), "{log}");
+}

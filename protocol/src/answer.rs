@@ -184,6 +184,10 @@ impl<'a> Answerer<'a> {
                 .current(*snapshot)
                 .and_then(|()| self.snapshot_data(*offset))
                 .map(Response::SnapshotData),
+            RequestBody::KeptData { snapshot, offset } => self
+                .current(*snapshot)
+                .and_then(|()| self.kept_data(*offset))
+                .map(Response::KeptData),
             RequestBody::Leaks { page } => Ok(Response::Leaks(self.leaks(*page))),
             RequestBody::Ages { by, page, oldest } => {
                 Ok(Response::Ages(self.ages(*by, *page, *oldest)))
@@ -682,6 +686,19 @@ impl<'a> Answerer<'a> {
     pub fn snapshot_data(&self, offset: u64) -> Answer<SnapshotChunk> {
         let mut encoded = Vec::new();
         heaptui_analysis::snapshot::write_binary_kept(self.kept, &mut encoded).map_err(|e| {
+            error(
+                ErrorKind::Internal,
+                format!("cannot encode snapshot {}: {e}", self.snapshot.0),
+            )
+        })?;
+        snapshot_chunk(self.snapshot, &encoded, offset)
+    }
+
+    /// A chunk of the kept snapshot in the `Kept` codec. Encodes it on every call; a server
+    /// that keeps the encoding answers with [`snapshot_chunk`] instead.
+    pub fn kept_data(&self, offset: u64) -> Answer<SnapshotChunk> {
+        let mut encoded = Vec::new();
+        self.kept.encode(&mut encoded).map_err(|e| {
             error(
                 ErrorKind::Internal,
                 format!("cannot encode snapshot {}: {e}", self.snapshot.0),

@@ -259,6 +259,11 @@ pub enum RequestBody {
     /// The live counters of the recent past, oldest first, for the live-vs-allocated chart →
     /// [`Response::CounterHistory`].
     CounterHistory,
+    /// The kept snapshot as the agent analysed it (the `heaptui_analysis::Kept` codec: figures,
+    /// groups, classes and the compact graph), bytes `offset ..` up to [`MAX_CHUNK_BYTES`] →
+    /// [`Response::KeptData`]. For the live report, which then prints the agent's analysis
+    /// instead of analysing the graph a second time.
+    KeptData { snapshot: SnapshotId, offset: u64 },
 }
 
 /// One message from the server.
@@ -299,6 +304,7 @@ pub enum Response {
     Growth(GrowthPage),
     Ages(AgesAnswer),
     CounterHistory(CounterHistory),
+    KeptData(SnapshotChunk),
 }
 
 /// Unsolicited messages.
@@ -545,7 +551,8 @@ pub struct ReleaseAnswer {
     pub bytes: u64,
 }
 
-/// A chunk of the kept snapshot as a binary snapshot file: bytes `offset .. offset +
+/// A chunk of the kept snapshot as a binary snapshot file ([`Response::SnapshotData`]) or as
+/// the agent's analysed `Kept` ([`Response::KeptData`]): bytes `offset .. offset +
 /// bytes.len()` of `total`. The client asks again from `offset + bytes.len()` until `total`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SnapshotChunk {
@@ -736,6 +743,7 @@ impl RequestBody {
         "growth",
         "ages",
         "counter-history",
+        "kept-data",
     ];
 
     /// Whether the request is about the kept snapshot (answered by `answer::Answerer`, or
@@ -751,6 +759,7 @@ impl RequestBody {
             | RequestBody::Sites { .. }
             | RequestBody::Release { .. }
             | RequestBody::SnapshotData { .. }
+            | RequestBody::KeptData { .. }
             | RequestBody::Leaks { .. }
             | RequestBody::Ages { .. } => true,
             RequestBody::ProcessInfo
@@ -788,6 +797,7 @@ impl RequestBody {
             RequestBody::Growth { .. } => "growth",
             RequestBody::Ages { .. } => "ages",
             RequestBody::CounterHistory => "counter-history",
+            RequestBody::KeptData { .. } => "kept-data",
         }
     }
 }
@@ -815,6 +825,7 @@ impl Response {
         "growth",
         "ages",
         "counter-history",
+        "kept-data",
     ];
 
     /// A short name for logs and for the golden fixtures.
@@ -840,6 +851,7 @@ impl Response {
             Response::Growth(_) => "growth",
             Response::Ages(_) => "ages",
             Response::CounterHistory(_) => "counter-history",
+            Response::KeptData(_) => "kept-data",
         }
     }
 }

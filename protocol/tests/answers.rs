@@ -545,6 +545,10 @@ fn exactly_the_snapshot_requests_are_answered_here() {
             oldest: 5,
         },
         RequestBody::CounterHistory,
+        RequestBody::KeptData {
+            snapshot: SNAP,
+            offset: 0,
+        },
     ];
     let kinds: std::collections::BTreeSet<_> = requests.iter().map(|r| r.kind()).collect();
     assert_eq!(kinds.len(), RequestBody::KINDS.len());
@@ -900,6 +904,39 @@ fn object_rows_copy_the_graph_columns() {
         );
         assert_eq!(row.site_label, graph.site_label(o));
     }
+}
+
+#[test]
+fn kept_data_chunks_rebuild_the_kept_snapshot() {
+    let (graph, analysis) = fixture();
+    let kept = Kept::new(&graph, &analysis);
+    let a = Answerer::new(SNAP, &kept);
+    let mut bytes = Vec::new();
+    loop {
+        let chunk = expect(
+            a.answer(&RequestBody::KeptData {
+                snapshot: SNAP,
+                offset: bytes.len() as u64,
+            }),
+            |r| match r {
+                Response::KeptData(c) => Some(c),
+                _ => None,
+            },
+        );
+        assert_eq!(chunk.offset, bytes.len() as u64);
+        bytes.extend_from_slice(&chunk.bytes);
+        if bytes.len() as u64 == chunk.total {
+            break;
+        }
+        assert!(!chunk.bytes.is_empty());
+    }
+    // The analysis travels whole: what the client decodes is the agent's kept snapshot.
+    assert_eq!(Kept::decode(&mut bytes.as_slice()).unwrap(), kept);
+    let stale = error_of(a.answer(&RequestBody::KeptData {
+        snapshot: SnapshotId(SNAP.0 + 1),
+        offset: 0,
+    }));
+    assert_eq!(stale.kind, ErrorKind::StaleSnapshot);
 }
 
 #[test]

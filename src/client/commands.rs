@@ -10,27 +10,31 @@ use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 
 use anyhow::Context;
-use heaptui_analysis::HeapGraph;
 
 use super::{Address, Session, TokenSource};
-use crate::cli::ReportArgs;
+use crate::cli::{ReportArgs, ReportFormat};
 use crate::offline::report::{self, Timing};
 
 /// A snapshot taken and fetched from a live agent.
 pub struct LiveSnapshot {
-    pub graph: HeapGraph,
-    /// The graph as the binary snapshot file the agent sent.
+    /// The graph as the binary snapshot file the agent sent (checked to read back).
     pub file: Vec<u8>,
     pub info: heaptui_protocol::SnapshotInfo,
+}
+
+/// A snapshot file is saved only when it reads back.
+fn check_reads_back(file: &[u8]) -> anyhow::Result<()> {
+    heaptui_analysis::snapshot::read_bytes(file)
+        .map(drop)
+        .context("the agent sent a snapshot that does not read back")
 }
 
 /// Takes a snapshot on the agent and fetches its graph.
 pub fn live_snapshot(session: &mut Session) -> anyhow::Result<LiveSnapshot> {
     let info = session.take_snapshot()?;
     let file = session.snapshot_file(info.snapshot)?;
-    let graph = heaptui_analysis::snapshot::read_bytes(&file)
-        .context("the agent sent a snapshot that does not read back")?;
-    Ok(LiveSnapshot { graph, file, info })
+    check_reads_back(&file)?;
+    Ok(LiveSnapshot { file, info })
 }
 
 fn ms(us: u64) -> f64 {
@@ -54,16 +58,40 @@ fn live_report(
     args: &ReportArgs,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
-    let live = live_snapshot(session)?;
+    let info = session.take_snapshot()?;
     let timing = Timing {
-        pause_ms: ms(live.info.pause_us),
-        capture_ms: ms(live.info.capture_us),
-        analysis_ms: ms(live.info.analysis_us),
+        pause_ms: ms(info.pause_us),
+        capture_ms: ms(info.capture_us),
+        analysis_ms: ms(info.analysis_us),
         outside: false,
+    };
+    // The agent has analysed its snapshot: the report prints that analysis, fetched in its
+    // kept form, rather than fetching the whole graph and analysing it again. Only the exports
+    // by allocation stack need the graph itself.
+    let needs_graph = matches!(args.format(), ReportFormat::Collapsed | ReportFormat::Pprof);
+    let graph = if needs_graph {
+        let file = session.snapshot_file(info.snapshot)?;
+        Some(
+            heaptui_analysis::snapshot::read_bytes(&file)
+                .context("the agent sent a snapshot that does not read back")?,
+        )
+    } else {
+        None
+    };
+    let kept = match &graph {
+        Some(graph) => heaptui_analysis::Kept::new(graph, &heaptui_analysis::Analysis::new(graph)),
+        None => session.kept(info.snapshot)?,
     };
     // Leaks and ages are the agent's: it knows the snapshot boundaries the ages count.
     let mut ask = |body| Ok(session.request(body)?);
-    report::write_asking(&live.graph, args, Some(timing), Some(&mut ask), out)
+    report::write_kept(
+        &kept,
+        graph.as_ref(),
+        args,
+        Some(timing),
+        Some(&mut ask),
+        out,
+    )
 }
 
 /// The peak snapshot the agent keeps under its automatic rule (`HEAPTUI_AUTO_SNAPSHOT`),
@@ -86,9 +114,8 @@ pub fn peak_snapshot(session: &mut Session) -> anyhow::Result<LiveSnapshot> {
         anyhow::bail!("the agent has taken no automatic snapshot yet: try again later");
     };
     let file = session.snapshot_file(info.snapshot)?;
-    let graph = heaptui_analysis::snapshot::read_bytes(&file)
-        .context("the agent sent a snapshot that does not read back")?;
-    Ok(LiveSnapshot { graph, file, info })
+    check_reads_back(&file)?;
+    Ok(LiveSnapshot { file, info })
 }
 
 /// `heaptui snapshot ADDR -o FILE [--peak]`: writes the binary snapshot file (under a

@@ -206,11 +206,92 @@ impl Session {
         }
     }
 
+    /// The kept snapshot as the agent analysed it, decoded while its chunks arrive (the
+    /// client never holds the encoded bytes whole).
+    pub fn kept(&mut self, snapshot: SnapshotId) -> Result<heaptui_analysis::Kept, ClientError> {
+        let address = self.address.to_string();
+        let mut reader = KeptReader {
+            session: self,
+            snapshot,
+            offset: 0,
+            total: None,
+            chunk: Vec::new(),
+            at: 0,
+            failed: None,
+        };
+        let kept = heaptui_analysis::Kept::decode(&mut reader);
+        if let Some(e) = reader.failed {
+            return Err(e);
+        }
+        kept.map_err(|e| {
+            ClientError::new(format!(
+                "the agent at {address} sent an analysed snapshot that does not read back: {e}"
+            ))
+        })
+    }
+
     fn unexpected(&self, asked: &str, got: &Response) -> ClientError {
         ClientError::new(format!(
             "the agent at {} answered a {asked} request with {}",
             self.address,
             got.kind()
         ))
+    }
+}
+
+/// Reads a kept snapshot's bytes chunk by chunk (`KeptData`), as the decoder asks for them.
+struct KeptReader<'a> {
+    session: &'a mut Session,
+    snapshot: SnapshotId,
+    /// Where the next chunk starts.
+    offset: u64,
+    total: Option<u64>,
+    chunk: Vec<u8>,
+    /// Bytes of `chunk` already read.
+    at: usize,
+    /// Why a chunk could not be had (the decoder sees only an I/O error).
+    failed: Option<ClientError>,
+}
+
+impl KeptReader<'_> {
+    fn next_chunk(&mut self) -> Result<(), ClientError> {
+        let (snapshot, offset) = (self.snapshot, self.offset);
+        let chunk = match self
+            .session
+            .request(RequestBody::KeptData { snapshot, offset })?
+        {
+            Response::KeptData(c) => c,
+            other => return Err(self.session.unexpected("kept-data", &other)),
+        };
+        if chunk.offset != offset || (chunk.bytes.is_empty() && offset < chunk.total) {
+            return Err(ClientError::new(format!(
+                "the agent at {} sent snapshot bytes out of order",
+                self.session.address
+            )));
+        }
+        self.offset += chunk.bytes.len() as u64;
+        self.total = Some(chunk.total);
+        self.chunk = chunk.bytes;
+        self.at = 0;
+        Ok(())
+    }
+}
+
+impl io::Read for KeptReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.at == self.chunk.len() {
+            if self.total.is_some_and(|t| self.offset >= t) {
+                return Ok(0);
+            }
+            if let Err(e) = self.next_chunk() {
+                let text = e.to_string();
+                self.failed = Some(e);
+                return Err(io::Error::other(text));
+            }
+        }
+        let n = buf.len().min(self.chunk.len() - self.at);
+        buf[..n].copy_from_slice(&self.chunk[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
     }
 }

@@ -9,8 +9,9 @@
 use std::io::{BufWriter, Write};
 use std::path::Path;
 
+use heaptui_analysis::kept::GroupTable;
 use heaptui_analysis::{
-    Analysis, FrameKind, GroupId, GroupKind, HeapGraph, Leaks, Sharer, ThreadState, Totals,
+    Analysis, FrameKind, GroupId, GroupKind, HeapGraph, Kept, Leaks, Sharer, ThreadState, Totals,
 };
 use serde::Serialize;
 
@@ -30,30 +31,17 @@ pub fn run(args: &ReportArgs, out: &mut impl Write) -> anyhow::Result<()> {
     write(&graph, args, None, out)
 }
 
-/// Analyses `graph` and prints it in the format `args` asks for. The live report
-/// (`client::commands`) comes through here too, with its snapshot's timing.
+/// Analyses `graph` and prints it in the format `args` asks for.
 pub fn write(
     graph: &HeapGraph,
     args: &ReportArgs,
     timing: Option<Timing>,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
-    write_asking(graph, args, timing, None, out)
+    write_analysed(graph, &Analysis::new(graph), args, timing, None, out)
 }
 
-/// [`write`], with the leaks and ages (`--leaks`, `--ages`) asked of `ask` (a live agent,
-/// which knows its snapshot boundaries), else of the snapshot itself.
-pub fn write_asking(
-    graph: &HeapGraph,
-    args: &ReportArgs,
-    timing: Option<Timing>,
-    ask: Option<&mut super::views::Ask<'_>>,
-    out: &mut impl Write,
-) -> anyhow::Result<()> {
-    write_analysed(graph, &Analysis::new(graph), args, timing, ask, out)
-}
-
-/// [`write_asking`] of a graph already analysed (the outside capture analyses once, for its
+/// [`write`] of a graph already analysed (the outside capture analyses once, for its
 /// timing and its answers).
 pub fn write_analysed(
     graph: &HeapGraph,
@@ -63,18 +51,32 @@ pub fn write_analysed(
     ask: Option<&mut super::views::Ask<'_>>,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
+    let kept = Kept::new(graph, analysis);
+    write_kept(&kept, Some(graph), args, timing, ask, out)
+}
+
+/// Prints the report of a kept (analysed) snapshot in the format `args` asks for: the live
+/// report prints the agent's own analysis through here. The exports by allocation stack
+/// (`collapsed`, `pprof`) need the `graph`.
+pub fn write_kept(
+    kept: &Kept,
+    graph: Option<&HeapGraph>,
+    args: &ReportArgs,
+    timing: Option<Timing>,
+    ask: Option<&mut super::views::Ask<'_>>,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
     let release = match &args.release {
-        Some(tids) => Some(release(graph, analysis, tids)?),
+        Some(tids) => Some(release(kept, tids)?),
         None => None,
     };
-    let mut report = Report::build(graph, analysis, release, args.groups);
+    let mut report = Report::build(kept, release, args.groups);
     report.timing = timing;
     report.views = match ask {
         Some(ask) => super::views::gather(args, ask)?,
         None => {
-            let kept = heaptui_analysis::Kept::new(graph, analysis);
             let answerer =
-                heaptui_protocol::answer::Answerer::new(crate::source::OFFLINE_SNAPSHOT, &kept);
+                heaptui_protocol::answer::Answerer::new(crate::source::OFFLINE_SNAPSHOT, kept);
             super::views::gather(args, &mut |body| {
                 answerer.answer(&body).ok_or_else(|| {
                     anyhow::anyhow!("{}: a snapshot file cannot answer this", body.kind())
@@ -82,12 +84,13 @@ pub fn write_analysed(
             })?
         }
     };
+    let graph = || graph.ok_or_else(|| anyhow::anyhow!("this format needs the snapshot's graph"));
     match args.format() {
         ReportFormat::Text => print(&report, false, &args.source, out),
         ReportFormat::Json => print(&report, true, &args.source, out),
         ReportFormat::Csv => Ok(super::export::csv::write(&report, out)?),
-        ReportFormat::Collapsed => Ok(super::export::collapsed::write(graph, out)?),
-        ReportFormat::Pprof => Ok(super::export::pprof::write(graph, out)?),
+        ReportFormat::Collapsed => Ok(super::export::collapsed::write(graph()?, out)?),
+        ReportFormat::Pprof => Ok(super::export::pprof::write(graph()?, out)?),
     }
 }
 
@@ -227,26 +230,26 @@ pub struct Release {
 }
 
 /// The release of `tids` (deduplicated), or an error naming the first unknown thread id.
-fn release(graph: &HeapGraph, analysis: &Analysis, tids: &[u32]) -> anyhow::Result<Release> {
+fn release(kept: &Kept, tids: &[u32]) -> anyhow::Result<Release> {
     let mut threads = tids.to_vec();
     threads.sort_unstable();
     threads.dedup();
-    if let Some(&unknown) = threads.iter().find(|&&t| graph.thread_index(t).is_none()) {
+    if let Some(&unknown) = threads.iter().find(|&&t| kept.thread_index(t).is_none()) {
         // An argument that does not fit the file: a usage error (exit 2), as README says.
         return Err(super::views::UsageError(format!(
             "unknown thread id {unknown} in --release (threads in this snapshot: {})",
-            tid_list(graph)
+            tid_list(kept)
         ))
         .into());
     }
-    let bytes = analysis.release(&threads)?;
+    let bytes = kept.release(&threads)?;
     Ok(Release { threads, bytes })
 }
 
 /// The snapshot's thread ids, ascending; long lists are cut.
-fn tid_list(graph: &HeapGraph) -> String {
+fn tid_list(kept: &Kept) -> String {
     const SHOWN: usize = 16;
-    let mut tids: Vec<u32> = graph.threads.iter().map(|t| t.tid).collect();
+    let mut tids: Vec<u32> = kept.threads().iter().map(|t| t.tid).collect();
     tids.sort_unstable();
     if tids.is_empty() {
         return "none".to_string();
@@ -259,19 +262,14 @@ fn tid_list(graph: &HeapGraph) -> String {
 }
 
 impl Report {
-    /// The report of `graph`, listing the `limit` largest of its groups.
-    pub fn build(
-        graph: &HeapGraph,
-        analysis: &Analysis,
-        release: Option<Release>,
-        limit: GroupLimit,
-    ) -> Report {
-        let figures = analysis.threads();
-        let threads = analysis
+    /// The report of a kept snapshot, listing the `limit` largest of its groups.
+    pub fn build(kept: &Kept, release: Option<Release>, limit: GroupLimit) -> Report {
+        let figures = kept.figures();
+        let threads = kept
             .ranking()
             .into_iter()
             .map(|t| {
-                let thread = &graph.threads[t];
+                let thread = &kept.threads()[t];
                 let fig = &figures[t];
                 ThreadReport {
                     tid: thread.tid,
@@ -301,27 +299,26 @@ impl Report {
                 }
             })
             .collect();
-        let objects = graph.objects();
-        let all = analysis.groups();
+        let all = kept.groups();
         let listed = largest_groups(all, limit);
         let groups_omitted = (all.len() - listed.len()) as u64;
         let groups = listed
             .into_iter()
-            .map(|i| &all[i])
+            .map(|g| all.at(g))
             .map(|g| GroupReport {
                 id: g.id,
                 kind: g.id.kind,
-                entry: objects.id[g.entry as usize],
-                addr: objects.addr[g.entry as usize],
-                label: graph.site_label(g.entry).to_string(),
+                entry: kept.id(g.entry),
+                addr: kept.addr(g.entry),
+                label: kept.site_label(g.entry).to_string(),
                 size: g.size,
                 objects: g.objects,
-                sharers: g.sharers.clone(),
-                refs: g.refs.clone(),
+                sharers: g.sharers.to_vec(),
+                refs: g.refs().collect(),
             })
             .collect();
-        let threads_not_stopped = graph
-            .threads
+        let threads_not_stopped = kept
+            .threads()
             .iter()
             .filter(|t| t.state != ThreadState::Stopped)
             .count() as u32;
@@ -329,16 +326,16 @@ impl Report {
             format: REPORT_FORMAT,
             version: REPORT_VERSION,
             process: ProcessInfo {
-                pid: graph.process.pid,
-                command: graph.process.command.clone(),
+                pid: kept.process().pid,
+                command: kept.process().command.clone(),
             },
-            totals: analysis.totals(),
+            totals: kept.totals(),
             threads,
             groups,
             groups_omitted,
             threads_not_stopped,
             leaks: LeaksReport {
-                figures: analysis.leaks(),
+                figures: kept.leaks(),
                 may_be_overstated: threads_not_stopped > 0,
             },
             release,
@@ -351,9 +348,9 @@ impl Report {
 /// The indices of the `limit` largest of `groups`, largest first, ties in id order. Only
 /// these become report rows: a heap of millions of blocks can have millions of groups, and
 /// a row each (with its label) would cost the client more than the rest of the report.
-fn largest_groups(groups: &[heaptui_analysis::Group], limit: GroupLimit) -> Vec<usize> {
-    let key = |&i: &usize| (std::cmp::Reverse(groups[i].size), groups[i].id);
-    let mut order: Vec<usize> = (0..groups.len()).collect();
+fn largest_groups(groups: &GroupTable, limit: GroupLimit) -> Vec<u32> {
+    let key = |&g: &u32| (std::cmp::Reverse(groups.size_at(g)), groups.id(g));
+    let mut order: Vec<u32> = (0..groups.len() as u32).collect();
     let listed = limit.of(order.len());
     if listed < order.len() {
         order.select_nth_unstable_by_key(listed, key);

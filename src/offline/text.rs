@@ -323,7 +323,8 @@ mod tests {
             objects.join(", ")
         );
         let graph = snapshot::read_bytes(json.as_bytes()).unwrap();
-        let report = Report::build(&graph, &Analysis::new(&graph), None, GroupLimit::DEFAULT);
+        let kept = heaptui_analysis::Kept::new(&graph, &Analysis::new(&graph));
+        let report = Report::build(&kept, None, GroupLimit::DEFAULT);
         let mut out = Vec::new();
         render(&report, Path::new("many.json"), &mut out).unwrap();
         String::from_utf8(out).unwrap()

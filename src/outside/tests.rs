@@ -468,9 +468,10 @@ fn a_target_under_the_agent_gives_the_same_blocks_and_figures_captured_both_ways
     let (address, token) =
         crate::client::locate::resolve(&format!("pid:{}", target.pid()), None).unwrap();
     let mut session = crate::client::Session::connect(&address, &token).unwrap();
-    let agents = crate::client::commands::live_snapshot(&mut session)
+    let file = crate::client::commands::live_snapshot(&mut session)
         .unwrap()
-        .graph;
+        .file;
+    let agents = heaptui_analysis::snapshot::read_bytes(&file).unwrap();
     // Captured after the agent's snapshot, which the agent keeps in its own memory (every
     // block's address among it): that memory must not be taken for the program's.
     let outside = capture(target.pid()).unwrap_or_else(|e| panic!("{e}"));

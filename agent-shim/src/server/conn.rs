@@ -17,7 +17,6 @@
 use std::io::{self, Read, Write};
 use std::time::{Duration, Instant};
 
-use heaptui_protocol::answer::snapshot_chunk;
 use heaptui_protocol::handshake::server_handshake;
 use heaptui_protocol::{
     ErrorKind, FrameDecoder, MAX_FRAME_LEN, Push, Request, RequestBody, Response, ServerMessage,
@@ -225,14 +224,23 @@ pub fn answer(request: &RequestBody, subscribed: &mut bool) -> Response {
                     "no snapshot taken yet: take one first (heaptui asks with TakeSnapshot)",
                 );
             };
-            // The peak snapshot's graph is served too (`heaptui snapshot --peak`).
-            if let RequestBody::SnapshotData { snapshot, offset } = other
-                && let Some(kept) = state::kept_by_id(*snapshot)
+            // The peak snapshot's bytes are served too (`heaptui snapshot --peak`).
+            let fetch = match other {
+                RequestBody::SnapshotData { snapshot, offset } => {
+                    Some((*snapshot, *offset, state::Form::File))
+                }
+                RequestBody::KeptData { snapshot, offset } => {
+                    Some((*snapshot, *offset, state::Form::Analysed))
+                }
+                _ => None,
+            };
+            if let Some((snapshot, offset, form)) = fetch
+                && let Some(kept) = state::kept_by_id(snapshot)
             {
-                return match kept.encoded() {
-                    Ok(bytes) => snapshot_chunk(*snapshot, bytes, *offset)
-                        .map_or_else(Response::Error, Response::SnapshotData),
-                    Err(e) => Response::error(ErrorKind::Internal, e),
+                let chunk = kept.chunk(form, offset);
+                return match form {
+                    state::Form::File => chunk.map_or_else(Response::Error, Response::SnapshotData),
+                    state::Form::Analysed => chunk.map_or_else(Response::Error, Response::KeptData),
                 };
             }
             kept.answerer().answer(other).unwrap_or_else(|| {

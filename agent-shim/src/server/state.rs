@@ -30,11 +30,12 @@ use heaptui_analysis::Kept as Columns;
 use heaptui_analysis::views;
 use heaptui_analysis::views::ages::Boundary;
 use heaptui_analysis::{Analysis, HeapGraph, NO_SEQ};
-use heaptui_protocol::answer::{ANSWER_BUDGET, Answerer, clip, select_page};
+use heaptui_protocol::answer::{ANSWER_BUDGET, Answerer, clip, select_page, snapshot_chunk};
 use heaptui_protocol::codec::encoded_len;
 use heaptui_protocol::{
-    AgentInfo, GrowthPage, GrowthRow, LiveCounters, MAX_HISTORY, MAX_STACK_FRAMES, Page, PageInfo,
-    ProcessInfo, SnapshotId, SnapshotInfo, SnapshotRule,
+    AgentInfo, ErrorAnswer, ErrorKind, GrowthPage, GrowthRow, LiveCounters, MAX_HISTORY,
+    MAX_STACK_FRAMES, Page, PageInfo, ProcessInfo, SnapshotChunk, SnapshotId, SnapshotInfo,
+    SnapshotRule,
 };
 
 use super::auto;
@@ -59,9 +60,26 @@ pub struct Kept {
     /// The allocation clock when it was taken (`auto::allocation_clock`): the wall-clock
     /// ages of its blocks.
     pub clock: Vec<(u64, u64)>,
-    /// The binary snapshot file of `graph`, made on the first `SnapshotData` request.
-    encoded: OnceLock<Result<Vec<u8>, String>>,
+    /// The snapshot's bytes while a client fetches them (`SnapshotData`, `KeptData`): made on
+    /// the first chunk asked for, dropped once the last chunk is sent, so that they do not
+    /// stay in the target for the life of the snapshot.
+    encodings: [Encoding; 2],
 }
+
+/// The two forms a client can fetch a kept snapshot in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Form {
+    /// A binary snapshot file (docs/reference.md §4): `heaptui snapshot`, exports.
+    File = 0,
+    /// The `Kept` codec, the agent's analysis included: the live report.
+    Analysed = 1,
+}
+
+/// One form's bytes while they are being fetched. A second client fetching at the same time
+/// may find them dropped and has them made again: encoding is deterministic, so the bytes
+/// are the same.
+#[derive(Default)]
+struct Encoding(Mutex<Option<Arc<Vec<u8>>>>);
 
 impl Kept {
     pub fn answerer(&self) -> Answerer<'_> {
@@ -70,26 +88,51 @@ impl Kept {
             .with_clock(&self.clock, self.info.taken_unix_ms)
     }
 
-    /// The snapshot as a binary snapshot file, encoded once.
-    pub fn encoded(&self) -> Result<&[u8], &str> {
-        self.encoded
-            .get_or_init(|| {
+    /// The chunk at `offset` of the snapshot in `form`, encoding it first when no client is
+    /// fetching it now; the bytes are dropped with the last chunk.
+    pub fn chunk(&self, form: Form, offset: u64) -> Result<SnapshotChunk, ErrorAnswer> {
+        let encoding = &self.encodings[form as usize];
+        let held = encoding.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let bytes = match held {
+            Some(bytes) => bytes,
+            None => {
                 let mut out = Vec::new();
-                heaptui_analysis::snapshot::write_binary_kept(&self.columns, &mut out)
-                    .map_err(|e| format!("cannot encode snapshot {}: {e}", self.info.snapshot.0))?;
-                Ok(out)
-            })
-            .as_deref()
-            .map_err(String::as_str)
+                let made = match form {
+                    Form::File => {
+                        heaptui_analysis::snapshot::write_binary_kept(&self.columns, &mut out)
+                            .map_err(|e| e.to_string())
+                    }
+                    Form::Analysed => self.columns.encode(&mut out).map_err(|e| e.to_string()),
+                };
+                made.map_err(|e| ErrorAnswer {
+                    kind: ErrorKind::Internal,
+                    message: format!("cannot encode snapshot {}: {e}", self.info.snapshot.0),
+                })?;
+                let bytes = Arc::new(out);
+                *encoding.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(bytes.clone());
+                bytes
+            }
+        };
+        let chunk = snapshot_chunk(self.info.snapshot, &bytes, offset)?;
+        if chunk.offset + chunk.bytes.len() as u64 >= chunk.total {
+            encoding.0.lock().unwrap_or_else(|e| e.into_inner()).take();
+        }
+        Ok(chunk)
     }
 
-    /// What keeping this snapshot costs, the encoded file included once made.
+    /// What keeping this snapshot costs, with the bytes being fetched now.
     pub fn held_bytes(&self) -> u64 {
-        let encoded = match self.encoded.get() {
-            Some(Ok(bytes)) => bytes.capacity() as u64,
-            _ => 0,
-        };
-        self.info.held_bytes + encoded
+        let fetching: usize = self
+            .encodings
+            .iter()
+            .filter_map(|e| {
+                e.0.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .as_ref()
+                    .map(|b| b.capacity())
+            })
+            .sum();
+        self.info.held_bytes + fetching as u64
     }
 
     /// The figures with the memory held now.
@@ -232,7 +275,7 @@ fn take_locked(cause: Cause) -> Result<SnapshotInfo, String> {
         info: info.clone(),
         boundaries,
         clock: super::auto::allocation_clock(),
-        encoded: OnceLock::new(),
+        encodings: Default::default(),
     });
     TAKEN[cause as usize].fetch_add(1, Ordering::Relaxed);
     // Every snapshot restarts the rule; only with a rule on is a peak snapshot kept.

@@ -165,6 +165,10 @@ pub fn sample_requests() -> Vec<Request> {
             oldest: 20,
         },
         RequestBody::CounterHistory,
+        RequestBody::KeptData {
+            snapshot,
+            offset: 1 << 23,
+        },
     ];
     bodies
         .into_iter()
@@ -367,6 +371,12 @@ pub fn sample_responses() -> Vec<Response> {
             offset: 1 << 23,
             total: (1 << 23) + 5,
             bytes: b"HSNAP".to_vec(),
+        }),
+        Response::KeptData(SnapshotChunk {
+            snapshot,
+            offset: 0,
+            total: 12,
+            bytes: b"HEAPTUI\0KEPT".to_vec(),
         }),
         Response::Units(UnitPage {
             query: UnitQuery::default(),
@@ -807,6 +817,8 @@ pub fn request_body() -> impl Strategy<Value = RequestBody> {
             oldest
         }),
         Just(RequestBody::CounterHistory),
+        (snapshot_id(), any::<u64>())
+            .prop_map(|(snapshot, offset)| RequestBody::KeptData { snapshot, offset }),
     ]
 }
 
@@ -1235,6 +1247,20 @@ fn core_response() -> impl Strategy<Value = Response> {
             vec(any::<u8>(), 0..64)
         )
             .prop_map(|(snapshot, offset, total, bytes)| Response::SnapshotData(
+                SnapshotChunk {
+                    snapshot,
+                    offset,
+                    total,
+                    bytes
+                }
+            )),
+        (
+            snapshot_id(),
+            any::<u64>(),
+            any::<u64>(),
+            vec(any::<u8>(), 0..64)
+        )
+            .prop_map(|(snapshot, offset, total, bytes)| Response::KeptData(
                 SnapshotChunk {
                     snapshot,
                     offset,
