@@ -85,15 +85,13 @@ shot_small() {
 keys() { tmux_ send-keys -t 0 "$@"; }
 
 if [[ -z $source_file ]]; then
-    # The demo, as a newcomer runs it, with a cache of its own; wait for the runaway report
-    # thread to grow, then take a fresh snapshot so the ranking shows it.
+    # The demo, as a newcomer runs it, with a cache of its own: its first snapshot is taken
+    # once every thread runs, the runaway report thread already first.
     cache=$(mktemp -d)
     trap 'tmux_ kill-server 2>/dev/null || true; rm -rf "$cache"' EXIT
     tmux_ new-session -d -x "$width" -y "$height" "env TERM=xterm-256color XDG_CACHE_HOME=$cache $bin demo"
     tmux_ set-option -g escape-time 0
     wait_for "report-builder"
-    sleep 8
-    keys r; wait_for "snapshot #2"
     shot threads
     shot_small
 
@@ -132,7 +130,7 @@ if [[ -z $source_file ]]; then
     keys L; wait_for "Leaks by site"; wait_for "lost in"
     shot leaks
     keys Escape; wait_for "Threads by total"
-    keys w; wait_for "Growth by site"; wait_for "snapshots ·"
+    keys w; wait_for "Growth by site ·"
     shot growth
     keys Escape; wait_for "Threads by total"
     keys A; wait_for "Ages by"
@@ -154,6 +152,8 @@ if [[ -z $source_file ]]; then
     keys Escape; keys Escape
     keys '?'; wait_for "Help"
     shot help
+    keys Tab; wait_for "What the figures mean"
+    shot help-figures
     keys q
     exit 0
 fi

@@ -145,15 +145,15 @@ pub const FIGURES: &[(&str, &[(&str, &str)])] = &[
             ),
             (
                 "DEFINITELY",
-                "unreachable blocks no other unreachable block points to",
+                "unreachable: one block per lost structure no other lost block points into",
             ),
             (
                 "INDIRECTLY",
-                "unreachable blocks reached only from lost ones",
+                "unreachable: the other blocks of a lost structure",
             ),
             (
                 "POSSIBLY",
-                "reachable only through pointers into the middle of blocks",
+                "reachable, but only through pointers into the middle of blocks",
             ),
             ("AGE n", "blocks that survived n snapshots"),
             (
