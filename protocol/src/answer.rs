@@ -437,6 +437,7 @@ impl<'a> Answerer<'a> {
             snapshot: self.snapshot,
             object: self.object_row(object),
             class,
+            possibly_lost: self.kept.is_possibly_lost(object),
             group: self.kept.group_of(object).map(GroupId::from),
             dominator: self.kept.dominator(object),
             stack,

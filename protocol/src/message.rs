@@ -506,6 +506,8 @@ pub struct ObjectDetail {
     pub snapshot: SnapshotId,
     pub object: ObjectRow,
     pub class: ObjectClass,
+    /// Reachable, but by no path of start pointers (docs/reference.md §3 "Leak classes").
+    pub possibly_lost: bool,
     /// The group the object belongs to (none for frame-proprietary and unreachable objects).
     pub group: Option<GroupId>,
     /// Immediate dominator when that is another object: the step back towards its root.

@@ -997,3 +997,56 @@ fn snapshot_chunks_are_capped_and_cover_the_file() {
     let big = heaptui_protocol::answer::snapshot_chunk(SNAP, &encoded, 0).unwrap();
     assert!(encoded_len(&Response::SnapshotData(big)) < MAX_FRAME_LEN);
 }
+
+/// Possibly lost blocks (docs/reference.md §3): the leak page counts them per site, the
+/// object's detail says so, and they keep their reachable class.
+#[test]
+fn possibly_lost_blocks_are_counted_by_site_and_named_in_the_detail() {
+    let mut objects = Objects::default();
+    let mut edges = Edges::default();
+    for (i, site) in [(0u64, 0u32), (1, 0), (2, NO_SITE)] {
+        objects.push(ObjectRecord {
+            id: i + 1,
+            addr: 0x1000 + 0x100 * i,
+            size: 16 * (i + 1),
+            site,
+            thread: 1,
+            seq: i + 1,
+        });
+    }
+    // globals -> 0 (interior) -> 1 (start); globals -> 2 (start).
+    edges.push([1]);
+    edges.push([]);
+    edges.push([]);
+    let sites = vec![Site {
+        id: 1,
+        frames: vec!["make_buffer".into(), "main".into()],
+    }];
+    let graph = HeapGraph::new(
+        Process::default(),
+        sites,
+        objects,
+        edges,
+        vec![],
+        vec![0, 2],
+    )
+    .unwrap()
+    .with_globals_interior(vec![0])
+    .unwrap();
+    let analysis = Analysis::new(&graph);
+    let kept = Kept::new(&graph, &analysis);
+    let a = Answerer::new(SNAP, &kept);
+    let Some(Response::Leaks(page)) = a.answer(&RequestBody::Leaks { page: Page::FIRST }) else {
+        panic!("not a leak page");
+    };
+    assert_eq!(page.rows.len(), 1, "{page:?}");
+    let row = &page.rows[0];
+    assert_eq!(row.label, "make_buffer");
+    assert_eq!((row.possibly_lost, row.possibly_lost_objects), (48, 2));
+    assert_eq!(row.definitely_lost + row.indirectly_lost, 0);
+    for (o, possibly) in [(0, true), (1, true), (2, false)] {
+        let detail = a.object(o, Page::FIRST).unwrap();
+        assert_eq!(detail.possibly_lost, possibly, "object {o}");
+        assert_eq!(detail.class, ObjectClass::GlobalOnly, "object {o}");
+    }
+}

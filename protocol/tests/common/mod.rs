@@ -292,6 +292,7 @@ pub fn sample_responses() -> Vec<Response> {
             snapshot,
             object: sample_object_row(),
             class: ObjectClass::FrameProprietary { tid: 1, frame: 0 },
+            possibly_lost: true,
             group: Some(t1),
             dominator: Some(6),
             stack: vec!["alloc_buf (server.c:42)".into(), "main".into()],
@@ -1169,7 +1170,7 @@ fn core_response() -> impl Strategy<Value = Response> {
     let detail = (
         snapshot_id(),
         object_row(),
-        object_class(),
+        (object_class(), any::<bool>()),
         option::of(group_id()),
         option::of(any::<u32>()),
         vec(text(), 0..3),
@@ -1177,17 +1178,20 @@ fn core_response() -> impl Strategy<Value = Response> {
         (page_info(), vec(referrer, 0..3)),
     )
         .prop_map(
-            |(snapshot, object, class, group, dominator, stack, out, inc)| ObjectDetail {
-                snapshot,
-                object,
-                class,
-                group,
-                dominator,
-                stack,
-                outgoing_page: out.0,
-                outgoing: out.1,
-                incoming_page: inc.0,
-                incoming: inc.1,
+            |(snapshot, object, (class, possibly_lost), group, dominator, stack, out, inc)| {
+                ObjectDetail {
+                    snapshot,
+                    object,
+                    class,
+                    possibly_lost,
+                    group,
+                    dominator,
+                    stack,
+                    outgoing_page: out.0,
+                    outgoing: out.1,
+                    incoming_page: inc.0,
+                    incoming: inc.1,
+                }
             },
         );
     prop_oneof![

@@ -104,6 +104,14 @@ fn about(d: &ObjectDetail) -> Vec<Line<'static>> {
                     _ => theme::shared(),
                 },
             ),
+            Span::styled(
+                if d.possibly_lost {
+                    ", possibly lost (only pointers into its middle lead to it)"
+                } else {
+                    ""
+                },
+                theme::error(),
+            ),
         ]),
         Line::from("allocated  "),
     ];
