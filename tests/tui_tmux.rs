@@ -1,5 +1,5 @@
 //! The TUI in a real terminal: `heaptui open` of the patent fixture runs in a detached tmux
-//! session of 120×36; keys go in with `send-keys`, the screen comes back with `capture-pane`.
+//! session of 120×36 (every screen also at 80×24 and 160×45, as insta snapshots); keys go in with `send-keys`, the screen comes back with `capture-pane`.
 //! Every wait polls the pane against a deadline — no fixed sleeps.
 //!
 //! tmux is required (CI installs it); without it these tests fail and say so.
@@ -510,4 +510,83 @@ fn run_in_a_terminal_quits_with_0_and_names_the_log() {
     let output = std::fs::read_to_string(&log).unwrap_or_else(|e| panic!("{log}: {e}\n{s}"));
     assert!(output.contains("hello from the program"), "{output}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every core screen of the patent fixture and the help's two pages in real terminals of
+/// 80×24 (the smallest the TUI is made for) and 160×45: no header line or column header cut,
+/// and each screen is its accepted insta snapshot. Each screen is reached from a fresh start,
+/// a key at a time, each waited for.
+#[test]
+fn every_screen_at_80x24_and_160x45() {
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/patent-example.json");
+    let screens: &[(&str, &[(&str, &str)])] = &[
+        ("threads", &[]),
+        ("release", &[("Tab", "RELEASE ALONE")]),
+        (
+            "sites",
+            &[("Tab", "RELEASE ALONE"), ("Tab", "Allocation sites by")],
+        ),
+        ("frames", &[("Enter", "Frames of thread 1")]),
+        (
+            "group",
+            &[("Enter", "Frames of thread 1"), ("Enter", "Group F1")],
+        ),
+        (
+            "objects",
+            &[
+                ("Enter", "Frames of thread 1"),
+                ("Enter", "Group F1"),
+                ("Down", "▶ members"),
+                ("Enter", "Objects of group F1"),
+            ],
+        ),
+        (
+            "object",
+            &[
+                ("Enter", "Frames of thread 1"),
+                ("Enter", "Group F1"),
+                ("Down", "▶ members"),
+                ("Enter", "Objects of group F1"),
+                ("Enter", "Object #"),
+            ],
+        ),
+        ("help", &[("?", "Help ·")]),
+        (
+            "help_figures",
+            &[("?", "Help ·"), ("Tab", "What the figures mean")],
+        ),
+    ];
+    for (width, height) in [(80u16, 24u16), (160, 45)] {
+        let t = Tmux::start_sized(width, height);
+        for (name, steps) in screens {
+            t.literal(&format!(
+                "{} open {}",
+                env!("CARGO_BIN_EXE_heaptui"),
+                fixture.display()
+            ));
+            t.keys(&["Enter"]);
+            let mut s = t.wait_for("the thread ranking", |s| {
+                s.contains("Threads by total") && s.contains("thread-n")
+            });
+            for (key, shown) in *steps {
+                t.keys(&[key]);
+                s = t.wait_for(shown, |s| s.contains(shown));
+            }
+            let s: String = s.lines().map(|l| format!("{}\n", l.trim_end())).collect();
+            for cut in [" ROPRIETARY", " RAMES", " OTAL", "│ROPRIETARY"] {
+                assert!(!s.contains(cut), "{name} {width}x{height}: cut\n{s}");
+            }
+            if !name.starts_with("help") {
+                assert!(
+                    s.lines().next().unwrap().contains("snapshot #1"),
+                    "{name} {width}x{height}: the header\n{s}"
+                );
+            }
+            insta::assert_snapshot!(format!("{name}_{width}x{height}"), s);
+            t.keys(&["q"]);
+            t.wait_for("the shell again", |s| {
+                !s.contains("heaptui ·") && !s.contains("Help ·")
+            });
+        }
+    }
 }
