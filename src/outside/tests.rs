@@ -14,20 +14,26 @@ fn build(compiler: &str, file: &str, flags: &[&str]) -> (tempdir::Dir, PathBuf) 
     let name = file.split('.').next().unwrap_or(file);
     let dir = tempdir::Dir::new(name);
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("src/outside/testdata/{file}"));
-    let exe = dir.path().join(name);
+    let exe = build_in(&dir, compiler, &src, flags);
+    (dir, exe)
+}
+
+/// Compiles source file `src` with `compiler` and `flags` into `dir`, named after it.
+fn build_in(dir: &tempdir::Dir, compiler: &str, src: &Path, flags: &[&str]) -> PathBuf {
+    let exe = dir.path().join(src.file_stem().unwrap());
     let out = Command::new(compiler)
         .args(flags)
         .arg("-o")
         .arg(&exe)
-        .arg(&src)
+        .arg(src)
         .output()
-        .unwrap_or_else(|e| panic!("{compiler}, to build {file}: {e}"));
+        .unwrap_or_else(|e| panic!("{compiler}, to build {}: {e}", src.display()));
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    (dir, exe)
+    exe
 }
 
 /// Compiles a C program of `testdata/` into a fresh directory.
@@ -578,17 +584,12 @@ fn compile_idle() -> (tempdir::Dir, PathBuf) {
     }
     let path = dir.path().join("idle.c");
     std::fs::write(&path, src).unwrap();
-    let exe = dir.path().join("idle");
-    let out = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-o"])
-        .arg(&exe)
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let exe = build_in(
+        &dir,
+        &cc,
+        &path,
+        &["-O1", "-g", "-fno-omit-frame-pointer", "-pthread"],
     );
     (dir, exe)
 }
