@@ -22,16 +22,14 @@ fn run_without_log(
     env: &[(&str, &str)],
 ) -> (Option<i32>, String, String) {
     let mut cmd = Command::new(exe);
-    cmd.args(args)
+    without_inherited_heaptui_env(&mut cmd)
+        .args(args)
         .env("LD_PRELOAD", agent_path())
         .env("AGENT_SO", agent_path())
         .env(
             "HEAPTUI_LISTEN",
             format!("unix:{}", dir.path().join("agent.sock").display()),
-        )
-        .env_remove("HEAPTUI_LOG")
-        .env_remove("HEAPTUI_STACK_DEPTH")
-        .env_remove("HEAPTUI_FOLLOW_EXEC");
+        );
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -54,6 +52,31 @@ fn a_healthy_run_prints_only_the_listening_line_and_fork_children_nothing() {
     assert!(
         lines[0].starts_with("heaptui[") && lines[0].contains("]: listening on unix:"),
         "{stderr}"
+    );
+}
+
+/// The test above, run again by this test binary with `HEAPTUI_*` variables of the kind a
+/// developer's shell or a build tool sets (an unknown one, a malformed one, a log file): the
+/// harness keeps them from the target, so the agent still prints only its listening line.
+#[test]
+fn the_harness_keeps_the_test_processes_heaptui_variables_from_the_target() {
+    let dir = TempDir::new("quiet-inherited");
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_healthy_run_prints_only_the_listening_line_and_fork_children_nothing",
+            "--nocapture",
+        ])
+        .env("HEAPTUI_EMBEDDED_AGENT", "/nowhere/agent.so")
+        .env("HEAPTUI_STACK_DEPTH", "lots")
+        .env("HEAPTUI_LOG", dir.path().join("inherited.log"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }
 

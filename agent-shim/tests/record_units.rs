@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{TempDir, agent_path};
+use common::{TempDir, agent_path, without_inherited_heaptui_env};
 use heaptui_agent::config::Listen;
 use heaptui_agent::server::token;
 use heaptui_analysis::recording::{Replay, replay};
@@ -112,12 +112,11 @@ impl Target {
         let socket = dir.path().join("agent.sock");
         let log = dir.path().join("agent.log");
         let mut cmd = Command::new(exe);
-        cmd.args(args)
+        without_inherited_heaptui_env(&mut cmd)
+            .args(args)
             .env("LD_PRELOAD", agent_path())
             .env("HEAPTUI_LOG", &log)
             .env("HEAPTUI_LISTEN", format!("unix:{}", socket.display()))
-            .env_remove("HEAPTUI_RECORD")
-            .env_remove("HEAPTUI_STACK_DEPTH")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null());

@@ -105,6 +105,13 @@ impl Target {
         static N: AtomicUsize = AtomicUsize::new(0);
         let log = dir.join(format!("agent-{}.log", N.fetch_add(1, Ordering::Relaxed)));
         let mut cmd = Command::new(exe);
+        // Only what this test gives the target: a `HEAPTUI_*` variable of the test process's
+        // own environment would change the agent's behaviour or make it warn on stderr.
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("HEAPTUI_") {
+                cmd.env_remove(key);
+            }
+        }
         cmd.env("LD_PRELOAD", agent())
             .env("HEAPTUI_LISTEN", listen)
             .env("HEAPTUI_LOG", &log)

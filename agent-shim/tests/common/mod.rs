@@ -227,6 +227,18 @@ pub fn output_within(mut cmd: Command, limit: Duration) -> Output {
     out
 }
 
+/// Leaves out of `cmd`'s environment every `HEAPTUI_*` variable the test process has (a
+/// developer's shell, or a build tool, may set some): a target starts with only what its test
+/// gives it, and the agent has nothing to warn about on the target's stderr.
+pub fn without_inherited_heaptui_env(cmd: &mut Command) -> &mut Command {
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("HEAPTUI_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd
+}
+
 /// Runs `exe` with the agent preloaded, `env` added, the agent log in `dir`.
 pub fn run_preloaded(dir: &TempDir, exe: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
     static N: AtomicUsize = AtomicUsize::new(0);
@@ -234,13 +246,12 @@ pub fn run_preloaded(dir: &TempDir, exe: &Path, args: &[&str], env: &[(&str, &st
         .path()
         .join(format!("agent-{}.log", N.fetch_add(1, Ordering::Relaxed)));
     let mut cmd = Command::new(exe);
-    cmd.args(args)
+    without_inherited_heaptui_env(&mut cmd)
+        .args(args)
         .env("LD_PRELOAD", agent_path())
         .env("HEAPTUI_LOG", &log)
         // A socket of its own: parallel tests never compete for the default TCP port.
-        .env("HEAPTUI_LISTEN", format!("unix:{}.sock", log.display()))
-        .env_remove("HEAPTUI_STACK_DEPTH")
-        .env_remove("HEAPTUI_FOLLOW_EXEC");
+        .env("HEAPTUI_LISTEN", format!("unix:{}.sock", log.display()));
     for (k, v) in env {
         cmd.env(k, v);
     }

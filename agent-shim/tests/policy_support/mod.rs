@@ -21,7 +21,7 @@ use heaptui_protocol::{
     Response, ServerMessage, SnapshotInfo, Sort, ThreadKey, ThreadRow, recv, send,
 };
 
-use crate::common::{TempDir, agent_path};
+use crate::common::{TempDir, agent_path, without_inherited_heaptui_env};
 
 pub const POLICY_C: &str = include_str!("../targets/policy_threads.c");
 
@@ -57,13 +57,12 @@ impl Target {
         let audit = dir.path().join("audit.jsonl");
         let stderr_path = dir.path().join("stderr.txt");
         let mut cmd = Command::new(exe);
-        cmd.args(args)
+        without_inherited_heaptui_env(&mut cmd)
+            .args(args)
             .env("LD_PRELOAD", agent_path())
             .env("HEAPTUI_LOG", &log)
             .env("HEAPTUI_LISTEN", format!("unix:{}", socket.display()))
             .env("HEAPTUI_AUDIT", &audit)
-            .env_remove("HEAPTUI_POLICY")
-            .env_remove("HEAPTUI_DUMP")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&stderr_path).unwrap());
