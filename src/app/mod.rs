@@ -966,7 +966,14 @@ impl App {
                     self.input = Some(Input { text: query });
                 }
             }
-            Action::Sort(n) => self.sort_by(n.saturating_sub(1) as usize),
+            Action::Sort(n) => {
+                // The n-th column on the screen: on a narrow one, columns that gave way are
+                // not counted (key 3 is the third column the operator sees).
+                let n = n.saturating_sub(1) as usize;
+                if let Some(column) = self.shown_column(n) {
+                    self.sort_by(column);
+                }
+            }
             Action::Refresh => {
                 if self.live {
                     self.take_snapshot();
@@ -1061,6 +1068,24 @@ impl App {
             home.set_release = None;
         } else {
             self.ask_release(tids);
+        }
+    }
+
+    /// The column drawn `n`-th (from 0) on the current screen's table, if there is one.
+    fn shown_column(&self, n: usize) -> Option<usize> {
+        let width = self.areas().main.width;
+        let exact = self.exact_bytes;
+        let nth = |shown: Vec<(usize, u16)>| shown.get(n).map(|c| c.0);
+        match &self.top().kind {
+            ViewKind::Home(home) => match home.tab {
+                HomeTab::Threads => nth(home.threads.shown_columns(width, exact)),
+                HomeTab::Release => nth(home.release.shown_columns(width, exact)),
+                HomeTab::Sites => nth(home.sites.shown_columns(width, exact)),
+            },
+            ViewKind::Frames(v) => nth(v.table.shown_columns(width, exact)),
+            ViewKind::Objects(v) => nth(v.table.shown_columns(width, exact)),
+            ViewKind::Other(v) => v.shown_column(n, width, exact),
+            ViewKind::Group(_) | ViewKind::Object(_) => None,
         }
     }
 

@@ -225,6 +225,11 @@ impl OtherView {
         with_table!(self, t => t.sort_by(column))
     }
 
+    /// The column shown `n`-th (from 0) in a table `width` cells wide.
+    pub fn shown_column(&self, n: usize, width: u16, exact_bytes: bool) -> Option<usize> {
+        with_table_ref!(self, t => t.shown_columns(width, exact_bytes).get(n).map(|c| c.0))
+    }
+
     pub fn move_by(&mut self, delta: isize) {
         with_table!(self, t => t.move_by(delta))
     }

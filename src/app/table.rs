@@ -35,7 +35,7 @@ pub struct Column {
     /// Whether the column can be sorted on.
     pub sortable: bool,
     /// How long the column stays on a narrow screen: the lowest goes first (see
-    /// `ui::widgets::table::fit`), so a thread's name outlasts its state.
+    /// [`fit`]), so a thread's name outlasts its state.
     pub keep: u8,
     /// The narrowest a flexible column (width 0) is drawn.
     pub min: u16,
@@ -121,6 +121,87 @@ impl Column {
         self
     }
 }
+
+/// Cells between two columns.
+const SPACING: u16 = 1;
+/// The `keep` of a name column (a thread's, a site's, a function's).
+const NAME_KEEP: u8 = 9;
+/// Columns kept below this are extras, which give way to a name's width.
+const DATA_KEEP: u8 = 5;
+
+/// The columns shown in `room` cells, as (index, width) in table order.
+///
+/// While they do not fit, the column with the lowest `keep` goes (the rightmost of equals). A
+/// fixed column is never narrower than its header and the sort arrow (no `ROPRIETARY`); a
+/// flexible one (width 0) gets its minimum, then up to its `widest` cell in view, and the first
+/// flexible column takes whatever room is left.
+///
+/// Then the name (a flexible column kept to the last, `keep` 9) gets its widest cell in view,
+/// up to half the room: while it cannot, the extras (`keep` below [`DATA_KEEP`]: bars, callers,
+/// counts) go, lowest first, so that `handle_request (workload.c:139)` is not cut for a bar.
+pub fn fit(columns: &[Column], widest: &[u16], room: u16, exact_bytes: bool) -> Vec<(usize, u16)> {
+    let header_width = |c: &Column| text_width(&c.header_text(exact_bytes)) + u16::from(c.sortable);
+    let least = |c: &Column| match c.width {
+        0 => c.min.max(header_width(c)),
+        w => w.max(header_width(c)),
+    };
+    let mut shown: Vec<usize> = (0..columns.len()).collect();
+    let needed = |shown: &[usize]| -> u16 {
+        let cells: u16 = shown.iter().map(|&i| least(&columns[i])).sum();
+        cells + SPACING * (shown.len() as u16).saturating_sub(1)
+    };
+    while shown.len() > 1 && needed(&shown) > room {
+        let drop = shown
+            .iter()
+            .enumerate()
+            .rev()
+            .min_by_key(|(_, i)| columns[**i].keep)
+            .map(|(at, _)| at)
+            .expect("more than one column");
+        shown.remove(drop);
+    }
+    let more_for_names = |shown: &[usize]| -> u16 {
+        shown
+            .iter()
+            .filter(|&&i| columns[i].width == 0 && columns[i].keep >= NAME_KEEP)
+            .map(|&i| widest[i].min(room / 2).saturating_sub(least(&columns[i])))
+            .sum()
+    };
+    while needed(&shown) + more_for_names(&shown) > room {
+        let Some(drop) = shown
+            .iter()
+            .enumerate()
+            .rev()
+            .filter(|(_, i)| columns[**i].keep < DATA_KEEP)
+            .min_by_key(|(_, i)| columns[**i].keep)
+            .map(|(at, _)| at)
+        else {
+            break;
+        };
+        shown.remove(drop);
+    }
+    let mut widths: Vec<u16> = shown.iter().map(|&i| least(&columns[i])).collect();
+    let mut spare = room.saturating_sub(needed(&shown));
+    for (at, &i) in shown.iter().enumerate() {
+        if columns[i].width == 0 {
+            let more = widest[i].saturating_sub(widths[at]).min(spare);
+            widths[at] += more;
+            spare -= more;
+        }
+    }
+    if let Some(first_flexible) = shown.iter().position(|&i| columns[i].width == 0) {
+        widths[first_flexible] += spare;
+    }
+    shown.into_iter().zip(widths).collect()
+}
+
+/// Terminal cells `text` takes.
+pub fn text_width(text: &str) -> u16 {
+    ratatui::text::Span::raw(text).width() as u16
+}
+
+/// Cells a table's border and selection symbol (`▶ `) take from its width.
+pub const TABLE_FRAME: u16 = 2 + 2;
 
 /// How cells are written: sizes human (`1.4 MiB`) or exact bytes; `max` scales bar columns.
 #[derive(Clone, Copy, Debug, Default)]
@@ -238,6 +319,29 @@ pub trait TableModel {
 
     fn selected_row(&self) -> Option<&Self::Row> {
         self.row(self.cursor().selected)
+    }
+
+    /// The columns a table `width` cells wide shows, as (index, width) in table order (see
+    /// [`fit`]): the drawing code draws these, and the digit keys sort by them.
+    fn shown_columns(&self, width: u16, exact_bytes: bool) -> Vec<(usize, u16)> {
+        let columns = Self::Row::COLUMNS;
+        let cx = self.context(exact_bytes);
+        let (start, end) = self.cursor().window(self.len());
+        // The widest cell in view of each column, for the flexible ones.
+        let mut widest: Vec<u16> = vec![0; columns.len()];
+        for row in (start..end).filter_map(|i| self.row(i)) {
+            for (c, w) in widest.iter_mut().enumerate() {
+                if columns[c].width == 0 {
+                    *w = (*w).max(text_width(&row.cell(c, &cx)));
+                }
+            }
+        }
+        fit(
+            columns,
+            &widest,
+            width.saturating_sub(TABLE_FRAME),
+            exact_bytes,
+        )
     }
 
     /// `rows x–y of N` for the table's title.

@@ -684,3 +684,39 @@ fn exact_bytes_headers_say_bytes() {
     h.key(KeyCode::Char('b'));
     assert!(!screen(&h).contains("TOTAL B"));
 }
+
+/// On a narrow screen the digit keys count the columns the operator sees: where some gave
+/// way, `n` sorts the n-th column shown (and its header gets the arrow), not a hidden one.
+#[test]
+fn digits_sort_the_columns_on_the_screen() {
+    let mut h = Harness::new(fixture());
+    h.app.on_resize(70, 24);
+    h.key(KeyCode::Char('L'));
+    let s = screen_of_size(&h, 70, 24);
+    let header = s
+        .lines()
+        .find(|l| l.contains("SITE"))
+        .unwrap_or_else(|| panic!("{s}"));
+    let shown: Vec<&str> = header
+        .trim_matches('│')
+        .split_whitespace()
+        .map(|n| n.trim_end_matches(['▲', '▼']))
+        .collect();
+    let all: Vec<&str> =
+        <heaptui_protocol::message::LeakRow as crate::app::table::TableRow>::COLUMNS
+            .iter()
+            .map(|c| c.header)
+            .collect();
+    // A column in the middle gave way: the n-th shown is not the n-th of the table.
+    let n = (0..shown.len())
+        .find(|&i| shown[i] != all[i])
+        .unwrap_or_else(|| panic!("no column gave way in the middle:\n{s}"));
+    h.key(KeyCode::Char((b'1' + n as u8) as char));
+    let s = screen_of_size(&h, 70, 24);
+    let sorted = shown[n];
+    assert!(
+        s.contains(&format!("{sorted}▼")) || s.contains(&format!("{sorted}▲")),
+        "key {} sorts {sorted}:\n{s}",
+        n + 1
+    );
+}

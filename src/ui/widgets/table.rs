@@ -9,7 +9,7 @@ use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Cell, HighlightSpacing, Row, Table, TableState};
 
-use crate::app::table::{Align, Column, TableModel, TableRow};
+use crate::app::table::{Align, TableModel, TableRow, text_width};
 use crate::ui::theme;
 
 /// How a cell is coloured: by column, given its text. Sizes carry meaning (alone, shared).
@@ -30,18 +30,7 @@ pub fn draw<M: TableModel>(
     let len = model.len();
     let cursor = model.cursor();
     let (start, end) = cursor.window(len);
-    // The widest cell in view of each column, for the flexible ones.
-    let mut widest: Vec<u16> = vec![0; columns.len()];
-    for row in (start..end).filter_map(|i| model.row(i)) {
-        for (c, w) in widest.iter_mut().enumerate() {
-            if columns[c].width == 0 {
-                *w = (*w).max(text_width(&row.cell(c, &cx)));
-            }
-        }
-    }
-    // Inside the border, after the selection symbol.
-    let room = area.width.saturating_sub(2 + SYMBOL_WIDTH);
-    let shown = fit(columns, &widest, room, exact_bytes);
+    let shown = model.shown_columns(area.width, exact_bytes);
 
     let header = Row::new(shown.iter().map(|&(i, _)| {
         let c = &columns[i];
@@ -128,84 +117,6 @@ fn fitting_title(title: &str, room: usize) -> String {
 }
 
 const SYMBOL: &str = "▶ ";
-const SYMBOL_WIDTH: u16 = 2;
-/// Cells between two columns.
-const SPACING: u16 = 1;
-/// The `keep` of a name column (a thread's, a site's, a function's).
-const NAME_KEEP: u8 = 9;
-/// Columns kept below this are extras, which give way to a name's width.
-const DATA_KEEP: u8 = 5;
-
-/// The columns shown in `room` cells, as (index, width) in table order.
-///
-/// While they do not fit, the column with the lowest `keep` goes (the rightmost of equals). A
-/// fixed column is never narrower than its header and the sort arrow (no `ROPRIETARY`); a
-/// flexible one (width 0) gets its minimum, then up to its `widest` cell in view, and the first
-/// flexible column takes whatever room is left.
-///
-/// Then the name (a flexible column kept to the last, `keep` 9) gets its widest cell in view,
-/// up to half the room: while it cannot, the extras (`keep` below [`DATA_KEEP`]: bars, callers,
-/// counts) go, lowest first, so that `handle_request (workload.c:139)` is not cut for a bar.
-pub fn fit(columns: &[Column], widest: &[u16], room: u16, exact_bytes: bool) -> Vec<(usize, u16)> {
-    let header_width = |c: &Column| text_width(&c.header_text(exact_bytes)) + u16::from(c.sortable);
-    let least = |c: &Column| match c.width {
-        0 => c.min.max(header_width(c)),
-        w => w.max(header_width(c)),
-    };
-    let mut shown: Vec<usize> = (0..columns.len()).collect();
-    let needed = |shown: &[usize]| -> u16 {
-        let cells: u16 = shown.iter().map(|&i| least(&columns[i])).sum();
-        cells + SPACING * (shown.len() as u16).saturating_sub(1)
-    };
-    while shown.len() > 1 && needed(&shown) > room {
-        let drop = shown
-            .iter()
-            .enumerate()
-            .rev()
-            .min_by_key(|(_, i)| columns[**i].keep)
-            .map(|(at, _)| at)
-            .expect("more than one column");
-        shown.remove(drop);
-    }
-    let more_for_names = |shown: &[usize]| -> u16 {
-        shown
-            .iter()
-            .filter(|&&i| columns[i].width == 0 && columns[i].keep >= NAME_KEEP)
-            .map(|&i| widest[i].min(room / 2).saturating_sub(least(&columns[i])))
-            .sum()
-    };
-    while needed(&shown) + more_for_names(&shown) > room {
-        let Some(drop) = shown
-            .iter()
-            .enumerate()
-            .rev()
-            .filter(|(_, i)| columns[**i].keep < DATA_KEEP)
-            .min_by_key(|(_, i)| columns[**i].keep)
-            .map(|(at, _)| at)
-        else {
-            break;
-        };
-        shown.remove(drop);
-    }
-    let mut widths: Vec<u16> = shown.iter().map(|&i| least(&columns[i])).collect();
-    let mut spare = room.saturating_sub(needed(&shown));
-    for (at, &i) in shown.iter().enumerate() {
-        if columns[i].width == 0 {
-            let more = widest[i].saturating_sub(widths[at]).min(spare);
-            widths[at] += more;
-            spare -= more;
-        }
-    }
-    if let Some(first_flexible) = shown.iter().position(|&i| columns[i].width == 0) {
-        widths[first_flexible] += spare;
-    }
-    shown.into_iter().zip(widths).collect()
-}
-
-/// Terminal cells `text` takes.
-fn text_width(text: &str) -> u16 {
-    Span::raw(text).width() as u16
-}
 
 fn align(line: Line<'static>, a: Align) -> Line<'static> {
     match a {
@@ -240,6 +151,8 @@ pub fn highlighted(text: &str, positions: &[usize]) -> Line<'static> {
 #[cfg(test)]
 mod tests {
     use heaptui_protocol::message::ThreadRow;
+
+    use crate::app::table::fit;
 
     use super::*;
 
