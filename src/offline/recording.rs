@@ -69,10 +69,14 @@ pub fn load(path: &std::path::Path) -> anyhow::Result<Recording> {
 /// `rec.bin (recording: 26 records, 2 snapshot boundaries)`, and the cut tail when there is one.
 pub fn describe(path: &std::path::Path, recording: &Recording) -> String {
     let mut text = format!(
-        "{} (recording: {} records, {} snapshot boundaries",
+        "{} (recording: {}, {}",
         path.display(),
-        recording.events(),
-        recording.boundaries()
+        crate::figures::count(recording.events(), "record", "records"),
+        crate::figures::count(
+            recording.boundaries() as u64,
+            "snapshot boundary",
+            "snapshot boundaries"
+        )
     );
     if let Some(at) = recording.truncated() {
         text.push_str(&format!("; a record cut at byte {at} ignored"));
@@ -563,6 +567,18 @@ pub(crate) mod tests {
         assert_eq!(r.history().len(), 1);
         assert_eq!(r.history()[0].allocated_bytes, 300);
         assert_eq!(r.truncated(), None);
+    }
+
+    #[test]
+    fn a_recording_is_described_with_its_counts() {
+        let path = std::path::Path::new("rec.bin");
+        let text = describe(path, &Recording::replay(ages_vector()).unwrap());
+        assert!(text.ends_with("records, 2 snapshot boundaries)"), "{text}");
+        let text = describe(path, &Recording::replay(counters_vector()).unwrap());
+        assert!(
+            !text.contains("1 records") && !text.contains("1 snapshot boundaries"),
+            "{text}"
+        );
     }
 
     #[test]
