@@ -223,3 +223,35 @@ fn another_users_process_is_refused_and_so_is_root_without_cap_sys_ptrace() {
     assert_eq!(nobodys.quit(), Some(0));
     assert_eq!(roots.quit(), Some(0));
 }
+
+/// A Debian allocator library preloaded into the target (`.ci/run` installs them).
+fn allocator_library(file: &str) -> std::path::PathBuf {
+    let path = Path::new("/usr/lib/x86_64-linux-gnu").join(file);
+    assert!(
+        path.exists(),
+        "{} is missing: apt-get install libjemalloc2 libtcmalloc-minimal4",
+        path.display()
+    );
+    path
+}
+
+#[test]
+fn a_process_on_jemalloc_or_tcmalloc_is_refused_naming_the_allocator_and_runs_on() {
+    let dir = Scratch::new("outside-allocators");
+    let exe = target_exe(dir.path());
+    for (library, name) in [
+        ("libjemalloc.so.2", "jemalloc"),
+        ("libtcmalloc_minimal.so.4", "tcmalloc"),
+    ] {
+        let mut command = Command::new(&exe);
+        command.env("LD_PRELOAD", allocator_library(library));
+        let mut target = Target::start(command);
+        let pid = target.pid();
+        let out = expect_refusal(report_of(pid), pid, "its malloc is not glibc's");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(name) && err.contains("agent-path"), "{err}");
+        assert_eq!(stopped_or_traced(pid), None, "{name}");
+        assert_eq!(target.check(), SUM, "{name}");
+        assert_eq!(target.quit(), Some(0), "{name}");
+    }
+}
