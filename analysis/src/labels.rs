@@ -74,6 +74,14 @@ const BUILT_IN: &[&str] = &[
     "_PyObject_Calloc",
     "_PyObject_Realloc",
     "pymalloc_*",
+    // glibc's thread creation: a new thread's TLS vector and stack bookkeeping are asked for
+    // by whoever called pthread_create.
+    "allocate_dtv",
+    "_dl_allocate_tls",
+    "_dl_allocate_tls_init",
+    "allocate_stack",
+    "pthread_create*",
+    "__pthread_create*",
     // Rust's global-allocator shims.
     "__rust_alloc*",
     "__rust_realloc",
@@ -217,6 +225,18 @@ mod tests {
             "g_hash_table_new"
         );
         assert_eq!(w.label(&["_Znwm", "f"]), "f");
+        // A thread's TLS vector is the thread creator's.
+        assert_eq!(
+            w.label(&[
+                "allocate_dtv (dl-tls.c:390)",
+                "_dl_allocate_tls (dl-tls.c:632)",
+                "allocate_stack (allocatestack.c:423)",
+                "pthread_create@@GLIBC_2.34 (pthread_create.c:652)",
+                "spawn_workers (workload.c:310)",
+                "main (workload.c:330)",
+            ]),
+            "spawn_workers (workload.c:310)"
+        );
         assert_eq!(
             w.label(&["operator new[](unsigned long, std::nothrow_t const&)", "f"]),
             "f"
