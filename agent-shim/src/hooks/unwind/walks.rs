@@ -193,23 +193,37 @@ fn check(e: &Entry, start: &Start, depth: usize) -> Option<u32> {
         return None;
     }
     let reads = ((m >> 40) & 0xff) as usize;
-    // The highest address a word may be read at: the stack top's last word.
-    let last = start.hi.checked_sub(8)?.checked_sub(start.sp)?;
-    for (offset, value) in e.offsets.iter().zip(&e.values).take(reads.min(MAX_READS)) {
-        let offset = offset.load(Ordering::Relaxed) as usize & !7;
-        if offset > last {
-            return None;
-        }
-        // SAFETY: sp + offset lies in this thread's stack mapping, at or above the hooked
-        // call's entry stack pointer (checked above), 8-aligned (sp is, offset is masked).
-        let word = unsafe { *((start.sp + offset) as *const usize) };
-        if word as u64 != value.load(Ordering::Relaxed) {
-            return None;
-        }
+    let reads = reads.min(MAX_READS);
+    // Copy the entry out and confirm nobody rewrote it before dereferencing any offset: a
+    // torn entry could hold another walk's offsets, which are only known to be in bounds for
+    // that walk's stack pointer.
+    let mut offsets = [0usize; MAX_READS];
+    let mut values = [0u64; MAX_READS];
+    for (k, (offset, value)) in e.offsets.iter().zip(&e.values).take(reads).enumerate() {
+        offsets[k] = offset.load(Ordering::Relaxed) as usize & !7;
+        values[k] = value.load(Ordering::Relaxed);
     }
     let stack = e.stack.load(Ordering::Relaxed);
     fence(Ordering::Acquire);
-    (e.version.load(Ordering::Relaxed) == version && stack != 0).then_some(stack)
+    if e.version.load(Ordering::Relaxed) != version || stack == 0 {
+        return None;
+    }
+    // The highest address a word may be read at: the stack top's last word.
+    let last = start.hi.checked_sub(8)?.checked_sub(start.sp)?;
+    for (&offset, &value) in offsets.iter().zip(&values).take(reads) {
+        if offset > last {
+            return None;
+        }
+        // SAFETY: sp + offset lies in [sp, hi - 8], this thread's stack as its cached bounds
+        // say, at or above the hooked call's entry stack pointer, 8-aligned (sp is, offset
+        // is masked); the offset is one this entry's own walk read (the version was checked
+        // after copying it out).
+        let word = unsafe { *((start.sp + offset) as *const usize) };
+        if word as u64 != value {
+            return None;
+        }
+    }
+    Some(stack)
 }
 
 /// Remembers the walk from `start` to `depth` frames that read `reads` and was interned as
