@@ -204,7 +204,7 @@ fn the_other_views_at_80x24_and_160x45() {
         ];
         for (name, key, shown) in views {
             t.keys(&[key]);
-            let s = t.wait_for(name, |s| s.contains(shown) && !s.contains("loading…"));
+            let s = t.wait_settled(name, |s| s.contains(shown) && !s.contains("loading…"));
             let s = stable(&s, &port);
             for cut in [
                 "ROPRIETARY",

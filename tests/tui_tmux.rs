@@ -565,12 +565,13 @@ fn every_screen_at_80x24_and_160x45() {
                 fixture.display()
             ));
             t.keys(&["Enter"]);
-            let mut s = t.wait_for("the thread ranking", |s| {
+            let mut s = t.wait_settled("the thread ranking", |s| {
                 s.contains("Threads by total") && s.contains("thread-n")
             });
             for (key, shown) in *steps {
                 t.keys(&[key]);
-                s = t.wait_for(shown, |s| s.contains(shown));
+                // A screen's title can show before its rows arrive ("loading…").
+                s = t.wait_settled(shown, |s| s.contains(shown) && !s.contains("loading…"));
             }
             let s: String = s.lines().map(|l| format!("{}\n", l.trim_end())).collect();
             for cut in [" ROPRIETARY", " RAMES", " OTAL", "│ROPRIETARY"] {

@@ -97,6 +97,29 @@ impl Tmux {
         self.wait_within(what, DEADLINE, ok)
     }
 
+    /// Polls the pane until `ok` holds and the screen stays the same over three polls (the
+    /// program may still be drawing the frame whose first lines made `ok` true); for
+    /// snapshots of whole screens.
+    pub fn wait_settled(&self, what: &str, ok: impl Fn(&str) -> bool) -> String {
+        let start = Instant::now();
+        let mut last = self.wait_for(what, &ok);
+        let mut same = 0;
+        while same < 2 {
+            std::thread::sleep(Duration::from_millis(50));
+            let s = self.screen();
+            if s == last && ok(&s) {
+                same += 1;
+            } else {
+                same = 0;
+                last = s;
+            }
+            if start.elapsed() > DEADLINE {
+                panic!("the screen never settled for {what}; it was:\n{last}");
+            }
+        }
+        last
+    }
+
     /// Polls the pane until `ok` holds; fails with the last screen after `limit`.
     pub fn wait_within(&self, what: &str, limit: Duration, ok: impl Fn(&str) -> bool) -> String {
         let start = Instant::now();
