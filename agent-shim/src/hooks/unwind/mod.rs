@@ -284,6 +284,7 @@ pub unsafe fn start(entry_sp: usize, fp: usize) -> Option<walks::Start> {
         ret,
         fp,
         hi,
+        generation: walks::generation(),
     })
 }
 

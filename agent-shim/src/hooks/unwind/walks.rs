@@ -107,6 +107,9 @@ pub struct Start {
     pub ret: usize,
     pub fp: usize,
     pub hi: usize,
+    /// [`generation`] when the walk began: a walk that went by rules a `dlclose` has since
+    /// dropped is not kept.
+    pub generation: u32,
 }
 
 #[repr(C, align(64))]
@@ -144,6 +147,11 @@ pub fn clear() {
     GENERATION.fetch_add(1, Ordering::Relaxed);
 }
 
+/// The generation walks starting now go by (see [`Start::generation`]).
+pub fn generation() -> u32 {
+    GENERATION.load(Ordering::Relaxed)
+}
+
 /// The set of [`WAYS`] entries where walks from `start` are kept.
 #[inline]
 fn set(start: &Start) -> Option<&'static [Entry; WAYS]> {
@@ -160,8 +168,8 @@ fn set(start: &Start) -> Option<&'static [Entry; WAYS]> {
 }
 
 #[inline]
-fn meta(depth: usize, reads: usize, used_fp: bool) -> u64 {
-    u64::from(GENERATION.load(Ordering::Relaxed))
+fn meta(generation: u32, depth: usize, reads: usize, used_fp: bool) -> u64 {
+    u64::from(generation)
         | (depth as u64 & 0xff) << 32
         | (reads as u64 & 0xff) << 40
         | u64::from(used_fp) << 48
@@ -187,7 +195,7 @@ fn check(e: &Entry, start: &Start, depth: usize) -> Option<u32> {
     }
     let m = e.meta.load(Ordering::Relaxed);
     let used_fp = m >> 48 & 1 != 0;
-    if m & !(0xff << 40) & !(1 << 48) != meta(depth, 0, false)
+    if m & !(0xff << 40) & !(1 << 48) != meta(generation(), depth, 0, false)
         || used_fp && e.fp.load(Ordering::Relaxed) != start.fp as u64
     {
         return None;
@@ -229,7 +237,7 @@ fn check(e: &Entry, start: &Start, depth: usize) -> Option<u32> {
 /// Remembers the walk from `start` to `depth` frames that read `reads` and was interned as
 /// `stack` (unless another thread is writing the same entry: then it is not kept).
 pub fn store(start: &Start, depth: usize, reads: &Reads, stack: u32) {
-    if reads.unkeepable || stack == 0 {
+    if reads.unkeepable || stack == 0 || start.generation != generation() {
         return;
     }
     let Some(set) = set(start) else {
@@ -250,8 +258,10 @@ pub fn store(start: &Start, depth: usize, reads: &Reads, stack: u32) {
     e.ret.store(start.ret as u64, Ordering::Relaxed);
     e.fp.store(start.fp as u64, Ordering::Relaxed);
     let kept = reads.needed.count_ones() as usize;
-    e.meta
-        .store(meta(depth, kept, reads.used_fp), Ordering::Relaxed);
+    e.meta.store(
+        meta(start.generation, depth, kept, reads.used_fp),
+        Ordering::Relaxed,
+    );
     e.stack.store(stack, Ordering::Relaxed);
     let needed = (0..reads.len).filter(|&i| reads.needed & 1 << i != 0);
     for (k, i) in needed.enumerate() {
@@ -275,6 +285,7 @@ mod tests {
             ret: words[0],
             fp: 0x5000,
             hi: sp + 8 * words.len(),
+            generation: generation(),
         };
         let mut reads = Reads::default();
         let i = reads.push(16, words[2]);
@@ -334,6 +345,17 @@ mod tests {
         assert_eq!(lookup(&start, 16), Some(77));
         // A dlclose since.
         clear();
+        assert_eq!(lookup(&start, 16), None);
+        // A walk that began before a dlclose and ends after it is not kept: it went by rules
+        // the dlclose may have dropped.
+        let before = Start {
+            generation: generation() - 1,
+            ..start
+        };
+        let mut reads = Reads::default();
+        let i = reads.push(16, words[2]);
+        reads.need(i);
+        store(&before, 16, &reads, 78);
         assert_eq!(lookup(&start, 16), None);
 
         // A walk that used the frame pointer it started with needs the same one.
