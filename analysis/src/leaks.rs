@@ -1,8 +1,9 @@
 //! The leak classes of docs/reference.md §3, the same as valgrind memcheck's.
 //!
 //! - [`split_lost`] splits the unreachable blocks into definitely and indirectly lost: the
-//!   strongly connected components of the edges among unreachable blocks (an iterative
-//!   Tarjan, linear, no recursion, so that a lost list of millions of blocks is one loop);
+//!   strongly connected components of the edges among unreachable blocks (the groups'
+//!   iterative Tarjan, `groups::strongly_connected`: linear, no recursion, so that a lost list
+//!   of millions of blocks is one loop);
 //!   in each component that no other unreachable block points into, the member with the
 //!   lowest address (then the lowest index) is definitely lost, every other unreachable block
 //!   indirectly lost.
@@ -13,7 +14,9 @@
 //! one bit per block) are dropped when they return. This module computes; it knows nothing
 //! of slots, groups or files.
 
+use crate::dominators::{Csr, Successors};
 use crate::graph::{HeapGraph, ObjectIndex};
+use crate::groups::strongly_connected;
 
 const UNSEEN: u32 = u32::MAX;
 
@@ -31,67 +34,23 @@ pub fn split_lost(graph: &HeapGraph, lost: &[bool]) -> Vec<bool> {
     for (d, &o) in members.iter().enumerate() {
         dense[o as usize] = d as u32;
     }
-    let m = members.len();
-    let mut index = vec![UNSEEN; m];
-    let mut low = vec![0u32; m];
-    let mut component = vec![UNSEEN; m];
-    let mut on_stack: Vec<u32> = Vec::new();
-    let mut calls: Vec<(u32, usize)> = Vec::new();
-    let mut next = 0u32;
-    let mut components = 0u32;
-    for r in 0..m as u32 {
-        if index[r as usize] != UNSEEN {
-            continue;
-        }
-        index[r as usize] = next;
-        low[r as usize] = next;
-        next += 1;
-        on_stack.push(r);
-        calls.push((r, edges.range(members[r as usize]).start));
-        while let Some(&mut (v, ref mut at)) = calls.last_mut() {
-            let end = edges.range(members[v as usize]).end;
-            if *at < end {
-                let w = dense[edges.targets()[*at] as usize];
-                *at += 1;
-                if w == UNSEEN {
-                    continue;
-                }
-                if index[w as usize] == UNSEEN {
-                    index[w as usize] = next;
-                    low[w as usize] = next;
-                    next += 1;
-                    on_stack.push(w);
-                    calls.push((w, edges.range(members[w as usize]).start));
-                } else if component[w as usize] == UNSEEN {
-                    // Still on the stack: part of the component being built.
-                    low[v as usize] = low[v as usize].min(index[w as usize]);
-                }
-                continue;
-            }
-            calls.pop();
-            if let Some(&(u, _)) = calls.last() {
-                low[u as usize] = low[u as usize].min(low[v as usize]);
-            }
-            if low[v as usize] == index[v as usize] {
-                while let Some(x) = on_stack.pop() {
-                    component[x as usize] = components;
-                    if x == v {
-                        break;
-                    }
-                }
-                components += 1;
-            }
-        }
-    }
-    drop((index, low, on_stack, calls));
+    // The edges among them, in that numbering; their components by the Tarjan the groups use.
+    let among = Csr::from_lists(members.iter().map(|&o| {
+        edges
+            .of(o)
+            .iter()
+            .map(|&t| dense[t as usize])
+            .filter(|&w| w != UNSEEN)
+    }));
+    drop(dense);
+    let (component, components) = strongly_connected(&among);
     let c = components as usize;
     let mut entered = vec![false; c];
     let mut leader = vec![UNSEEN; c];
     for (v, &o) in members.iter().enumerate() {
         let cv = component[v] as usize;
-        for &t in edges.of(o) {
-            let w = dense[t as usize];
-            if w != UNSEEN && component[w as usize] as usize != cv {
+        for &w in among.successors(v as u32) {
+            if component[w as usize] as usize != cv {
                 entered[component[w as usize] as usize] = true;
             }
         }
