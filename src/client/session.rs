@@ -11,7 +11,7 @@ use heaptui_protocol::handshake::client_handshake;
 use heaptui_protocol::stream::Stream;
 use heaptui_protocol::{
     AgentInfo, FrameError, Hello, MAX_FRAME_LEN, Push, Request, RequestBody, RequestId, Response,
-    ServerMessage, SnapshotId, SnapshotInfo, decode_payload, read_frame,
+    ServerMessage, SnapshotChunk, SnapshotId, SnapshotInfo, decode_payload, read_frame,
 };
 
 use super::{Address, ClientError, TokenSource, token};
@@ -188,22 +188,39 @@ impl Session {
     pub fn snapshot_file(&mut self, snapshot: SnapshotId) -> Result<Vec<u8>, ClientError> {
         let mut bytes = Vec::new();
         loop {
-            let offset = bytes.len() as u64;
-            let chunk = match self.request(RequestBody::SnapshotData { snapshot, offset })? {
-                Response::SnapshotData(c) => c,
-                other => return Err(self.unexpected("snapshot-data", &other)),
-            };
-            if chunk.offset != offset || (chunk.bytes.is_empty() && offset < chunk.total) {
-                return Err(ClientError::new(format!(
-                    "the agent at {} sent snapshot bytes out of order",
-                    self.address
-                )));
-            }
+            let chunk = self.chunk(Form::File, snapshot, bytes.len() as u64)?;
             bytes.extend_from_slice(&chunk.bytes);
             if bytes.len() as u64 >= chunk.total {
                 return Ok(bytes);
             }
         }
+    }
+
+    /// The chunk at `offset` of the snapshot's bytes in `form`, checked to be that chunk.
+    fn chunk(
+        &mut self,
+        form: Form,
+        snapshot: SnapshotId,
+        offset: u64,
+    ) -> Result<SnapshotChunk, ClientError> {
+        let (body, kind) = match form {
+            Form::File => (
+                RequestBody::SnapshotData { snapshot, offset },
+                "snapshot-data",
+            ),
+            Form::Analysed => (RequestBody::KeptData { snapshot, offset }, "kept-data"),
+        };
+        let chunk = match (form, self.request(body)?) {
+            (Form::File, Response::SnapshotData(c)) | (Form::Analysed, Response::KeptData(c)) => c,
+            (_, other) => return Err(self.unexpected(kind, &other)),
+        };
+        if chunk.offset != offset || (chunk.bytes.is_empty() && offset < chunk.total) {
+            return Err(ClientError::new(format!(
+                "the agent at {} sent snapshot bytes out of order",
+                self.address
+            )));
+        }
+        Ok(chunk)
     }
 
     /// The kept snapshot as the agent analysed it, decoded while its chunks arrive (the
@@ -239,6 +256,13 @@ impl Session {
     }
 }
 
+/// The two forms a kept snapshot is fetched in: its binary file, or the agent's analysis.
+#[derive(Clone, Copy)]
+enum Form {
+    File,
+    Analysed,
+}
+
 /// Reads a kept snapshot's bytes chunk by chunk (`KeptData`), as the decoder asks for them.
 struct KeptReader<'a> {
     session: &'a mut Session,
@@ -255,20 +279,9 @@ struct KeptReader<'a> {
 
 impl KeptReader<'_> {
     fn next_chunk(&mut self) -> Result<(), ClientError> {
-        let (snapshot, offset) = (self.snapshot, self.offset);
-        let chunk = match self
+        let chunk = self
             .session
-            .request(RequestBody::KeptData { snapshot, offset })?
-        {
-            Response::KeptData(c) => c,
-            other => return Err(self.session.unexpected("kept-data", &other)),
-        };
-        if chunk.offset != offset || (chunk.bytes.is_empty() && offset < chunk.total) {
-            return Err(ClientError::new(format!(
-                "the agent at {} sent snapshot bytes out of order",
-                self.session.address
-            )));
-        }
+            .chunk(Form::Analysed, self.snapshot, self.offset)?;
         self.offset += chunk.bytes.len() as u64;
         self.total = Some(chunk.total);
         self.chunk = chunk.bytes;
