@@ -906,30 +906,41 @@ fn object_rows_copy_the_graph_columns() {
     }
 }
 
+/// Every byte of a chunked answer, asked for from offset 0 on: each chunk starts where the
+/// last ended and only the last may be short of the rest.
+fn every_chunk(
+    request: impl Fn(u64) -> RequestBody,
+    answer: impl Fn(RequestBody) -> Option<Response>,
+    chunk_of: impl Fn(Response) -> Option<SnapshotChunk>,
+) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    loop {
+        let chunk = expect(answer(request(bytes.len() as u64)), &chunk_of);
+        assert_eq!(chunk.offset, bytes.len() as u64);
+        bytes.extend_from_slice(&chunk.bytes);
+        if bytes.len() as u64 == chunk.total {
+            return bytes;
+        }
+        assert!(!chunk.bytes.is_empty());
+    }
+}
+
 #[test]
 fn kept_data_chunks_rebuild_the_kept_snapshot() {
     let (graph, analysis) = fixture();
     let kept = Kept::new(&graph, &analysis);
     let a = Answerer::new(SNAP, &kept);
-    let mut bytes = Vec::new();
-    loop {
-        let chunk = expect(
-            a.answer(&RequestBody::KeptData {
-                snapshot: SNAP,
-                offset: bytes.len() as u64,
-            }),
-            |r| match r {
-                Response::KeptData(c) => Some(c),
-                _ => None,
-            },
-        );
-        assert_eq!(chunk.offset, bytes.len() as u64);
-        bytes.extend_from_slice(&chunk.bytes);
-        if bytes.len() as u64 == chunk.total {
-            break;
-        }
-        assert!(!chunk.bytes.is_empty());
-    }
+    let bytes = every_chunk(
+        |offset| RequestBody::KeptData {
+            snapshot: SNAP,
+            offset,
+        },
+        |body| a.answer(&body),
+        |r| match r {
+            Response::KeptData(c) => Some(c),
+            _ => None,
+        },
+    );
     // The analysis travels whole: what the client decodes is the agent's kept snapshot.
     assert_eq!(Kept::decode(&mut bytes.as_slice()).unwrap(), kept);
     let stale = error_of(a.answer(&RequestBody::KeptData {
@@ -944,25 +955,17 @@ fn snapshot_data_chunks_rebuild_the_graph() {
     let (graph, analysis) = fixture();
     let kept = Kept::new(&graph, &analysis);
     let a = Answerer::new(SNAP, &kept);
-    let mut bytes = Vec::new();
-    loop {
-        let chunk = expect(
-            a.answer(&RequestBody::SnapshotData {
-                snapshot: SNAP,
-                offset: bytes.len() as u64,
-            }),
-            |r| match r {
-                Response::SnapshotData(c) => Some(c),
-                _ => None,
-            },
-        );
-        assert_eq!(chunk.offset, bytes.len() as u64);
-        bytes.extend_from_slice(&chunk.bytes);
-        if bytes.len() as u64 == chunk.total {
-            break;
-        }
-        assert!(!chunk.bytes.is_empty());
-    }
+    let bytes = every_chunk(
+        |offset| RequestBody::SnapshotData {
+            snapshot: SNAP,
+            offset,
+        },
+        |body| a.answer(&body),
+        |r| match r {
+            Response::SnapshotData(c) => Some(c),
+            _ => None,
+        },
+    );
     let back = heaptui_analysis::snapshot::read_bytes(&bytes).unwrap();
     assert_eq!(back.object_count(), graph.object_count());
     assert_eq!(back.total_bytes(), graph.total_bytes());
