@@ -16,14 +16,15 @@ pub fn count(n: u64, one: &str, many: &str) -> String {
 /// The age ranges' names, as the histogram columns are headed.
 pub const RANGE_NAMES: [&str; AGE_RANGES] = ["0", "1", "2", "3", ">3"];
 
-/// `0: 2 · 1: 1 · 2: 3 · 3: 0 · >3: 0` (blocks per range).
+/// `0: 2, 1: 1, 2: 3, 3: 0, >3: 0` (blocks per range). Commas, not ` · `: a title gives way
+/// by its ` · ` parts, and the histogram must go whole or stay whole.
 pub fn histogram_text(h: &AgeHistogram) -> String {
     RANGE_NAMES
         .iter()
         .zip(h.blocks)
         .map(|(name, n)| format!("{name}: {n}"))
         .collect::<Vec<_>>()
-        .join(" · ")
+        .join(", ")
 }
 
 /// `3.2 s`, `4 min`, `-` when the source does not know.
@@ -95,7 +96,7 @@ mod tests {
             blocks: [2, 1, 3, 0, 0],
             bytes: [0; AGE_RANGES],
         };
-        assert_eq!(histogram_text(&h), "0: 2 · 1: 1 · 2: 3 · 3: 0 · >3: 0");
+        assert_eq!(histogram_text(&h), "0: 2, 1: 1, 2: 3, 3: 0, >3: 0");
         let c = LiveCounters {
             live_bytes: 200,
             allocated_bytes: 300,

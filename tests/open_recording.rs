@@ -75,7 +75,7 @@ fn open_a_recording_shows_its_units_ages_and_why_it_has_no_leaks() {
     t.keys(&["A"]);
     let s = t.wait_for("the ages", |s| s.contains("snapshot boundaries ·"));
     assert!(
-        s.contains("2 snapshot boundaries · all blocks 0: 2 · 1: 1 · 2: 3 · 3: 0 · >3: 0"),
+        s.contains("2 snapshot boundaries · all blocks 0: 2, 1: 1, 2: 3, 3: 0, >3: 0"),
         "{s}"
     );
     assert_eq!(
@@ -139,7 +139,7 @@ fn attach_shows_what_the_agent_answers_for_ages_and_units() {
     t.keys(&["A"]);
     let s = t.wait_for("the agent's ages", |s| s.contains("snapshot boundaries ·"));
     assert!(
-        s.contains("2 snapshot boundaries · all blocks 0: 1 · 1: 1 · 2: 1 · 3: 0 · >3: 0"),
+        s.contains("2 snapshot boundaries · all blocks 0: 1, 1: 1, 2: 1, 3: 0, >3: 0"),
         "{s}"
     );
     t.back_home();

@@ -78,7 +78,7 @@ fn a_recording_reports_the_issue_ages() {
     let text = report(&rec, &[]);
     assert!(text.contains("against 2 snapshot boundaries"), "{text}");
     assert!(
-        text.contains("all blocks  0: 2 · 1: 1 · 2: 3 · 3: 0 · >3: 0"),
+        text.contains("all blocks  0: 2, 1: 1, 2: 3, 3: 0, >3: 0"),
         "{text}"
     );
     assert_eq!(
@@ -299,7 +299,7 @@ fn a_live_report_shows_the_agents_leaks_ages_and_units() {
     // snapshot file alone would have said 0 for all.
     assert!(text.contains("against 2 snapshot boundaries"), "{text}");
     assert!(
-        text.contains("all blocks  0: 1 · 1: 1 · 2: 1 · 3: 0 · >3: 0"),
+        text.contains("all blocks  0: 1, 1: 1, 2: 1, 3: 0, >3: 0"),
         "{text}"
     );
     assert_eq!(

@@ -34,7 +34,7 @@ fn ages_of_a_recording() {
     h.keys(&[KeyCode::Esc, KeyCode::Char('A')]);
     let text = screen(&h);
     assert!(
-        text.contains("2 snapshot boundaries · all blocks 0: 2 · 1: 1 · 2: 3 · 3: 0 · >3: 0"),
+        text.contains("2 snapshot boundaries · all blocks 0: 2, 1: 1, 2: 3, 3: 0, >3: 0"),
         "{text}"
     );
     insta::assert_snapshot!(text);
