@@ -27,6 +27,14 @@ pub fn histogram_text(h: &AgeHistogram) -> String {
         .join(", ")
 }
 
+/// Whether possibly lost blocks are most of the heap, when a word beside their figure is due: an
+/// interpreter or a pool allocator that keeps pointers past its blocks' start makes nearly
+/// everything possibly lost (perl's heap is), for valgrind memcheck as for heaptui, and a user
+/// should not read that as a leak.
+pub fn mostly_possibly_lost(possibly_lost: u64, heap: u64) -> bool {
+    heap > 0 && possibly_lost.saturating_mul(2) >= heap
+}
+
 /// `3.2 s`, `4 min`, `-` when the source does not know.
 pub fn wall_age(ms: Option<u64>) -> String {
     match ms {

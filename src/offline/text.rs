@@ -258,6 +258,13 @@ fn leaks(report: &Report, out: &mut impl Write) -> io::Result<()> {
             human(l.possibly_lost),
             objects(l.possibly_lost_objects)
         )?;
+        if crate::figures::mostly_possibly_lost(l.possibly_lost, report.totals.bytes) {
+            writeln!(
+                out,
+                "  (most of the heap: the program points into its blocks past their start, as \
+                 interpreters and pool allocators do, so these are seldom leaks)"
+            )?;
+        }
     }
     Ok(())
 }
@@ -328,6 +335,39 @@ mod tests {
         let mut out = Vec::new();
         render(&report, Path::new("many.json"), &mut out).unwrap();
         String::from_utf8(out).unwrap()
+    }
+
+    /// A 100-byte block that main's frame reaches only through a pointer into its middle, and a
+    /// `small`-byte one it points at the start of.
+    fn interior_report(small: u64) -> String {
+        let json = format!(
+            r#"{{"format": "heaptui-snapshot", "version": 1,
+                "objects": [{{"id": 1, "size": 100, "refs": []}},
+                            {{"id": 2, "size": {small}, "refs": []}}],
+                "threads": [{{"tid": 1, "name": "main", "frames": [{{"function": "main",
+                  "refs": [{{"id": 1, "interior": true}}, 2]}}]}}]}}"#
+        );
+        let graph = snapshot::read_bytes(json.as_bytes()).unwrap();
+        let kept = heaptui_analysis::Kept::new(&graph, &Analysis::new(&graph));
+        let report = Report::build(&kept, None, GroupLimit::DEFAULT);
+        let mut out = Vec::new();
+        render(&report, Path::new("interior.json"), &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn a_heap_mostly_possibly_lost_is_said_to_be_seldom_leaks() {
+        let hint = "(most of the heap: the program points into its blocks past their start";
+        let mostly = interior_report(10);
+        assert!(
+            mostly.contains("  possibly lost 100 B (1 object): reachable only through"),
+            "{mostly}"
+        );
+        assert!(mostly.contains(hint), "{mostly}");
+        // 100 of 400 bytes: possibly lost, but not most of the heap.
+        let some = interior_report(300);
+        assert!(some.contains("  possibly lost 100 B (1 object)"), "{some}");
+        assert!(!some.contains(hint), "{some}");
     }
 
     #[test]

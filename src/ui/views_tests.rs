@@ -62,6 +62,25 @@ fn leaks_of_a_snapshot() {
 }
 
 #[test]
+fn leaks_say_when_most_of_the_heap_is_possibly_lost() {
+    // 100 of 110 bytes reached only through a pointer into the block's middle, as in perl's heap.
+    let json = br#"{"format": "heaptui-snapshot", "version": 1,
+        "objects": [{"id": 1, "size": 100, "refs": []}, {"id": 2, "size": 10, "refs": []}],
+        "threads": [{"tid": 1, "name": "main", "frames": [{"function": "main",
+          "refs": [{"id": 1, "interior": true}, 2]}]}]}"#;
+    let mut h = Harness::new(heaptui_analysis::snapshot::read_bytes(json).unwrap());
+    h.key(KeyCode::Char('L'));
+    let text = screen(&h);
+    assert!(
+        text.contains(
+            "Leaks by site: most of the heap is possibly lost (interior pointers), seldom leaks · \
+             rows"
+        ),
+        "{text}"
+    );
+}
+
+#[test]
 fn live_units_charged_to_the_freer_with_the_counter_chart() {
     let mut h = Harness::live_with(fixture(), agent_units);
     h.keys(&[KeyCode::Char('u'), KeyCode::Char('c')]);

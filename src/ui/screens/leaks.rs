@@ -10,23 +10,31 @@ use heaptui_protocol::message::LeakRow;
 use crate::app::App;
 use crate::app::layout::Areas;
 use crate::app::leaks::LeaksView;
+use crate::figures::{count, mostly_possibly_lost};
 use crate::size::human;
 use crate::ui::{theme, widgets};
 
 pub fn draw(frame: &mut Frame, areas: &Areas, app: &App, view: &LeaksView) {
+    // What the figures mean, then the snapshot's figures: a narrow terminal drops the figures
+    // first, which the header shows too.
     let mut title = "Leaks by site: blocks no root reaches".to_string();
     if let Some(s) = &app.snapshot {
+        if mostly_possibly_lost(s.leaks.possibly_lost, s.totals.bytes) {
+            title = "Leaks by site: most of the heap is possibly lost (interior pointers), \
+                     seldom leaks"
+                .to_string();
+        }
         title.push_str(&format!(
             " · snapshot #{}: {} lost in {}",
             s.snapshot.0,
             human(s.leaks.bytes),
-            crate::figures::count(s.leaks.objects, "block", "blocks")
+            count(s.leaks.objects, "block", "blocks")
         ));
         if s.leaks.possibly_lost_objects > 0 {
             title.push_str(&format!(
                 ", {} possibly lost in {}",
                 human(s.leaks.possibly_lost),
-                s.leaks.possibly_lost_objects
+                count(s.leaks.possibly_lost_objects, "block", "blocks")
             ));
         }
         if s.threads_not_stopped > 0 {
