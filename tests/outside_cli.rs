@@ -47,7 +47,7 @@ fn report_and_snapshot_of_a_process_without_the_agent_count_its_blocks_and_leave
     assert_eq!(live["outside"], true, "{live}");
     // Every block is reachable: the list and the 1 MiB block from their statics.
     assert_eq!(live["leaks"]["bytes"], 0, "{live}");
-    // main and the worker: every thread is listed, with its stack as one pseudo-frame. The
+    // main and the worker: every thread is listed, unwound frame by frame. The
     // worker's 50 blocks of 24 bytes and its DTV are its own: no other thread's stack or TLS
     // reaches them.
     let threads = live["threads"].as_array().unwrap();
@@ -58,6 +58,33 @@ fn report_and_snapshot_of_a_process_without_the_agent_count_its_blocks_and_leave
         .expect("the worker thread");
     assert_eq!(worker["proprietary"], 50 * 24 + extra, "{live}");
     assert_eq!(worker["shared"], 0, "{live}");
+    // Each frame by name: the worker's function holds its array of 50 pointers on its stack, so
+    // its frame holds the 50 blocks; main's chain reaches `main`.
+    let frames = |t: &serde_json::Value| -> Vec<(String, u64)> {
+        t["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                (
+                    f["function"].as_str().unwrap().to_string(),
+                    f["proprietary"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let worker_frames = frames(worker);
+    assert!(
+        worker_frames.contains(&("worker".to_string(), 50 * 24)),
+        "{worker_frames:?}"
+    );
+    assert_eq!(worker_frames.last().unwrap().0, "<thread>");
+    let main = threads.iter().find(|t| t["tid"] == pid).unwrap();
+    assert!(
+        frames(main).iter().any(|(f, _)| f == "main"),
+        "{:?}",
+        frames(main)
+    );
     assert_eq!(stopped_or_traced(pid), None);
     assert_eq!(target.check(), SUM);
 

@@ -33,10 +33,11 @@ fn attach_to_a_process_without_the_agent_shows_its_threads_and_refuses_to_cancel
         .count();
     assert_eq!(rows, 2, "{s}");
 
-    // The worker (its 50 blocks are its own) ranks first: its one frame is its whole stack.
+    // The worker (its 50 blocks are its own) ranks first: unwound frame by frame, its own
+    // function among its frames, and its stack above them as `<thread>`.
     t.keys(&["Enter"]);
     let s = t.wait_for("the worker's frames", |s| {
-        s.contains("Frames of thread") && s.contains("<thread>")
+        s.contains("Frames of thread") && s.contains("worker") && s.contains("<thread>")
     });
     assert!(!s.contains("heaptui_agent"), "{s}");
     t.keys(&["Escape"]);

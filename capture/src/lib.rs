@@ -9,9 +9,14 @@
 //! (for the object indices it hands out). Safe code only, like every crate but the agent.
 //!
 //! - [`blocks`]: the lookup from any word to the live block that contains it;
-//! - [`registers`]: which registers of a stopped thread are roots (the system-call rule).
+//! - [`registers`]: which registers of a stopped thread are roots (the system-call rule);
+//! - [`unwind`]: a stopped thread's frames and the roots of each, over either capture's view
+//!   of the address space;
+//! - [`symbols`]: the function names of a module file.
 
 pub mod blocks;
 pub mod registers;
+pub mod symbols;
+pub mod unwind;
 
 pub use blocks::{BlockIndex, FxHasher};

@@ -6,10 +6,13 @@
 //! - objects: the live blocks, identified by their address (stable from one capture to the
 //!   next), with their usable size; no allocating thread, no sequence number, and one site
 //!   that says why: [`UNKNOWN_SITE`];
-//! - threads: each with its registers (only a system call's arguments and the callee-saved
-//!   ones for a thread stopped in one: `heaptui_capture::registers`, the agent's rule), its
-//!   stack from the stack pointer (less the red zone, but in a system call) up, and its
-//!   static TLS and thread descriptor;
+//! - threads: each unwound frame by frame from its registers by the agent's unwinder, over
+//!   the copy and the modules' files ([`frames`](super::frames)), each frame named as the agent
+//!   names it and holding what the agent's frame holds: its stack words, the registers it owns
+//!   (only a system call's arguments for a thread stopped in one:
+//!   `heaptui_capture::registers`, the agent's rule) and the callee-saved values spilled for
+//!   it; the last frame is `<thread>`, with the stack above the outermost frame, the static
+//!   TLS and the thread descriptor;
 //! - globals: every other readable, writable mapping (modules' data, mapped memory), less
 //!   the heap's own memory and glibc's malloc state;
 //! - edges: every aligned word of a block that points into a live block.
@@ -24,9 +27,11 @@ use heaptui_analysis::{
 };
 use heaptui_capture::BlockIndex;
 use heaptui_capture::registers;
+use heaptui_capture::unwind::{FrameSort, Registers, THREAD_DESCRIPTOR};
 
 use super::agent::{self, Agent};
 use super::arenas::{self, Block};
+use super::frames::{ModuleFiles, OutsideSpace};
 use super::glibc::Glibc;
 use super::memory::Image;
 use super::ptrace::{self, Stop};
@@ -35,8 +40,26 @@ use super::{CaptureError, Stopped};
 /// The allocation site of every block of an outside capture: only hooks see allocations.
 pub const UNKNOWN_SITE: &str = "unknown: started without the agent";
 
-/// Size of glibc's thread descriptor (`struct pthread`) that the thread pointer points at.
-const THREAD_DESCRIPTOR: u64 = 2304;
+/// The words of `ranges` in the copy, but for the stack slots at `skip` (sorted): callee-saved
+/// values a callee spilled, which are roots of the frame they belong to instead.
+fn words_but<'a>(
+    image: &'a Image,
+    ranges: &'a [Range<u64>],
+    skip: &'a [u64],
+) -> impl Iterator<Item = u64> + 'a {
+    ranges.iter().flat_map(move |r| {
+        let start = r.start.next_multiple_of(8);
+        let end = (r.end & !7).max(start);
+        image.pieces(start..end).flat_map(move |(at, bytes)| {
+            bytes.chunks_exact(8).enumerate().filter_map(move |(k, w)| {
+                let addr = at + 8 * k as u64;
+                skip.binary_search(&addr)
+                    .is_err()
+                    .then(|| u64::from_le_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]))
+            })
+        })
+    })
+}
 
 /// The references of one holder: sorted, without duplicates.
 fn refs_of(index: &BlockIndex, words: impl Iterator<Item = u64>) -> Vec<(ObjectIndex, bool)> {
@@ -134,8 +157,7 @@ fn dwarf_registers(r: &nix::libc::user_regs_struct) -> registers::Gprs {
 /// Where a thread was stopped, by the rule the agent's capture follows too: ptrace's record
 /// of the system call it is in, and the code around its pc read while it was stopped.
 fn where_stopped(t: &ptrace::Thread, r: &nix::libc::user_regs_struct) -> registers::Stopped {
-    let kernel_nr = (r.orig_rax as i64 >= 0).then_some(r.orig_rax);
-    registers::where_stopped(&dwarf_registers(r), kernel_nr, |at, buf| {
+    registers::where_stopped(&dwarf_registers(r), kernel_nr(r), |at, buf| {
         let Some((start, bytes)) = &t.code else {
             return false;
         };
@@ -151,6 +173,11 @@ fn where_stopped(t: &ptrace::Thread, r: &nix::libc::user_regs_struct) -> registe
             None => false,
         }
     })
+}
+
+/// The system call ptrace says a stopped thread is in.
+fn kernel_nr(r: &nix::libc::user_regs_struct) -> Option<u64> {
+    (r.orig_rax as i64 >= 0).then_some(r.orig_rax)
 }
 
 /// Builds the graph of a stopped process (module docs).
@@ -181,6 +208,10 @@ pub(super) fn build(
     if let Some(agent) = agent {
         not_globals.extend(agent.memory(image));
     }
+    let files = ModuleFiles::read(nix::unistd::Pid::from_raw(pid as i32), &stopped.maps);
+    let space = OutsideSpace::new(&files, &stopped.maps, image, glibc.static_tls);
+    let names = space.names();
+    let mut unwinder = space.unwinder();
     let mut threads = Vec::with_capacity(stopped.threads.len());
     for t in &stopped.threads {
         let name = thread_name(pid, t.tid);
@@ -211,21 +242,42 @@ pub(super) fn build(
                 // The dead part of its stack, below the stack pointer, is no root at all (as
                 // in the agent's capture): it holds what finished calls left there.
                 not_globals.extend(stopped.maps.find(regs.rsp).map(|m| m.start..m.end));
-                let mut words_of_thread = registers::thread_roots(&dwarf_registers(regs), at);
-                for r in &owned {
-                    words_of_thread.extend(words(image, r.clone()));
-                }
-                let (refs, interior) = root_refs(refs_of(&index, words_of_thread.into_iter()));
-                (
-                    ThreadState::Stopped,
-                    vec![Frame {
-                        function: "<thread>".into(),
-                        module: String::new(),
-                        kind: FrameKind::System,
-                        refs,
-                        interior,
-                    }],
-                )
+                let unwound = unwinder.unwind_stopped(
+                    &Registers {
+                        gpr: dwarf_registers(regs),
+                        fs_base: regs.fs_base,
+                    },
+                    kernel_nr(regs),
+                );
+                let frames = unwound
+                    .frames
+                    .iter()
+                    .enumerate()
+                    .map(|(i, f)| {
+                        let words = words_but(image, &f.ranges, &unwound.skip)
+                            .chain(f.values.iter().copied());
+                        let (refs, interior) = root_refs(refs_of(&index, words));
+                        let (function, module, kind) = match f.sort {
+                            FrameSort::Call => space.name(&names, f.pc, i == 0),
+                            FrameSort::Signal => (
+                                "<signal handler called>".into(),
+                                "[kernel]".into(),
+                                FrameKind::System,
+                            ),
+                            FrameSort::Thread => {
+                                ("<thread>".into(), String::new(), FrameKind::System)
+                            }
+                        };
+                        Frame {
+                            function,
+                            module,
+                            kind,
+                            refs,
+                            interior,
+                        }
+                    })
+                    .collect();
+                (ThreadState::Stopped, frames)
             }
             (Stop::NotStopped(_), _) | (Stop::Trap | Stop::Signal(_), None) => {
                 let why = match &t.stop {

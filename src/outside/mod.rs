@@ -22,6 +22,7 @@ pub mod access;
 pub mod agent;
 pub mod arenas;
 pub mod commands;
+pub mod frames;
 pub mod glibc;
 pub mod graph;
 pub mod maps;

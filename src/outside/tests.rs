@@ -369,8 +369,8 @@ fn a_process_a_debugger_traces_is_refused_with_what_to_do() {
 }
 
 /// The part of graph `g` that both captures can see alike: only the blocks at `kept`
-/// addresses (and the references among them), each sized `size_of` its address, and each
-/// thread's frames made one, as an outside capture has them.
+/// addresses (and the references among them, the frames' included), each sized `size_of` its
+/// address.
 fn comparable(g: &HeapGraph, kept: &HashSet<u64>, size_of: impl Fn(u64) -> u64) -> HeapGraph {
     let objects = g.objects();
     let mut new_index = vec![None; objects.len()];
@@ -395,15 +395,17 @@ fn comparable(g: &HeapGraph, kept: &HashSet<u64>, size_of: impl Fn(u64) -> u64) 
     let threads = g
         .threads
         .iter()
-        .map(|t| {
-            let refs: Vec<u32> = t.frames.iter().flat_map(|f| f.refs.clone()).collect();
-            heaptui_analysis::Thread {
-                frames: vec![heaptui_analysis::Frame {
-                    refs: remap(&refs),
-                    ..Default::default()
-                }],
-                ..t.clone()
-            }
+        .map(|t| heaptui_analysis::Thread {
+            frames: t
+                .frames
+                .iter()
+                .map(|f| heaptui_analysis::Frame {
+                    refs: remap(&f.refs),
+                    interior: Vec::new(),
+                    ..f.clone()
+                })
+                .collect(),
+            ..t.clone()
         })
         .collect();
     let globals = remap(&g.globals);
@@ -445,32 +447,86 @@ fn by_address(g: &HeapGraph) -> BTreeMap<u64, (Vec<u64>, String)> {
         .collect()
 }
 
-/// The start of the arena heap (or the main heap) that holds `addr`: non-main heaps are
-/// aligned to their largest size.
-fn heap_of(addr: u64, main_heap: &Range<u64>) -> u64 {
-    if main_heap.contains(&addr) {
-        main_heap.start
-    } else {
-        addr & !(glibc::LAYOUT_2_35.heap_max - 1)
-    }
+/// Each thread's frames, by tid: function, module, kind and the addresses of the blocks the
+/// frame holds.
+type FramesOf = BTreeMap<u32, Vec<(String, String, String, Vec<u64>)>>;
+
+fn frames_of(g: &HeapGraph) -> FramesOf {
+    let addr = &g.objects().addr;
+    g.threads
+        .iter()
+        .map(|t| {
+            let frames = t
+                .frames
+                .iter()
+                .map(|f| {
+                    let mut held: Vec<u64> = f.refs.iter().map(|&o| addr[o as usize]).collect();
+                    held.sort_unstable();
+                    (
+                        f.function.clone(),
+                        f.module.clone(),
+                        format!("{:?}", f.kind),
+                        held,
+                    )
+                })
+                .collect();
+            (t.tid, frames)
+        })
+        .collect()
 }
 
-#[test]
-fn a_target_under_the_agent_gives_the_same_blocks_and_figures_captured_both_ways() {
-    let (dir, exe) = compile("arenas", &[]);
-    let agent = crate::embedded::agent_path().expect("the agent built into heaptui");
-    let socket = dir.path().join("agent.sock");
-    let target = Target::start_env(
-        &exe,
-        &[],
-        &[
-            ("LD_PRELOAD", agent.to_str().unwrap()),
-            ("HEAPTUI_LISTEN", &format!("unix:{}", socket.display())),
-            // Every free reaches libc at once: a free the agent held back would be a live
-            // chunk to libc.
-            ("HEAPTUI_HOLD_FREES", "0"),
-        ],
-    );
+/// Whether two captures of a thread agree frame by frame. A thread that runs between sleeps
+/// (`moving`: its frames name one of those functions) may be caught inside its sleep by one
+/// capture and between two by the other: then its innermost system frames (the sleep's) are
+/// left out and what they held goes to the first frame kept.
+fn same_frames(
+    ours: &[(String, String, String, Vec<u64>)],
+    theirs: &[(String, String, String, Vec<u64>)],
+    moving: &[&str],
+) -> bool {
+    if ours == theirs {
+        return true;
+    }
+    let moves = ours.iter().any(|f| moving.contains(&f.0.as_str()));
+    let trimmed = |frames: &[(String, String, String, Vec<u64>)]| {
+        let inner = frames.iter().take_while(|f| f.2 == "System").count();
+        let mut out = frames[inner.min(frames.len())..].to_vec();
+        if let Some(first) = out.first_mut() {
+            for f in &frames[..inner] {
+                first.3.extend(f.3.iter().copied());
+            }
+            first.3.sort_unstable();
+            first.3.dedup();
+        }
+        out
+    };
+    moves && trimmed(ours) == trimmed(theirs)
+}
+
+/// Takes the agent's snapshot of `target` (run under the agent) and a capture from outside —
+/// after it, or before it when `outside_first` — and checks that they agree on the blocks the agent tracks (the outside's sizes are the usable
+/// ones), each thread's frames (names and the blocks each holds) and every figure. Returns
+/// both graphs (the agent's first) and the outside capture's usable sizes.
+fn captured_both_ways(
+    target: &Target,
+    outside_first: bool,
+    moving: &[&str],
+) -> (HeapGraph, Capture, HashMap<u64, u64>) {
+    captured_both_ways_with(target, outside_first, moving, false)
+}
+
+/// [`captured_both_ways`], where `stale_slack` says the program leaves stale pointers in the
+/// slack between the size it asked for and the chunk's usable size (Rust's `String` growth
+/// does): the capture from outside, which knows only the usable size, finds references there
+/// that the agent does not, so a block's references in the agent's capture need only be among
+/// the outside's, and the figures that follow from them are not compared.
+fn captured_both_ways_with(
+    target: &Target,
+    outside_first: bool,
+    moving: &[&str],
+    stale_slack: bool,
+) -> (HeapGraph, Capture, HashMap<u64, u64>) {
+    let first = outside_first.then(|| capture(target.pid()).unwrap_or_else(|e| panic!("{e}")));
     let (address, token) =
         crate::client::locate::resolve(&format!("pid:{}", target.pid()), None).unwrap();
     let mut session = crate::client::Session::connect(&address, &token).unwrap();
@@ -480,7 +536,7 @@ fn a_target_under_the_agent_gives_the_same_blocks_and_figures_captured_both_ways
     let agents = heaptui_analysis::snapshot::read_bytes(&file).unwrap();
     // Captured after the agent's snapshot, which the agent keeps in its own memory (every
     // block's address among it): that memory must not be taken for the program's.
-    let outside = capture(target.pid()).unwrap_or_else(|e| panic!("{e}"));
+    let outside = first.unwrap_or_else(|| capture(target.pid()).unwrap_or_else(|e| panic!("{e}")));
     let usable: HashMap<u64, u64> = outside
         .graph
         .objects()
@@ -489,7 +545,6 @@ fn a_target_under_the_agent_gives_the_same_blocks_and_figures_captured_both_ways
         .copied()
         .zip(outside.graph.objects().size.iter().copied())
         .collect();
-
     // Every block the agent tracks is one libc holds, the agent's size the one asked for, the
     // outside's its usable size.
     let tracked: HashSet<u64> = agents.objects().addr.iter().copied().collect();
@@ -503,6 +558,99 @@ fn a_target_under_the_agent_gives_the_same_blocks_and_figures_captured_both_ways
             "{addr:#x}: {asked} asked, {got} usable"
         );
     }
+    // The same threads, the agent's own left out.
+    let tids = |g: &HeapGraph| g.threads.iter().map(|t| t.tid).collect::<Vec<_>>();
+    assert_eq!(tids(&agents), tids(&outside.graph));
+
+    // The same edges and roots, so the same class block by block and the same figures, once
+    // the agent's sizes are the usable ones.
+    let theirs_g = comparable(&agents, &tracked, |a| usable[&a]);
+    let ours_g = comparable(&outside.graph, &tracked, |a| usable[&a]);
+    // The same frames, named alike and holding the same blocks.
+    let (theirs, ours) = (frames_of(&theirs_g), frames_of(&ours_g));
+    for (tid, frames) in &theirs {
+        assert!(
+            frames.len() > 1 && frames.iter().any(|f| f.2 == "User"),
+            "thread {tid} unwound: {frames:#?}"
+        );
+        assert!(
+            same_frames(&ours[tid], frames, moving),
+            "thread {tid}: outside {:#?}\nagent {frames:#?}",
+            ours[tid]
+        );
+    }
+    let (by_theirs, by_ours) = (by_address(&theirs_g), by_address(&ours_g));
+    for (addr, seen) in &by_theirs {
+        let o = agents
+            .objects()
+            .addr
+            .iter()
+            .position(|a| a == addr)
+            .unwrap();
+        let why = format!(
+            "block {addr:#x} ({} asked, {} usable): agent {seen:?}, outside {:?}",
+            agents.objects().size[o],
+            usable[addr],
+            by_ours.get(addr)
+        );
+        if stale_slack {
+            let ours = &by_ours[addr].0;
+            assert!(seen.0.iter().all(|r| ours.contains(r)), "{why}");
+        } else {
+            assert_eq!(Some(seen), by_ours.get(addr), "{why}");
+        }
+    }
+    if stale_slack {
+        return (agents, outside, usable);
+    }
+    let (a, b) = (
+        heaptui_analysis::Analysis::new(&theirs_g),
+        heaptui_analysis::Analysis::new(&ours_g),
+    );
+    assert_eq!(a.totals(), b.totals());
+    assert_eq!(a.leaks(), b.leaks());
+    let figures = |x: &heaptui_analysis::Analysis| {
+        x.threads()
+            .iter()
+            .map(|t| (t.tid, t.proprietary, t.shared, t.total))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(figures(&a), figures(&b));
+    (agents, outside, usable)
+}
+
+/// Starts `exe` with `args` under the real agent (every free reaching libc at once: a free
+/// the agent held back would be a live chunk to libc).
+fn under_agent(dir: &tempdir::Dir, exe: &Path, args: &[&str]) -> Target {
+    let agent = crate::embedded::agent_path().expect("the agent built into heaptui");
+    let socket = dir.path().join("agent.sock");
+    Target::start_env(
+        exe,
+        args,
+        &[
+            ("LD_PRELOAD", agent.to_str().unwrap()),
+            ("HEAPTUI_LISTEN", &format!("unix:{}", socket.display())),
+            ("HEAPTUI_HOLD_FREES", "0"),
+        ],
+    )
+}
+
+/// The start of the arena heap (or the main heap) that holds `addr`: non-main heaps are
+/// aligned to their largest size.
+fn heap_of(addr: u64, main_heap: &Range<u64>) -> u64 {
+    if main_heap.contains(&addr) {
+        main_heap.start
+    } else {
+        addr & !(glibc::LAYOUT_2_35.heap_max - 1)
+    }
+}
+
+#[test]
+fn a_target_under_the_agent_gives_the_same_blocks_frames_and_figures_captured_both_ways() {
+    let (dir, exe) = compile("arenas", &[]);
+    let target = under_agent(&dir, &exe, &[]);
+    let (agents, outside, usable) = captured_both_ways(&target, false, &[]);
+    let tracked: HashSet<u64> = agents.objects().addr.iter().copied().collect();
     for (addr, size) in &target.live {
         assert_eq!(usable[addr], *size, "{addr:#x}");
     }
@@ -539,36 +687,61 @@ fn a_target_under_the_agent_gives_the_same_blocks_and_figures_captured_both_ways
         );
     }
 
-    // The same threads, the agent's own left out.
-    let tids = |g: &HeapGraph| g.threads.iter().map(|t| t.tid).collect::<Vec<_>>();
-    assert_eq!(tids(&agents), tids(&outside.graph));
+    let _ = outside;
+}
 
-    // The same edges and roots, so the same class block by block and the same figures, once
-    // the agent's frames are made one per thread and its sizes are the usable ones.
-    let agents = comparable(&agents, &tracked, |a| usable[&a]);
-    let outside = comparable(&outside.graph, &tracked, |a| usable[&a]);
-    let theirs = by_address(&agents);
-    let ours = by_address(&outside);
-    for (addr, seen) in &theirs {
-        assert_eq!(
-            Some(seen),
-            ours.get(addr),
-            "block {addr:#x}: agent, outside"
-        );
+#[test]
+fn blocked_busy_and_signal_masking_threads_have_the_same_frames_captured_both_ways() {
+    let (dir, exe) = compile("threads", &["-fno-omit-frame-pointer"]);
+    let mut target = under_agent(&dir, &exe, &["3"]);
+    // The outside capture first: the agent's stop cuts the semop(2) wait short with EINTR
+    // (System V semaphores are never restarted after a signal handler), which ends that thread.
+    let (agents, ..) = captured_both_ways(&target, true, &["sleeper"]);
+    // Every kind of thread is there, unwound through its own function: the waits, the busy
+    // thread, the sleeper with every signal blocked, the idle ones.
+    let functions: HashSet<String> = agents
+        .threads
+        .iter()
+        .flat_map(|t| t.frames.iter().map(|f| f.function.clone()))
+        .collect();
+    for f in [
+        "main",
+        "epoll_waiter",
+        "signal_waiter",
+        "sem_waiter",
+        "inotify_reader",
+        "busy",
+        "sleeper",
+        "idle",
+    ] {
+        assert!(functions.contains(f), "{f} in {functions:?}");
     }
-    let (a, b) = (
-        heaptui_analysis::Analysis::new(&agents),
-        heaptui_analysis::Analysis::new(&outside),
-    );
-    assert_eq!(a.totals(), b.totals());
-    assert_eq!(a.leaks(), b.leaks());
-    let figures = |x: &heaptui_analysis::Analysis| {
-        x.threads()
+    assert_eq!(target.command("step"), expected_step());
+}
+
+#[test]
+fn a_cpp_target_has_the_same_frames_captured_both_ways() {
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    let (dir, exe) = build(&cxx, "cpp_target.cc", &["-O1", "-g", "-pthread"]);
+    let mut target = under_agent(&dir, &exe, &[]);
+    captured_both_ways(&target, false, &[]);
+    assert_eq!(target.finish(), Some(0));
+}
+
+#[test]
+fn a_rust_target_has_the_same_frames_captured_both_ways() {
+    let (dir, exe) = build("rustc", "rust_target.rs", &["-O", "-g"]);
+    let mut target = under_agent(&dir, &exe, &[]);
+    let (agents, ..) = captured_both_ways_with(&target, false, &[], true);
+    assert!(
+        agents.threads[0]
+            .frames
             .iter()
-            .map(|t| (t.tid, t.proprietary, t.shared, t.total))
-            .collect::<Vec<_>>()
-    };
-    assert_eq!(figures(&a), figures(&b));
+            .any(|f| f.function.starts_with("rust_target::main")),
+        "{:#?}",
+        agents.threads[0].frames
+    );
+    assert_eq!(target.finish(), Some(0));
 }
 
 /// The agent's idle target (agent-shim/tests/targets/idle.c): threads blocked in read(2),

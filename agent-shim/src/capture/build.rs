@@ -180,7 +180,7 @@ pub fn capture<H: Heap>(
 ) -> Result<Capture, CaptureError> {
     let begin = Instant::now();
     let space = AddressSpace::load();
-    let mut unwinder = Unwinder::new(&space);
+    let mut unwinder = Unwinder::new(&space).fold_agent(!cfg!(test));
     let process = Process {
         pid: std::process::id(),
         command: command_line(),
@@ -352,7 +352,7 @@ fn scan_stopped<H: Heap>(
     frozen: &H::Frozen,
     world: &stop::World,
     space: &AddressSpace,
-    unwinder: &mut Unwinder<'_>,
+    unwinder: &mut Unwinder<'_, AddressSpace>,
     globals_ranges: &[(std::ops::Range<u64>, bool)],
     (own_tls, own): (&[std::ops::Range<u64>], &Registers),
     (blocks, scratch): (&mut Vec<BlockInfo>, &mut Vec<BlockInfo>),

@@ -11,8 +11,8 @@
 use std::ffi::CStr;
 use std::ops::Range;
 
-use gimli::{BaseAddresses, EhFrame, EhFrameHdr, EndianSlice, LittleEndian, ParsedEhFrameHdr};
 use heaptui_analysis::FrameKind;
+use heaptui_capture::unwind::{self, EhInfo, Mapped, ModuleView, Space, is_system_name};
 
 const PT_LOAD: u32 = 1;
 const PT_TLS: u32 = 7;
@@ -23,14 +23,7 @@ const PF_W: u32 = 2;
 
 /// A memory slice of a loaded module, valid as long as the module stays loaded (the module
 /// list is rebuilt before every capture, outside the stop window).
-pub type Bytes = EndianSlice<'static, LittleEndian>;
-
-/// The unwind tables of a module, parsed in place from its mapped `.eh_frame_hdr`.
-pub struct EhInfo {
-    pub bases: BaseAddresses,
-    pub hdr: ParsedEhFrameHdr<Bytes>,
-    pub eh_frame: EhFrame<Bytes>,
-}
+pub type Bytes = unwind::Bytes<'static>;
 
 /// One loaded ELF object.
 pub struct Module {
@@ -53,7 +46,8 @@ pub struct Module {
     /// Whether this is the agent itself (its data is never a root: it holds no target pointers
     /// that matter, only bookkeeping).
     pub is_agent: bool,
-    pub eh: Option<EhInfo>,
+    /// The unwind tables, parsed in place from the mapped `.eh_frame_hdr`.
+    pub eh: Option<EhInfo<'static>>,
 }
 
 impl Module {
@@ -87,22 +81,6 @@ pub struct AddressSpace {
 /// glibc reserves this much static TLS beyond the initial modules' needs (for dlopen'ed
 /// modules with initial-exec TLS); `TLS_STATIC_SURPLUS` in `dl-tls.c`.
 const TLS_STATIC_SURPLUS: u64 = 1664;
-
-/// Module basenames that count as `system` (docs/reference.md §4 `kind`).
-fn is_system_name(name: &str) -> bool {
-    const PREFIXES: [&str; 9] = [
-        "libc.so",
-        "ld-linux",
-        "ld64.so",
-        "libstdc++",
-        "libgcc_s",
-        "libm.so",
-        "libpthread",
-        "linux-vdso",
-        "libdl.so",
-    ];
-    PREFIXES.iter().any(|p| name.starts_with(p))
-}
 
 /// Subtracts `hole` from every range of `ranges`.
 fn subtract(ranges: &[Range<u64>], hole: &Range<u64>) -> Vec<Range<u64>> {
@@ -374,27 +352,61 @@ impl AddressSpace {
         Some(unsafe { std::slice::from_raw_parts(start as *const u8, (end - start) as usize) })
     }
 
-    fn parse_eh(&self, m: &Module, hdr: Range<u64>) -> Option<EhInfo> {
+    fn parse_eh(&self, m: &Module, hdr: Range<u64>) -> Option<EhInfo<'static>> {
         let hdr_bytes = self.slice_in_mapping(hdr.start, Some(hdr.end))?;
         let text_start = m.text.first().map_or(0, |r| r.start);
-        let bases = BaseAddresses::default()
-            .set_eh_frame_hdr(hdr.start)
-            .set_text(text_start);
-        let parsed = EhFrameHdr::new(hdr_bytes, LittleEndian)
-            .parse(&bases, 8)
-            .ok()?;
-        let eh_frame_addr = match parsed.eh_frame_ptr() {
-            gimli::Pointer::Direct(a) => a,
-            gimli::Pointer::Indirect(p) => self.read_word(p)?,
-        };
-        let eh_bytes = self.slice_in_mapping(eh_frame_addr, None)?;
-        let bases = bases.set_eh_frame(eh_frame_addr);
-        parsed.table()?;
-        Some(EhInfo {
-            bases,
-            hdr: parsed,
-            eh_frame: EhFrame::new(eh_bytes, LittleEndian),
+        EhInfo::parse(
+            hdr_bytes,
+            hdr.start,
+            text_start,
+            |at| self.slice_in_mapping(at, None),
+            |p| self.read_word(p),
+        )
+    }
+}
+
+/// The unwinder's view: this process's own memory, checked against the map read before the
+/// stop, and the tables the loader mapped.
+impl Space for AddressSpace {
+    fn mapping(&self, addr: u64) -> Option<Mapped> {
+        AddressSpace::mapping(self, addr).map(|m| Mapped {
+            end: m.end,
+            readable: m.readable,
         })
+    }
+
+    fn read_word(&self, addr: u64) -> Option<u64> {
+        AddressSpace::read_word(self, addr)
+    }
+
+    fn read_code(&self, at: u64, buf: &mut [u8]) -> bool {
+        let m = AddressSpace::mapping(self, at);
+        let Some(end) = at.checked_add(buf.len() as u64) else {
+            return false;
+        };
+        if !m.is_some_and(|m| m.readable && end <= m.end) || self.module_for_pc(at).is_none() {
+            return false;
+        }
+        // SAFETY: the bytes lie inside one readable mapping of a loaded module's text.
+        let code = unsafe { std::slice::from_raw_parts(at as *const u8, buf.len()) };
+        buf.copy_from_slice(code);
+        true
+    }
+
+    fn clamp(&self, range: Range<u64>) -> Vec<Range<u64>> {
+        AddressSpace::clamp(self, range)
+    }
+
+    fn module_for_pc(&self, pc: u64) -> Option<ModuleView<'_>> {
+        AddressSpace::module_for_pc(self, pc).map(|m| ModuleView {
+            is_agent: m.is_agent,
+            is_system: m.kind == FrameKind::System,
+            eh: m.eh.as_ref(),
+        })
+    }
+
+    fn static_tls(&self) -> u64 {
+        self.static_tls
     }
 }
 

@@ -49,7 +49,7 @@ fn exempt(module_name: &str) -> bool {
 /// Stops thread `tid`, unwinds it and checks every frame's unwind entry.
 pub fn check(tid: u32) -> Cleanup {
     let space = AddressSpace::load();
-    let mut unwinder = Unwinder::new(&space);
+    let mut unwinder = Unwinder::new(&space).fold_agent(!cfg!(test));
     let frozen = blocks::freeze();
     let world = stop::stop(&[tid], Timeouts::default());
     let pcs: Vec<(FrameSort, u64)> = match world.threads.first().map(|(_, o)| o) {
@@ -121,7 +121,10 @@ fn first_cleanup(space: &AddressSpace, pcs: &[(FrameSort, u64)]) -> Cleanup {
 }
 
 /// `Some("an LSDA")` / `Some("a personality routine")` when the FDE covering `pc` has one.
-fn fde_cleanup(eh: Option<&crate::capture::modules::EhInfo>, pc: u64) -> Option<&'static str> {
+fn fde_cleanup(
+    eh: Option<&heaptui_capture::unwind::EhInfo<'static>>,
+    pc: u64,
+) -> Option<&'static str> {
     let eh = eh?;
     let table = eh.hdr.table()?;
     let fde = table
@@ -173,7 +176,7 @@ mod tests {
         // so unwinding the current thread must find a frame with cleanup code.
         let space = AddressSpace::load();
         let regs = crate::capture::unwind::current_registers();
-        let mut unwinder = Unwinder::new(&space);
+        let mut unwinder = Unwinder::new(&space).fold_agent(!cfg!(test));
         let pcs: Vec<(FrameSort, u64)> = unwinder
             .unwind(&regs)
             .frames
