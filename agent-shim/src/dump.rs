@@ -157,7 +157,7 @@ pub fn dump_once(prefix: &std::path::Path) -> Result<PathBuf, String> {
     let write = || -> Result<(), String> {
         let file = std::fs::File::create(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
         let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
-        heaptui_analysis::snapshot::write_binary(&cap.graph, &mut out)
+        heaptui_analysis::snapshot::write_binary_kept(&cap.kept, &mut out)
             .map_err(|e| format!("{}: {e}", tmp.display()))?;
         out.flush().map_err(|e| format!("{}: {e}", tmp.display()))?;
         std::fs::rename(&tmp, &path).map_err(|e| format!("{}: {e}", path.display()))
@@ -169,9 +169,9 @@ pub fn dump_once(prefix: &std::path::Path) -> Result<PathBuf, String> {
     crate::agent_info!(
         "snapshot {}: {} objects, {} bytes, {} threads; pause_ms={:.3} capture_ms={:.3} write_ms={:.3} (stop_ms={:.3}; in the scanning child: index_ms={:.3} roots_ms={:.3} blocks_ms={:.3} mapped_ms={:.3} mapped_bytes={})",
         path.display(),
-        cap.graph.object_count(),
-        cap.graph.total_bytes(),
-        cap.graph.threads.len(),
+        cap.kept.object_count(),
+        cap.kept.totals().bytes,
+        cap.kept.threads().len(),
         cap.pause.as_secs_f64() * 1e3,
         cap.total.as_secs_f64() * 1e3,
         started.elapsed().as_secs_f64() * 1e3,

@@ -1,36 +1,40 @@
 //! Whether this process can afford a snapshot now (docs/reference.md §7 "When memory for a
 //! snapshot cannot be had").
 //!
-//! A snapshot costs the target memory: the agent's graph, analysis and kept snapshot in the
-//! process itself, and the pages the copy-on-write scanning child writes. The agent's memory
-//! comes from its own allocator, and Rust aborts the process when an allocation fails, so a
-//! snapshot that runs out of memory half-way would kill the host: the one thing the agent
-//! must never do. So before stopping the world the agent predicts what the snapshot needs
-//! from the number of live blocks, compares it with what the process may still take, and
-//! refuses in one sentence when it does not fit. The prediction uses the figures measured by
-//! `bench/snapshot_cost.sh` (BENCHMARKS.md "Snapshot cost in the target") with a margin.
+//! A snapshot costs the target memory: the kept snapshot in the process itself, and in the
+//! copy-on-write scanning child the pages it writes, its findings, the graph and its analysis
+//! (made there, `build`). The agent's memory comes from its own allocator, and Rust aborts the
+//! process when an allocation fails, so a snapshot that runs out of memory half-way would kill
+//! the host: the one thing the agent must never do (the child running out only fails the
+//! snapshot). So before stopping the world the agent predicts what the snapshot needs from the
+//! number of live blocks, compares it with what the process may still take, and refuses in
+//! one sentence when it does not fit. The prediction uses the figures measured by
+//! `bench/snapshot_cost.sh` (BENCHMARKS.md "What a snapshot costs the target") with a margin.
 //!
 //! What the process may take is the least of: its address-space limit (`RLIMIT_AS`) minus
 //! its current size, the room left in its cgroup (v2 `memory.max` minus `memory.current`,
 //! for the cgroup and each ancestor), and the machine's `MemAvailable`. The scanning child
-//! has its own address space (its `RLIMIT_AS` is checked against the process's need alone),
-//! but its pages count in the same cgroup and the same machine.
+//! starts as a copy of the process's address space under the same `RLIMIT_AS`, so the
+//! address-space need is the larger of the two growths; both count in the same cgroup and
+//! the same machine.
 
 use std::path::{Path, PathBuf};
 
-/// Peak bytes per live block the snapshot takes in the process itself: the graph, the
-/// analysis and the kept snapshot at once, and the previous kept snapshot (measured: 213 to
-/// 266 B/object on a 4.6M-block perl heap).
-pub const PROCESS_BYTES_PER_BLOCK: u64 = 320;
-/// Peak private bytes per live block of the scanning child (measured: 137 B/object).
-pub const CHILD_BYTES_PER_BLOCK: u64 = 160;
+/// Peak bytes per live block the snapshot takes in the process itself: the kept snapshot
+/// being received and the previous one (measured: 76 to 77 B/object on a 4.6M-block perl
+/// heap, the previous snapshot held).
+pub const PROCESS_BYTES_PER_BLOCK: u64 = 128;
+/// Peak private bytes per live block of the scanning child: its written pages, findings,
+/// graph, analysis and kept snapshot (measured: 245 B/object).
+pub const CHILD_BYTES_PER_BLOCK: u64 = 320;
 /// What any snapshot takes whatever the heap's size: symbol tables, the memory map, buffers.
 pub const FIXED_BYTES: u64 = 32 << 20;
 
 /// What a snapshot of `live_blocks` blocks needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Need {
-    /// In this process's address space.
+    /// In an address space: this process's or the child's (a copy of this one, under the
+    /// same `RLIMIT_AS`), whichever grows more.
     pub process: u64,
     /// In memory: this process and the scanning child together.
     pub resident: u64,
@@ -38,12 +42,13 @@ pub struct Need {
 
 impl Need {
     pub fn of(live_blocks: u64) -> Need {
-        let process =
-            FIXED_BYTES.saturating_add(live_blocks.saturating_mul(PROCESS_BYTES_PER_BLOCK));
-        let child = live_blocks.saturating_mul(CHILD_BYTES_PER_BLOCK);
+        let in_process = live_blocks.saturating_mul(PROCESS_BYTES_PER_BLOCK);
+        let in_child = live_blocks.saturating_mul(CHILD_BYTES_PER_BLOCK);
         Need {
-            process,
-            resident: process.saturating_add(child),
+            process: FIXED_BYTES.saturating_add(in_process.max(in_child)),
+            resident: FIXED_BYTES
+                .saturating_add(in_process)
+                .saturating_add(in_child),
         }
     }
 }
@@ -169,13 +174,14 @@ mod tests {
     #[test]
     fn the_need_grows_with_the_blocks() {
         let need = Need::of(1_000_000);
+        // The child grows more than the process: its growth is the address-space need.
         assert_eq!(need.process, FIXED_BYTES + 320_000_000);
-        assert_eq!(need.resident, need.process + 160_000_000);
+        assert_eq!(need.resident, need.process + 128_000_000);
     }
 
     #[test]
     fn the_tightest_limit_is_named() {
-        let need = Need::of(1_000_000); // ~337 MiB in the process, ~490 MiB resident
+        let need = Need::of(1_000_000); // ~338 MiB in an address space, ~459 MiB resident
         let roomy = Room {
             address_space: Some(4 << 30),
             cgroup: Some((4 << 30, "/a".into())),
@@ -197,7 +203,7 @@ mod tests {
         assert!(refused.contains("(RLIMIT_AS) leaves 100 MiB"), "{refused}");
         assert!(refused.contains("needs about 338 MiB"), "{refused}");
 
-        // The child's pages count in the cgroup, not in the process's address space.
+        // The process's and the child's pages both count in the cgroup.
         let refused = Room {
             cgroup: Some((400 << 20, "/work.slice/job".into())),
             ..roomy.clone()

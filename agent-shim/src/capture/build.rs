@@ -1,13 +1,18 @@
 //! One capture, end to end: read the address space, freeze the block table, stop the world,
 //! fork a copy-on-write child of the stopped process and resume the world at once; the child
-//! lists, indexes and scans (unwinding every thread, scanning globals and blocks) and sends
-//! its findings back through a pipe; then the parent symbolizes and assembles the
-//! [`HeapGraph`]. If no child can be made, the scan runs while the world is stopped.
+//! lists, indexes and scans (unwinding every thread, scanning globals and blocks), asks the
+//! parent to name its allocation stacks and frames (symbolization stays in the parent, where
+//! the symbol tables are cached and the loader may be called), then builds the
+//! [`HeapGraph`], analyses it, makes the [`Kept`] and sends the kept snapshot's bytes over
+//! the socket pair; the parent decodes them as they arrive. So the graph and its analysis
+//! (about 200 bytes per object at their peak) only ever exist in the child, and the process
+//! itself holds only the kept snapshot (docs/reference.md §9). If no child can be made, the
+//! scan runs while the world is stopped and the rest in the process after the resume.
 //!
 //! Owns the order of those steps and what happens inside the stop window and in the child.
 //! There: no libc malloc (the agent's allocator only, checked idle), no loader calls, no
 //! stdio, and every read of target memory goes through the pre-read memory map, the map
-//! re-read after the stop (the program's mapped memory, `mapped`) or a live, frozen block. Symbolization and graph assembly happen after the resume, in the parent.
+//! re-read after the stop (the program's mapped memory, `mapped`) or a live, frozen block.
 //!
 //! It does not know the block table's layout: the table is reached through [`Heap`], so the
 //! capture can be tested on any set of real memory blocks.
@@ -16,8 +21,8 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use heaptui_analysis::{
-    Edges, Frame, FrameKind, GraphError, HeapGraph, NO_SITE, ObjectIndex, ObjectRecord, Objects,
-    Process, Site, SiteIndex, Thread, ThreadState,
+    Analysis, Edges, Frame, FrameKind, GraphError, HeapGraph, Kept, NO_SITE, ObjectIndex,
+    ObjectRecord, Objects, Process, Site, SiteIndex, Thread, ThreadState,
 };
 
 use super::mapped::{self, Exclusions, MappedRoots};
@@ -88,13 +93,17 @@ pub trait Heap {
 
 /// A finished capture and how long it took.
 pub struct Capture {
-    pub graph: HeapGraph,
+    /// The analysed graph, kept (the graph and its analysis exist only in the scanning child).
+    pub kept: Kept,
     /// How long the threads were stopped (freeze to resume).
     pub pause: Duration,
     /// Stopping the threads (inside the pause); indexing the blocks, unwinding and scanning
     /// the roots, scanning the blocks (in the child, after the resume).
     pub phases: Phases,
-    /// The whole capture, symbolization and graph assembly included.
+    /// Building, analysing and keeping the graph (in the child) and receiving the kept
+    /// snapshot: from the names sent to the child to the kept snapshot decoded.
+    pub analysis: Duration,
+    /// The whole capture, the analysis included.
     pub total: Duration,
 }
 
@@ -150,7 +159,6 @@ pub struct Phases {
 /// One thread's frames as found inside the stop window, not yet symbolized.
 struct RawThread {
     tid: u32,
-    name: String,
     state: ThreadState,
     /// Each frame's sort, pc, references and (a sorted subset) interior references.
     frames: Vec<(FrameSort, u64, Refs)>,
@@ -212,6 +220,7 @@ pub fn capture<H: Heap>(
         world = stop::stop(&tids, timeouts);
     }
     let stop_time = paused.elapsed();
+    let pid = process.pid;
     let mut scan = |world: &stop::World| {
         scan_stopped(
             heap,
@@ -222,16 +231,18 @@ pub fn capture<H: Heap>(
             &globals_ranges,
             (&own_tls, &own),
             (&mut blocks, &mut scratch),
-            process.pid,
+            pid,
         )
     };
     // The scan runs in a copy-on-write child of the stopped process, so the threads run
-    // again as soon as the child exists; without a child, it runs while they are stopped.
-    let (scanned, pause) = match fork_child() {
+    // again as soon as the child exists; the child also builds, analyses and keeps the
+    // graph, so that the process itself only ever holds the kept snapshot. Without a child,
+    // the scan runs while the threads are stopped and the rest after the resume, here.
+    let (kept, pause, mut phases, named) = match fork_child() {
         Fork::Child(fd) => {
             let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 let scanned = scan(&world);
-                write_all(fd, &encode(&scanned))
+                analyse_in_child(fd, process, scanned, threads)
             }))
             .unwrap_or(false);
             // SAFETY: the child ends here without running any exit handler of the program.
@@ -242,12 +253,17 @@ pub fn capture<H: Heap>(
             drop(frozen);
             let pause = paused.elapsed();
             drop(world);
-            let bytes = read_all(fd);
+            let received = receive_from_child(heap, &space, fd);
+            // SAFETY: our own descriptor; closing it first ends a child still sending.
+            unsafe { libc::close(fd) };
             let mut status = 0;
             // SAFETY: reaps our own child (it has no exit signal: __WALL finds it).
             unsafe { libc::waitpid(child, &mut status, libc::__WALL) };
-            let scanned = decode(&bytes).ok_or(CaptureError::Child)?;
-            (scanned, pause)
+            let (kept, phases, named) = received?;
+            if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
+                return Err(CaptureError::Child);
+            }
+            (kept, pause, phases, named)
         }
         Fork::Failed => {
             let scanned = scan(&world);
@@ -255,30 +271,20 @@ pub fn capture<H: Heap>(
             drop(frozen);
             let pause = paused.elapsed();
             drop(world);
-            (scanned, pause)
+            let unnamed = Unnamed::of(&scanned);
+            let names = name(heap, &space, &unnamed);
+            let named = Instant::now();
+            let kept = analyse(process, scanned, &unnamed.stacks, names, threads)?;
+            (kept, pause, unnamed.phases(), named)
         }
     };
-    let Scanned {
-        blocks,
-        mut raw,
-        globals,
-        edges,
-        mut phases,
-    } = scanned;
     phases.stop = stop_time;
-    for t in &mut raw {
-        t.name = threads
-            .iter()
-            .find(|i| i.tid == t.tid)
-            .map_or_else(String::new, |i| i.name.clone());
-    }
     // ---- end of stop window ----
-
-    let graph = assemble(heap, &space, process, &blocks, edges, raw, globals)?;
     Ok(Capture {
-        graph,
+        kept,
         pause,
         phases,
+        analysis: named.elapsed(),
         total: begin.elapsed(),
     })
 }
@@ -449,7 +455,6 @@ fn scan_stopped<H: Heap>(
         };
         raw.push(RawThread {
             tid: *tid,
-            name: String::new(),
             state,
             frames,
         });
@@ -503,20 +508,30 @@ fn scan_stopped<H: Heap>(
 }
 
 enum Fork {
-    /// In the child, with the write end of the result pipe.
+    /// In the child, with its end of the socket pair.
     Child(i32),
-    /// In the parent: the child's pid and the read end.
+    /// In the parent: the child's pid and its end of the socket pair.
     Parent(libc::pid_t, i32),
     /// No child could be made.
     Failed,
 }
 
 /// Makes a copy-on-write child of this process (only the calling thread runs in it), with
-/// no exit signal, so the program's own `wait` calls never see it.
+/// no exit signal, so the program's own `wait` calls never see it; the two talk over a
+/// socket pair (sent to with `MSG_NOSIGNAL`: a child that died must not raise `SIGPIPE` in
+/// the program).
 fn fork_child() -> Fork {
     let mut fds = [0i32; 2];
-    // SAFETY: pipe2 writes two descriptors into `fds`.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+    // SAFETY: socketpair writes two descriptors into `fds`.
+    if unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    } != 0
+    {
         return Fork::Failed;
     }
     // The scan in the child allocates from the agent's allocator, whose locks the agent's
@@ -526,7 +541,7 @@ fn fork_child() -> Fork {
     crate::alloc::AGENT_ALLOC.lock_all();
     // SAFETY: a raw clone without CLONE_VM and without a new stack is a fork whose child
     // gets a copy of this thread's stack; glibc's fork handlers are deliberately skipped
-    // (the child only runs the scan, raw system calls and _exit).
+    // (the child only runs the scan, the analysis, raw system calls and _exit).
     let pid = unsafe { libc::syscall(libc::SYS_clone, 0u64, 0u64, 0u64, 0u64, 0u64) };
     crate::alloc::AGENT_ALLOC.unlock_all();
     match pid {
@@ -551,284 +566,452 @@ fn fork_child() -> Fork {
     }
 }
 
-fn write_all(fd: i32, mut bytes: &[u8]) -> bool {
-    while !bytes.is_empty() {
-        // SAFETY: writes from a live slice.
-        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
-        if n <= 0 {
-            if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-                continue;
+/// One end of the socket pair between the parent and the scanning child.
+struct Socket(i32);
+
+impl std::io::Read for Socket {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            // SAFETY: reads into a live buffer of the given length.
+            let n = unsafe { libc::read(self.0, buf.as_mut_ptr().cast(), buf.len()) };
+            if n >= 0 {
+                return Ok(n as usize);
             }
-            return false;
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(e);
+            }
         }
-        bytes = &bytes[n as usize..];
     }
-    // SAFETY: our own descriptor.
-    unsafe { libc::close(fd) };
-    true
 }
 
-fn read_all(fd: i32) -> Vec<u8> {
-    let mut out = Vec::with_capacity(1 << 20);
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        // SAFETY: reads into a live buffer of the given length.
-        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
-        if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-            continue;
+impl std::io::Write for Socket {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        loop {
+            // SAFETY: sends from a live slice; MSG_NOSIGNAL: EPIPE instead of SIGPIPE.
+            let n =
+                unsafe { libc::send(self.0, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) };
+            if n >= 0 {
+                return Ok(n as usize);
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(e);
+            }
         }
-        if n <= 0 {
-            break;
-        }
-        out.extend_from_slice(&buf[..n as usize]);
     }
-    // SAFETY: our own descriptor.
-    unsafe { libc::close(fd) };
-    out
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
-/// The child's results, as little-endian words (both ends are this very program).
-fn encode(s: &Scanned) -> Vec<u8> {
-    let mut out: Vec<u8> = Vec::with_capacity(s.blocks.len() * 48 + s.edges.len() * 4 + 4096);
-    let u64s = |v: u64, out: &mut Vec<u8>| out.extend_from_slice(&v.to_le_bytes());
-    u64s(s.blocks.len() as u64, &mut out);
-    for b in &s.blocks {
-        for v in [b.addr, b.size, b.seq, u64::from(b.tid), u64::from(b.stack)] {
-            u64s(v, &mut out);
-        }
-    }
-    let refs = |r: &[ObjectIndex], out: &mut Vec<u8>| {
-        out.extend_from_slice(&(r.len() as u64).to_le_bytes());
-        for &o in r {
-            out.extend_from_slice(&o.to_le_bytes());
-        }
-    };
-    u64s(s.raw.len() as u64, &mut out);
-    for t in &s.raw {
-        u64s(u64::from(t.tid), &mut out);
-        let why = match &t.state {
-            ThreadState::Stopped => None,
-            ThreadState::NotStoppable(w) => Some(w.as_bytes()),
-        };
-        u64s(why.map_or(u64::MAX, |w| w.len() as u64), &mut out);
-        out.extend_from_slice(why.unwrap_or(&[]));
-        u64s(t.frames.len() as u64, &mut out);
-        for (sort, pc, r) in &t.frames {
-            let sort = match sort {
-                FrameSort::Call => 0,
-                FrameSort::Signal => 1,
-                FrameSort::Thread => 2,
-            };
-            u64s(sort, &mut out);
-            u64s(*pc, &mut out);
-            refs(&r.0, &mut out);
-            refs(&r.1, &mut out);
-        }
-    }
-    refs(&s.globals.0, &mut out);
-    refs(&s.globals.1, &mut out);
-    for o in 0..s.blocks.len() as ObjectIndex {
-        refs(s.edges.of(o), &mut out);
-    }
-    let bits = s.edges.interior_bits();
-    u64s(bits.len() as u64, &mut out);
-    bits.iter().for_each(|&w| u64s(w, &mut out));
-    for d in [
-        s.phases.index,
-        s.phases.roots,
-        s.phases.blocks,
-        s.phases.mapped,
-    ] {
-        u64s(d.as_nanos() as u64, &mut out);
-    }
-    u64s(s.phases.mapped_bytes, &mut out);
-    out
+/// Sends one length-prefixed message.
+fn send_message(fd: i32, bytes: &[u8]) -> bool {
+    use std::io::Write;
+    let mut s = Socket(fd);
+    s.write_all(&(bytes.len() as u64).to_le_bytes()).is_ok() && s.write_all(bytes).is_ok()
 }
 
-fn decode(bytes: &[u8]) -> Option<Scanned> {
-    let mut at = 0usize;
-    let u64_at = |at: &mut usize| -> Option<u64> {
-        let v = u64::from_le_bytes(bytes.get(*at..*at + 8)?.try_into().ok()?);
-        *at += 8;
-        Some(v)
-    };
-    let n = u64_at(&mut at)? as usize;
-    let mut blocks = Vec::with_capacity(n.min(bytes.len() / 40));
-    for _ in 0..n {
-        blocks.push(BlockInfo {
-            addr: u64_at(&mut at)?,
-            size: u64_at(&mut at)?,
-            seq: u64_at(&mut at)?,
-            tid: u64_at(&mut at)? as u32,
-            stack: u64_at(&mut at)? as u32,
-        });
-    }
-    let refs_at = |at: &mut usize| -> Option<Vec<ObjectIndex>> {
-        let k = u64_at(at)? as usize;
-        let raw = bytes.get(*at..*at + 4 * k)?;
-        *at += 4 * k;
-        Some(
-            raw.chunks_exact(4)
-                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect(),
-        )
-    };
-    let threads = u64_at(&mut at)? as usize;
-    let mut raw = Vec::with_capacity(threads.min(1 << 20));
-    for _ in 0..threads {
-        let tid = u64_at(&mut at)? as u32;
-        let why = u64_at(&mut at)?;
-        let state = if why == u64::MAX {
-            ThreadState::Stopped
-        } else {
-            let w = bytes.get(at..at + why as usize)?;
-            at += why as usize;
-            ThreadState::NotStoppable(String::from_utf8_lossy(w).into_owned())
-        };
-        let frames_n = u64_at(&mut at)? as usize;
-        let mut frames = Vec::with_capacity(frames_n.min(1 << 16));
-        for _ in 0..frames_n {
-            let sort = match u64_at(&mut at)? {
-                0 => FrameSort::Call,
-                1 => FrameSort::Signal,
-                _ => FrameSort::Thread,
-            };
-            let pc = u64_at(&mut at)?;
-            let refs = refs_at(&mut at)?;
-            frames.push((sort, pc, (refs, refs_at(&mut at)?)));
-        }
-        raw.push(RawThread {
-            tid,
-            name: String::new(),
-            state,
-            frames,
-        });
-    }
-    let globals = (refs_at(&mut at)?, refs_at(&mut at)?);
-    let mut edges = Edges::with_capacity(blocks.len(), blocks.len() * 2);
-    for _ in 0..blocks.len() {
-        edges.push(refs_at(&mut at)?);
-    }
-    let words = u64_at(&mut at)? as usize;
-    if words > edges.len().div_ceil(64) {
+/// Longest message accepted (names and frames are few; a bad length must not allocate).
+const MAX_MESSAGE: u64 = 1 << 32;
+
+/// Reads one length-prefixed message.
+fn read_message(fd: i32) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let mut s = Socket(fd);
+    let mut len = [0u8; 8];
+    s.read_exact(&mut len).ok()?;
+    let len = u64::from_le_bytes(len);
+    if len > MAX_MESSAGE {
         return None;
     }
-    let bits = (0..words)
-        .map(|_| u64_at(&mut at))
-        .collect::<Option<Vec<u64>>>()?;
-    edges.set_interior_bits(bits);
-    let mut d = || u64_at(&mut at).map(Duration::from_nanos);
-    let phases = Phases {
-        stop: Duration::ZERO,
-        index: d()?,
-        roots: d()?,
-        blocks: d()?,
-        mapped: d()?,
-        mapped_bytes: u64_at(&mut at)?,
-    };
-    Some(Scanned {
-        blocks,
-        raw,
-        globals,
-        edges,
-        phases,
-    })
+    let mut out = Vec::new();
+    out.try_reserve_exact(len as usize).ok()?;
+    out.resize(len as usize, 0);
+    s.read_exact(&mut out).ok()?;
+    Some(out)
 }
 
-fn assemble<H: Heap>(
-    heap: &H,
-    space: &AddressSpace,
-    process: Process,
-    blocks: &[BlockInfo],
-    edges: Edges,
-    raw: Vec<RawThread>,
-    (globals, globals_interior): Refs,
-) -> Result<HeapGraph, GraphError> {
+/// Little-endian writer of the messages between the child and the parent (both ends are
+/// this very program; the reader still checks every length).
+#[derive(Default)]
+struct Message(Vec<u8>);
+
+impl Message {
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn text(&mut self, t: &str) {
+        self.u64(t.len() as u64);
+        self.0.extend_from_slice(t.as_bytes());
+    }
+}
+
+/// Reader of a [`Message`]: `None` at the first length that does not fit.
+struct Reading<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl Reading<'_> {
+    fn u64(&mut self) -> Option<u64> {
+        let v = u64::from_le_bytes(self.bytes.get(self.at..self.at + 8)?.try_into().ok()?);
+        self.at += 8;
+        Some(v)
+    }
+    /// A count of items of at least `min` bytes each, checked against what is left.
+    fn count(&mut self, min: usize) -> Option<usize> {
+        let n = self.u64()? as usize;
+        (n <= (self.bytes.len() - self.at) / min.max(1)).then_some(n)
+    }
+    fn text(&mut self) -> Option<String> {
+        let n = self.count(1)?;
+        let t = self.bytes.get(self.at..self.at + n)?;
+        self.at += n;
+        Some(String::from_utf8_lossy(t).into_owned())
+    }
+    fn done(&self) -> bool {
+        self.at == self.bytes.len()
+    }
+}
+
+fn frame_sort_code(sort: FrameSort) -> u64 {
+    match sort {
+        FrameSort::Call => 0,
+        FrameSort::Signal => 1,
+        FrameSort::Thread => 2,
+    }
+}
+
+/// What the child asks the parent to name: the allocation stacks of its blocks (each once,
+/// in order of first appearance over the blocks by address: the order of the graph's sites)
+/// and each thread's frames (sort and pc), with the phases of its scan.
+#[derive(Debug, Default, PartialEq)]
+struct Unnamed {
+    stacks: Vec<u32>,
+    frames: Vec<Vec<(FrameSort, u64)>>,
+    phases: [u64; 5],
+}
+
+impl Unnamed {
+    fn of(s: &Scanned) -> Unnamed {
+        let mut seen = std::collections::HashSet::new();
+        let stacks = s
+            .blocks
+            .iter()
+            .map(|b| b.stack)
+            .filter(|&k| k != 0 && seen.insert(k))
+            .collect();
+        Unnamed {
+            stacks,
+            frames: s
+                .raw
+                .iter()
+                .map(|t| t.frames.iter().map(|(sort, pc, _)| (*sort, *pc)).collect())
+                .collect(),
+            phases: [
+                s.phases.index.as_nanos() as u64,
+                s.phases.roots.as_nanos() as u64,
+                s.phases.blocks.as_nanos() as u64,
+                s.phases.mapped.as_nanos() as u64,
+                s.phases.mapped_bytes,
+            ],
+        }
+    }
+
+    fn phases(&self) -> Phases {
+        let d = Duration::from_nanos;
+        Phases {
+            stop: Duration::ZERO,
+            index: d(self.phases[0]),
+            roots: d(self.phases[1]),
+            blocks: d(self.phases[2]),
+            mapped: d(self.phases[3]),
+            mapped_bytes: self.phases[4],
+        }
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let mut m = Message::default();
+        m.u64(self.stacks.len() as u64);
+        self.stacks.iter().for_each(|&k| m.u64(u64::from(k)));
+        m.u64(self.frames.len() as u64);
+        for t in &self.frames {
+            m.u64(t.len() as u64);
+            for &(sort, pc) in t {
+                m.u64(frame_sort_code(sort));
+                m.u64(pc);
+            }
+        }
+        self.phases.iter().for_each(|&v| m.u64(v));
+        m.0
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Unnamed> {
+        let mut r = Reading { bytes, at: 0 };
+        let n = r.count(8)?;
+        let stacks = (0..n)
+            .map(|_| r.u64().map(|k| k as u32))
+            .collect::<Option<_>>()?;
+        let threads = r.count(8)?;
+        let mut frames = Vec::with_capacity(threads);
+        for _ in 0..threads {
+            let n = r.count(16)?;
+            let mut t = Vec::with_capacity(n);
+            for _ in 0..n {
+                let sort = match r.u64()? {
+                    0 => FrameSort::Call,
+                    1 => FrameSort::Signal,
+                    _ => FrameSort::Thread,
+                };
+                t.push((sort, r.u64()?));
+            }
+            frames.push(t);
+        }
+        let mut phases = [0u64; 5];
+        for p in &mut phases {
+            *p = r.u64()?;
+        }
+        r.done().then_some(Unnamed {
+            stacks,
+            frames,
+            phases,
+        })
+    }
+}
+
+/// The parent's answer to [`Unnamed`]: one site per stack asked for, same order, and each
+/// thread's frames named.
+#[derive(Debug, Default, PartialEq)]
+struct Names {
+    sites: Vec<Site>,
+    /// Per thread, per frame: function, module, kind.
+    frames: Vec<Vec<(String, String, FrameKind)>>,
+}
+
+impl Names {
+    fn encode(&self) -> Vec<u8> {
+        let mut m = Message::default();
+        m.u64(self.sites.len() as u64);
+        for s in &self.sites {
+            m.u64(s.id);
+            m.u64(s.frames.len() as u64);
+            s.frames.iter().for_each(|f| m.text(f));
+        }
+        m.u64(self.frames.len() as u64);
+        for t in &self.frames {
+            m.u64(t.len() as u64);
+            for (function, module, kind) in t {
+                m.text(function);
+                m.text(module);
+                m.u64(u64::from(*kind == FrameKind::System));
+            }
+        }
+        m.0
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Names> {
+        let mut r = Reading { bytes, at: 0 };
+        let n = r.count(16)?;
+        let mut sites = Vec::with_capacity(n);
+        for _ in 0..n {
+            let id = r.u64()?;
+            let k = r.count(8)?;
+            let frames = (0..k).map(|_| r.text()).collect::<Option<_>>()?;
+            sites.push(Site { id, frames });
+        }
+        let threads = r.count(8)?;
+        let mut frames = Vec::with_capacity(threads);
+        for _ in 0..threads {
+            let k = r.count(24)?;
+            let mut t = Vec::with_capacity(k);
+            for _ in 0..k {
+                let function = r.text()?;
+                let module = r.text()?;
+                let kind = if r.u64()? == 1 {
+                    FrameKind::System
+                } else {
+                    FrameKind::User
+                };
+                t.push((function, module, kind));
+            }
+            frames.push(t);
+        }
+        r.done().then_some(Names { sites, frames })
+    }
+}
+
+/// Names what the child asks for (in the parent: the symbol tables are cached here for the
+/// life of the agent, and the loader may be called).
+fn name<H: Heap>(heap: &H, space: &AddressSpace, unnamed: &Unnamed) -> Names {
     let mut symbols = Symbolizer::new(space);
-    let mut sites: Vec<Site> = Vec::new();
-    let mut site_of: HashMap<u32, SiteIndex> = HashMap::new();
-    let mut objects = Objects::with_capacity(blocks.len());
-    for b in blocks {
-        let site = if b.stack == 0 {
-            NO_SITE
-        } else {
-            *site_of.entry(b.stack).or_insert_with(|| {
-                let mut frames: Vec<String> = Vec::new();
-                for &pc in &heap.stack(b.stack) {
-                    // Inlined calls are frames of their own: a site names its caller with
-                    // the caller's own line.
-                    for s in symbols.symbolize_inlined(pc, false) {
-                        if !s.agent {
-                            frames.push(match &s.location {
-                                Some(at) => format!("{} ({at})", s.function),
-                                None => s.function.clone(),
-                            });
-                        }
+    let sites = unnamed
+        .stacks
+        .iter()
+        .map(|&stack| {
+            let mut frames: Vec<String> = Vec::new();
+            for &pc in &heap.stack(stack) {
+                // Inlined calls are frames of their own: a site names its caller with the
+                // caller's own line.
+                for s in symbols.symbolize_inlined(pc, false) {
+                    if !s.agent {
+                        frames.push(match &s.location {
+                            Some(at) => format!("{} ({at})", s.function),
+                            None => s.function.clone(),
+                        });
                     }
                 }
-                sites.push(Site {
-                    id: u64::from(b.stack),
-                    frames,
-                });
-                (sites.len() - 1) as SiteIndex
-            })
-        };
+            }
+            Site {
+                id: u64::from(stack),
+                frames,
+            }
+        })
+        .collect();
+    let frames = unnamed
+        .frames
+        .iter()
+        .map(|t| {
+            t.iter()
+                .enumerate()
+                .map(|(i, &(sort, pc))| match sort {
+                    FrameSort::Call => {
+                        let s = symbols.symbolize(pc, i == 0);
+                        (s.function, s.module, s.kind)
+                    }
+                    FrameSort::Signal => (
+                        "<signal handler called>".into(),
+                        "[kernel]".into(),
+                        FrameKind::System,
+                    ),
+                    FrameSort::Thread => ("<thread>".into(), String::new(), FrameKind::System),
+                })
+                .collect()
+        })
+        .collect();
+    Names { sites, frames }
+}
+
+/// The graph of what the scan found, named, analysed and kept (in the child, or in the
+/// process itself when no child could be made). The graph and the analysis are dropped here.
+fn analyse(
+    process: Process,
+    scanned: Scanned,
+    stacks: &[u32],
+    names: Names,
+    threads: &[ThreadInfo],
+) -> Result<Kept, CaptureError> {
+    let Scanned {
+        blocks,
+        raw,
+        globals: (globals, globals_interior),
+        edges,
+        ..
+    } = scanned;
+    if names.sites.len() != stacks.len() || names.frames.len() != raw.len() {
+        return Err(CaptureError::Child);
+    }
+    let site_of: HashMap<u32, SiteIndex> = stacks
+        .iter()
+        .enumerate()
+        .map(|(i, &k)| (k, i as SiteIndex))
+        .collect();
+    let mut objects = Objects::with_capacity(blocks.len());
+    for b in &blocks {
         objects.push(ObjectRecord {
             id: b.seq,
             addr: b.addr,
             size: b.size,
-            site,
+            site: site_of.get(&b.stack).copied().unwrap_or(NO_SITE),
             thread: b.tid,
             seq: b.seq,
         });
     }
-    let threads = raw
-        .into_iter()
-        .map(|t| Thread {
+    drop(blocks);
+    drop(site_of);
+    let mut graph_threads = Vec::with_capacity(raw.len());
+    for (t, named) in raw.into_iter().zip(names.frames) {
+        if named.len() != t.frames.len() {
+            return Err(CaptureError::Child);
+        }
+        graph_threads.push(Thread {
             tid: t.tid,
-            name: t.name,
+            name: threads
+                .iter()
+                .find(|i| i.tid == t.tid)
+                .map_or_else(String::new, |i| i.name.clone()),
             state: t.state,
             frames: t
                 .frames
                 .into_iter()
-                .enumerate()
-                .map(|(i, (sort, pc, (refs, interior)))| match sort {
-                    FrameSort::Call => {
-                        let s = symbols.symbolize(pc, i == 0);
-                        Frame {
-                            function: s.function,
-                            module: s.module,
-                            kind: s.kind,
-                            refs,
-                            interior,
-                        }
-                    }
-                    FrameSort::Signal => Frame {
-                        function: "<signal handler called>".into(),
-                        module: "[kernel]".into(),
-                        kind: FrameKind::System,
+                .zip(named)
+                .map(
+                    |((_, _, (refs, interior)), (function, module, kind))| Frame {
+                        function,
+                        module,
+                        kind,
                         refs,
                         interior,
                     },
-                    FrameSort::Thread => Frame {
-                        function: "<thread>".into(),
-                        module: String::new(),
-                        kind: FrameKind::System,
-                        refs,
-                        interior,
-                    },
-                })
+                )
                 .collect(),
-        })
-        .collect();
-    HeapGraph::new(process, sites, objects, edges, threads, globals)?
-        .with_globals_interior(globals_interior)
+        });
+    }
+    let graph = HeapGraph::new(process, names.sites, objects, edges, graph_threads, globals)?
+        .with_globals_interior(globals_interior)?;
+    let analysis = Analysis::new(&graph);
+    Ok(Kept::new(&graph, &analysis))
+}
+
+/// In the child, after the scan: asks the parent to name the sites and frames, then builds,
+/// analyses and keeps the graph and sends the kept snapshot's bytes. False on any failure
+/// (the parent then reports the child as failed).
+fn analyse_in_child(fd: i32, process: Process, scanned: Scanned, threads: &[ThreadInfo]) -> bool {
+    let unnamed = Unnamed::of(&scanned);
+    if !send_message(fd, &unnamed.encode()) {
+        return false;
+    }
+    let Some(names) = read_message(fd).and_then(|b| Names::decode(&b)) else {
+        return false;
+    };
+    let Ok(kept) = analyse(process, scanned, &unnamed.stacks, names, threads) else {
+        return false;
+    };
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, Socket(fd));
+    kept.encode(&mut out).is_ok() && std::io::Write::flush(&mut out).is_ok()
+}
+
+/// In the parent: names what the child asks for, then receives the kept snapshot it makes.
+/// Returns the kept snapshot, the child's phases and when the names were sent.
+fn receive_from_child<H: Heap>(
+    heap: &H,
+    space: &AddressSpace,
+    fd: i32,
+) -> Result<(Kept, Phases, Instant), CaptureError> {
+    let unnamed = read_message(fd)
+        .and_then(|b| Unnamed::decode(&b))
+        .ok_or(CaptureError::Child)?;
+    let names = name(heap, space, &unnamed);
+    if !send_message(fd, &names.encode()) {
+        return Err(CaptureError::Child);
+    }
+    drop(names);
+    let named = Instant::now();
+    let mut input = std::io::BufReader::with_capacity(1 << 20, Socket(fd));
+    let kept = Kept::decode(&mut input).map_err(|e| match e {
+        heaptui_analysis::kept::DecodeError::Memory { bytes } => CaptureError::NoMemory(format!(
+            "not enough memory for a snapshot: {} MiB for the kept snapshot could not be had",
+            bytes.div_ceil(1 << 20)
+        )),
+        _ => CaptureError::Child,
+    })?;
+    Ok((kept, unnamed.phases(), named))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use heaptui_analysis::attribution::Analysis;
     use std::sync::mpsc;
 
     /// Blocks given by hand: real memory owned by the test.
@@ -852,68 +1035,44 @@ mod tests {
     }
 
     #[test]
-    fn the_childs_findings_survive_the_pipe_encoding() {
-        let mut edges = Edges::with_capacity(2, 1);
-        edges.push_with_kinds([(1, true)]);
-        edges.push([]);
-        let scanned = Scanned {
-            blocks: vec![
-                BlockInfo {
-                    addr: 0x1000,
-                    size: 16,
-                    seq: 1,
-                    tid: 7,
-                    stack: 3,
-                },
-                BlockInfo {
-                    addr: 0x2000,
-                    size: 32,
-                    seq: 2,
-                    tid: 8,
-                    stack: 0,
-                },
+    fn the_messages_between_child_and_parent_survive_their_encoding() {
+        let unnamed = Unnamed {
+            stacks: vec![3, 1, 7],
+            frames: vec![
+                vec![(FrameSort::Call, 0x4000), (FrameSort::Thread, 0)],
+                vec![],
+                vec![(FrameSort::Signal, 0x5000)],
             ],
-            raw: vec![
-                RawThread {
-                    tid: 7,
-                    name: String::new(),
-                    state: ThreadState::Stopped,
-                    frames: vec![
-                        (FrameSort::Call, 0x4000, (vec![0], vec![0])),
-                        (FrameSort::Thread, 0, (vec![], vec![])),
-                    ],
-                },
-                RawThread {
-                    tid: 9,
-                    name: String::new(),
-                    state: ThreadState::NotStoppable("stop signal blocked".into()),
-                    frames: vec![(FrameSort::Signal, 0x5000, (vec![0, 1], vec![1]))],
-                },
-            ],
-            globals: (vec![0, 1], vec![1]),
-            edges,
-            phases: Phases {
-                stop: Duration::ZERO,
-                index: Duration::from_nanos(5),
-                roots: Duration::from_nanos(6),
-                blocks: Duration::from_nanos(7),
-                mapped: Duration::from_nanos(3),
-                mapped_bytes: 4096,
-            },
+            phases: [5, 6, 7, 3, 4096],
         };
-        let bytes = encode(&scanned);
-        let back = decode(&bytes).expect("decodes");
-        assert_eq!(back.blocks, scanned.blocks);
-        assert_eq!(back.globals, scanned.globals);
-        assert_eq!(back.edges, scanned.edges);
-        assert_eq!(back.phases.blocks, Duration::from_nanos(7));
-        assert_eq!(back.phases.mapped, Duration::from_nanos(3));
-        assert_eq!(back.phases.mapped_bytes, 4096);
-        for (a, b) in back.raw.iter().zip(&scanned.raw) {
-            assert_eq!((a.tid, &a.state, &a.frames), (b.tid, &b.state, &b.frames));
+        let bytes = unnamed.encode();
+        assert_eq!(Unnamed::decode(&bytes), Some(unnamed));
+        let names = Names {
+            sites: vec![
+                Site {
+                    id: 3,
+                    frames: vec!["malloc".into(), "make (a.c:3)".into()],
+                },
+                Site {
+                    id: 1,
+                    frames: vec![],
+                },
+            ],
+            frames: vec![vec![
+                ("main".into(), "/bin/x".into(), FrameKind::User),
+                ("<thread>".into(), String::new(), FrameKind::System),
+            ]],
+        };
+        let named = names.encode();
+        assert_eq!(Names::decode(&named), Some(names));
+        // A truncated or over-long message is refused, never half-read.
+        for bytes in [&bytes, &named] {
+            assert!(Unnamed::decode(&bytes[..bytes.len() - 1]).is_none());
+            assert!(Names::decode(&bytes[..bytes.len() - 1]).is_none());
         }
-        // A truncated message is refused, never half-read.
-        assert!(decode(&bytes[..bytes.len() - 1]).is_none());
+        let mut longer = named.clone();
+        longer.push(0);
+        assert!(Names::decode(&longer).is_none());
     }
 
     #[test]
@@ -1011,10 +1170,10 @@ mod tests {
         for h in handles {
             h.join().unwrap();
         }
-        let g = &cap.graph;
-        assert_eq!(g.threads.len(), 2);
-        assert!(g.threads.iter().all(|t| t.state == ThreadState::Stopped));
-        for t in &g.threads {
+        let k = &cap.kept;
+        assert_eq!(k.threads().len(), 2);
+        assert!(k.threads().iter().all(|t| t.state == ThreadState::Stopped));
+        for t in k.threads() {
             assert_eq!(t.frames.last().unwrap().function, "<thread>");
             assert!(
                 t.frames.iter().any(|f| f.function.ends_with("hold")),
@@ -1022,9 +1181,10 @@ mod tests {
                 t.frames.iter().map(|f| &f.function).collect::<Vec<_>>()
             );
         }
-        let a = Analysis::new(g);
-        for (i, t) in g.threads.iter().enumerate() {
-            let f = &a.threads()[i];
+        for (i, t) in k.threads().iter().enumerate() {
+            // Named in the child from the list it was given.
+            assert_eq!(t.name, format!("t{}", t.tid));
+            let f = &k.figures()[i];
             assert_eq!(f.proprietary, 512, "thread {}", t.tid);
             assert_eq!(f.shared, 256, "thread {}", t.tid);
             assert_eq!(f.total, 768);

@@ -1,8 +1,8 @@
-//! Capture: stop the world, unwind every thread frame by frame, scan for pointers, and
-//! build the heap graph (docs/reference.md §3).
+//! Capture: stop the world, unwind every thread frame by frame, scan for pointers, build the
+//! heap graph and analyse it (docs/reference.md §3), in a copy-on-write child of the process.
 //!
-//! Owns everything between "a snapshot is wanted" and a [`heaptui_analysis::HeapGraph`]. It
-//! never runs on a hook's path: only the agent thread captures.
+//! Owns everything between "a snapshot is wanted" and a [`heaptui_analysis::Kept`]. It never
+//! runs on a hook's path: only the agent thread captures.
 
 pub mod budget;
 pub mod build;
@@ -102,8 +102,8 @@ pub fn take() -> Result<Capture, CaptureError> {
     // An incomplete capture is something that went wrong: the exit summary then says so on
     // stderr (log.rs).
     let complete = capture.as_ref().is_ok_and(|c| {
-        c.graph
-            .threads
+        c.kept
+            .threads()
             .iter()
             .all(|t| t.state == heaptui_analysis::ThreadState::Stopped)
     });

@@ -5,7 +5,7 @@
 //! Never trusts a number from outside: the release is always the engine's
 //! [`Analysis::release`] over the snapshot the agent just took.
 
-use heaptui_analysis::{Analysis, FrameKind, GroupKind, HeapGraph, Sharer, Thread, ThreadState};
+use heaptui_analysis::{FrameKind, Kept, Sharer, Thread, ThreadState};
 
 use super::parse::{Permit, Policy};
 
@@ -95,13 +95,8 @@ pub fn permit_of<'p>(policy: &'p Policy, t: &Thread) -> Option<&'p Permit> {
 
 /// May thread `tid` be cancelled, on this snapshot? (Liveness, the mechanism's checks and
 /// dry-run come after.)
-pub fn evaluate<'p>(
-    policy: &'p Policy,
-    graph: &HeapGraph,
-    analysis: &Analysis,
-    tid: u32,
-) -> Result<Permitted<'p>, Refusal> {
-    let Some(t) = graph.threads.iter().find(|t| t.tid == tid) else {
+pub fn evaluate<'p>(policy: &'p Policy, kept: &Kept, tid: u32) -> Result<Permitted<'p>, Refusal> {
+    let Some(t) = kept.threads().iter().find(|t| t.tid == tid) else {
         return Err(Refusal::AlreadyGone);
     };
     if let ThreadState::NotStoppable(why) = &t.state {
@@ -112,7 +107,7 @@ pub fn evaluate<'p>(
             name: t.name.clone(),
         });
     };
-    let predicted = analysis.release(&[tid]).map_err(|_| Refusal::AlreadyGone)?;
+    let predicted = kept.release(&[tid]).map_err(|_| Refusal::AlreadyGone)?;
     if predicted < policy.min_release {
         return Err(Refusal::BelowMinRelease {
             predicted,
@@ -141,14 +136,9 @@ pub struct Candidate<'p> {
 /// The permitted, stoppable threads, ranked: largest release first, then threads with user
 /// frames before threads with system frames only, then by tid. `exclude` are left out
 /// (threads already being cancelled, or found unfit by a mechanism check).
-pub fn candidates<'p>(
-    policy: &'p Policy,
-    graph: &HeapGraph,
-    analysis: &Analysis,
-    exclude: &[u32],
-) -> Vec<Candidate<'p>> {
-    let mut out: Vec<Candidate<'p>> = graph
-        .threads
+pub fn candidates<'p>(policy: &'p Policy, kept: &Kept, exclude: &[u32]) -> Vec<Candidate<'p>> {
+    let mut out: Vec<Candidate<'p>> = kept
+        .threads()
         .iter()
         .filter(|t| t.state == ThreadState::Stopped && !exclude.contains(&t.tid))
         .filter_map(|t| {
@@ -157,7 +147,7 @@ pub fn candidates<'p>(
                 tid: t.tid,
                 name: t.name.clone(),
                 permit,
-                release: analysis.release(&[t.tid]).ok()?,
+                release: kept.release(&[t.tid]).ok()?,
                 user: t.frames.iter().any(|f| f.kind == FrameKind::User),
             })
         })
@@ -181,7 +171,7 @@ pub const SEARCH_CANDIDATES: usize = 16;
 /// `target`, with its release; `None` when even all of them together do not reach it.
 ///
 /// Exact over the first [`SEARCH_CANDIDATES`] of `ranked`: every subset's release is
-/// computed from the analysis (each thread's own release plus every thread-shared group
+/// computed from the kept analysis (each thread's own release plus every thread-shared group
 /// whose sharers all lie in the subset), sets are tried by increasing size, and among the
 /// sets of the smallest size that cover the need the largest release wins, then the most
 /// threads with user frames, then the best-ranked members. Only when no subset of those
@@ -189,12 +179,12 @@ pub const SEARCH_CANDIDATES: usize = 16;
 /// candidate that raises the set's release most.
 pub fn choose<'c, 'p>(
     ranked: &'c [Candidate<'p>],
-    analysis: &Analysis,
+    kept: &Kept,
     target: u64,
 ) -> Option<(Vec<&'c Candidate<'p>>, u64)> {
     let target = target.max(1);
     let n = ranked.len().min(SEARCH_CANDIDATES);
-    let release = subset_releases(&ranked[..n], analysis);
+    let release = subset_releases(&ranked[..n], kept);
     let mut best: Option<(u32, u64, u32, u32)> = None; // (size, release, user, mask)
     for (mask, &r) in release.iter().enumerate() {
         if r < target {
@@ -228,7 +218,7 @@ pub fn choose<'c, 'p>(
     if ranked.len() <= n {
         return None;
     }
-    greedy(ranked, analysis, target)
+    greedy(ranked, kept, target)
 }
 
 /// `Less` when set `a` has the better-ranked members: its lowest rank not shared with `b`
@@ -249,7 +239,7 @@ fn better_ranked(a: u32, b: u32) -> std::cmp::Ordering {
 /// The release of every subset of `cands` (at most [`SEARCH_CANDIDATES`]), indexed by the
 /// bit mask of its members: each candidate's own release, plus each thread-shared group whose
 /// sharers are all in the subset (and not the globals), summed over subsets in `n · 2^n`.
-pub fn subset_releases(cands: &[Candidate<'_>], analysis: &Analysis) -> Vec<u64> {
+pub fn subset_releases(cands: &[Candidate<'_>], kept: &Kept) -> Vec<u64> {
     let n = cands.len();
     assert!(
         n <= SEARCH_CANDIDATES,
@@ -260,18 +250,16 @@ pub fn subset_releases(cands: &[Candidate<'_>], analysis: &Analysis) -> Vec<u64>
         weight[1 << i] = c.release;
     }
     let bit_of = |tid: u32| cands.iter().position(|c| c.tid == tid);
-    for g in analysis.groups() {
-        if g.id.kind != GroupKind::ThreadShared {
-            continue;
-        }
+    // The thread-shared groups by sharer set: a set's bytes go to the subset it names.
+    for (sharers, bytes) in kept.groups().thread_shared_by_set() {
         let mut mask = 0usize;
-        let inside = g.sharers.iter().all(|s| match s {
+        let inside = sharers.iter().all(|s| match s {
             Sharer::Thread(tid) => bit_of(*tid).map(|b| mask |= 1 << b).is_some(),
             Sharer::Globals => false,
         });
         // A group with a single sharer is in that thread's own release already.
         if inside && mask.count_ones() >= 2 {
-            weight[mask] += g.size;
+            weight[mask] += bytes;
         }
     }
     // Sum over subsets (the zeta transform): release(S) = Σ weight(m) for m ⊆ S.
@@ -289,7 +277,7 @@ pub fn subset_releases(cands: &[Candidate<'_>], analysis: &Analysis) -> Vec<u64>
 /// until the release covers `target`.
 fn greedy<'c, 'p>(
     ranked: &'c [Candidate<'p>],
-    analysis: &Analysis,
+    kept: &Kept,
     target: u64,
 ) -> Option<(Vec<&'c Candidate<'p>>, u64)> {
     let mut chosen: Vec<&Candidate> = Vec::new();
@@ -302,7 +290,7 @@ fn greedy<'c, 'p>(
                 continue;
             }
             tids.push(c.tid);
-            let r = analysis.release(&tids).unwrap_or(0);
+            let r = kept.release(&tids).unwrap_or(0);
             tids.pop();
             if r > have && best.is_none_or(|(_, b)| r > b) {
                 best = Some((i, r));
@@ -321,6 +309,7 @@ mod tests {
     use super::*;
     use crate::policy::parse::parse;
     use heaptui_analysis::snapshot::json::read_json;
+    use heaptui_analysis::{Analysis, HeapGraph};
 
     /// Threads 1 "report-a" (user frames), 2 "worker", 3 "report-b" (system frames only),
     /// 4 "report-c" (user). Objects: 1 (100) held by thread 1 alone; 2 (40) by 3 alone;
@@ -355,23 +344,24 @@ mod tests {
     #[test]
     fn evaluate_gives_each_refusal_its_reason() {
         let (g, a) = graph();
+        let k = Kept::new(&g, &a);
         let p = parse("min_release = 90\n[[permit]]\nthread = \"report-*\"\n").unwrap();
-        let ok = evaluate(&p, &g, &a, 1).unwrap();
+        let ok = evaluate(&p, &k, 1).unwrap();
         assert_eq!((ok.predicted, ok.permit.index), (100, 1));
         assert_eq!(
-            evaluate(&p, &g, &a, 2),
+            evaluate(&p, &k, 2),
             Err(Refusal::NotPermitted {
                 name: "worker".into()
             })
         );
         assert_eq!(
-            evaluate(&p, &g, &a, 3),
+            evaluate(&p, &k, 3),
             Err(Refusal::BelowMinRelease {
                 predicted: 40,
                 min: 90
             })
         );
-        assert_eq!(evaluate(&p, &g, &a, 99), Err(Refusal::AlreadyGone));
+        assert_eq!(evaluate(&p, &k, 99), Err(Refusal::AlreadyGone));
         let reasons: Vec<String> = [
             Refusal::NoPolicy,
             Refusal::PolicyInvalid("x".into()),
@@ -403,12 +393,13 @@ mod tests {
     #[test]
     fn function_rules_match_frames() {
         let (g, a) = graph();
+        let k = Kept::new(&g, &a);
         let p =
             parse("[[permit]]\nfunction = \"build_*\"\nmechanism = \"pthread_cancel\"").unwrap();
-        let ok = evaluate(&p, &g, &a, 4).unwrap();
+        let ok = evaluate(&p, &k, 4).unwrap();
         assert_eq!(ok.predicted, 70);
         assert!(matches!(
-            evaluate(&p, &g, &a, 1),
+            evaluate(&p, &k, 1),
             Err(Refusal::NotPermitted { .. })
         ));
     }
@@ -416,31 +407,32 @@ mod tests {
     #[test]
     fn candidates_are_ranked_and_the_smallest_set_is_chosen() {
         let (g, a) = graph();
+        let k = Kept::new(&g, &a);
         let p = parse("[[permit]]\nthread = \"report-*\"\n").unwrap();
-        let ranked = candidates(&p, &g, &a, &[]);
+        let ranked = candidates(&p, &k, &[]);
         let order: Vec<(u32, u64)> = ranked.iter().map(|c| (c.tid, c.release)).collect();
         // report-a 100, report-b 40 (system), report-c 70; worker never a candidate.
         assert_eq!(order, vec![(1, 100), (4, 70), (3, 40)]);
 
         // One thread suffices: the best ranked.
-        let (set, r) = choose(&ranked, &a, 90).unwrap();
+        let (set, r) = choose(&ranked, &k, 90).unwrap();
         assert_eq!(
             (set.iter().map(|c| c.tid).collect::<Vec<_>>(), r),
             (vec![1], 100)
         );
-        let (set, r) = choose(&ranked, &a, 70).unwrap();
+        let (set, r) = choose(&ranked, &k, 70).unwrap();
         assert_eq!((set[0].tid, r), (1, 100));
         // 1 and 4 together free their shared object too: 100 + 70 + 60 = 230.
-        let (set, r) = choose(&ranked, &a, 200).unwrap();
+        let (set, r) = choose(&ranked, &k, 200).unwrap();
         let mut tids: Vec<u32> = set.iter().map(|c| c.tid).collect();
         tids.sort();
         assert_eq!((tids, r), (vec![1, 4], 230));
-        let (set, r) = choose(&ranked, &a, 260).unwrap();
+        let (set, r) = choose(&ranked, &k, 260).unwrap();
         assert_eq!((set.len(), r), (3, 270));
         // Nothing permitted suffices.
-        assert!(choose(&ranked, &a, 271).is_none());
+        assert!(choose(&ranked, &k, 271).is_none());
         // Excluded threads are not candidates.
-        let ranked = candidates(&p, &g, &a, &[1]);
+        let ranked = candidates(&p, &k, &[1]);
         assert_eq!(ranked.iter().map(|c| c.tid).collect::<Vec<_>>(), vec![4, 3]);
     }
 
@@ -454,8 +446,9 @@ mod tests {
           ] }"#;
         let g = read_json(json.as_bytes()).unwrap();
         let a = Analysis::new(&g);
+        let k = Kept::new(&g, &a);
         let p = parse("[[permit]]\nthread = \"r*\"\n").unwrap();
-        let ranked = candidates(&p, &g, &a, &[]);
+        let ranked = candidates(&p, &k, &[]);
         assert_eq!(ranked[0].tid, 2);
         assert!(ranked[0].user && !ranked[1].user);
     }
@@ -506,9 +499,10 @@ mod tests {
         let p = parse("[[permit]]\nthread = \"worker-*\"\n").unwrap();
         for seed in 1..=4 {
             let (g, a) = synthetic(seed, 10);
-            let ranked = candidates(&p, &g, &a, &[]);
+            let k = Kept::new(&g, &a);
+            let ranked = candidates(&p, &k, &[]);
             assert_eq!(ranked.len(), 10);
-            let releases = subset_releases(&ranked, &a);
+            let releases = subset_releases(&ranked, &k);
             let mut shared_somewhere = false;
             for (mask, &r) in releases.iter().enumerate() {
                 let tids: Vec<u32> = (0..ranked.len())
@@ -530,7 +524,8 @@ mod tests {
         let mut multi = 0;
         for seed in 1..=6 {
             let (g, a) = synthetic(seed, 9);
-            let ranked = candidates(&p, &g, &a, &[]);
+            let k = Kept::new(&g, &a);
+            let ranked = candidates(&p, &k, &[]);
             let all: Vec<u32> = ranked.iter().map(|c| c.tid).collect();
             let most = a.release(&all).unwrap();
             // Targets from one byte to beyond everything, through every single release.
@@ -538,7 +533,7 @@ mod tests {
             targets.extend(ranked.iter().map(|c| c.release + 1));
             for target in targets {
                 let expected = brute_force(&ranked, &a, target);
-                let got = choose(&ranked, &a, target);
+                let got = choose(&ranked, &k, target);
                 match (expected, got) {
                     (None, None) => {}
                     (Some((size, release, user)), Some((set, r))) => {
@@ -586,18 +581,19 @@ mod tests {
           ] }"#;
         let g = read_json(json.as_bytes()).unwrap();
         let a = Analysis::new(&g);
+        let k = Kept::new(&g, &a);
         let p = parse("[[permit]]\nthread = \"r*\"\n").unwrap();
-        let ranked = candidates(&p, &g, &a, &[]);
-        let (set, r) = choose(&ranked, &a, 250).unwrap();
+        let ranked = candidates(&p, &k, &[]);
+        let (set, r) = choose(&ranked, &k, 250).unwrap();
         let mut tids: Vec<u32> = set.iter().map(|c| c.tid).collect();
         tids.sort();
         assert_eq!((tids, r), (vec![2, 3], 280));
         // Of the pairs covering 150, 2+3 frees the most.
-        let (set, r) = choose(&ranked, &a, 150).unwrap();
+        let (set, r) = choose(&ranked, &k, 150).unwrap();
         assert_eq!((set.len(), r), (2, 280));
         // Without 2 and 3, 1+4 and 1+5 both free 190: 5 has user frames, 4 system only.
-        let ranked = candidates(&p, &g, &a, &[2, 3]);
-        let (set, r) = choose(&ranked, &a, 150).unwrap();
+        let ranked = candidates(&p, &k, &[2, 3]);
+        let (set, r) = choose(&ranked, &k, 150).unwrap();
         let mut tids: Vec<u32> = set.iter().map(|c| c.tid).collect();
         tids.sort();
         assert_eq!((tids, r), (vec![1, 5], 190));

@@ -23,7 +23,7 @@ pub mod trigger;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
-use heaptui_analysis::{Analysis, HeapGraph};
+use heaptui_analysis::Kept;
 use heaptui_protocol::{CancelVerdict, Mechanism, PolicyAnswer, Verdict};
 use serde_json::json;
 
@@ -159,8 +159,8 @@ impl Who {
 
 /// A snapshot taken for a decision.
 pub struct Fresh {
-    pub graph: HeapGraph,
-    pub analysis: Analysis,
+    /// The analysed graph, kept (made by the capture's scanning child).
+    pub kept: Kept,
 }
 
 /// Tids seen in the agent's snapshots, so a thread that has ended is told apart from a tid
@@ -178,13 +178,13 @@ pub fn renew_in_child() {
 
 /// Records the threads of a snapshot taken elsewhere (the server's), so that a cancel of a
 /// thread the operator saw there, and that has ended since, is refused as "already gone".
-pub fn note_snapshot(graph: &HeapGraph) {
-    remember(graph);
+pub fn note_snapshot(kept: &Kept) {
+    remember(kept);
 }
 
-fn remember(graph: &HeapGraph) {
+fn remember(kept: &Kept) {
     let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
-    seen.extend(graph.threads.iter().map(|t| t.tid));
+    seen.extend(kept.threads().iter().map(|t| t.tid));
     seen.sort_unstable();
     seen.dedup();
 }
@@ -201,11 +201,8 @@ pub fn fresh_snapshot() -> Result<Fresh, String> {
     let capture = std::panic::catch_unwind(crate::capture::take)
         .map_err(|_| "the capture panicked".to_string())?
         .map_err(|e| e.to_string())?;
-    let graph = capture.graph;
-    let analysis = std::panic::catch_unwind(|| Analysis::new(&graph))
-        .map_err(|_| "the analysis panicked".to_string())?;
-    remember(&graph);
-    Ok(Fresh { graph, analysis })
+    remember(&capture.kept);
+    Ok(Fresh { kept: capture.kept })
 }
 
 /// What one decision came to, before it is turned into a verdict and an audit line.
@@ -383,14 +380,14 @@ fn decide_one(tid: u32, dry_run: bool, _who: &Who, snapshot: Option<&Fresh>) -> 
             Err(e) => return Outcome::refused(Refusal::SnapshotFailed(e), tid),
         },
     };
-    let permitted = match decide::evaluate(policy, &fresh.graph, &fresh.analysis, tid) {
+    let permitted = match decide::evaluate(policy, &fresh.kept, tid) {
         Ok(p) => p,
         Err(r) => {
             let mut o = Outcome::refused(r, tid);
-            o.heap_bytes = Some(fresh.graph.total_bytes());
-            if let Some(t) = fresh.graph.threads.iter().find(|t| t.tid == tid) {
+            o.heap_bytes = Some(fresh.kept.totals().bytes);
+            if let Some(t) = fresh.kept.threads().iter().find(|t| t.tid == tid) {
                 o.name = Some(t.name.clone());
-                o.predicted = fresh.analysis.release(&[tid]).ok();
+                o.predicted = fresh.kept.release(&[tid]).ok();
                 o.rule = decide::permit_of(policy, t).map(|p| p.describe());
                 o.mechanism = decide::permit_of(policy, t).map(|p| p.mechanism);
             }
@@ -405,7 +402,7 @@ fn decide_one(tid: u32, dry_run: bool, _who: &Who, snapshot: Option<&Fresh>) -> 
         mechanism: Some(permitted.permit.mechanism),
         name: Some(permitted.name.clone()),
         notes: Vec::new(),
-        heap_bytes: Some(fresh.graph.total_bytes()),
+        heap_bytes: Some(fresh.kept.totals().bytes),
     };
     match act(tid, permitted.permit.mechanism, dry) {
         Ok(notes) => {

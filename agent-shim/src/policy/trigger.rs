@@ -230,15 +230,15 @@ fn autonomous(policy: &'static Policy, fire: Fire, watch: &mut Watch) {
     // Threads already asked to end are not asked again; threads a mechanism check refuses
     // are dropped and the choice is made again without them.
     let mut exclude: Vec<u32> = snap
-        .graph
-        .threads
+        .kept
+        .threads()
         .iter()
         .map(|t| t.tid)
         .filter(|&t| cancel::is_requested(t))
         .collect();
     loop {
-        let ranked = decide::candidates(policy, &snap.graph, &snap.analysis, &exclude);
-        let Some((set, release)) = decide::choose(&ranked, &snap.analysis, target) else {
+        let ranked = decide::candidates(policy, &snap.kept, &exclude);
+        let Some((set, release)) = decide::choose(&ranked, &snap.kept, target) else {
             shortage(&fire, target, &ranked, &snap, watch);
             return;
         };
@@ -271,7 +271,7 @@ fn autonomous(policy: &'static Policy, fire: Fire, watch: &mut Watch) {
                 mechanism: Some(c.permit.mechanism),
                 name: Some(c.name.clone()),
                 notes: trigger_fields(release),
-                heap_bytes: Some(snap.graph.total_bytes()),
+                heap_bytes: Some(snap.kept.totals().bytes),
             };
             match super::act(c.tid, c.permit.mechanism, dry) {
                 Ok(notes) => {
@@ -324,7 +324,7 @@ fn autonomous(policy: &'static Policy, fire: Fire, watch: &mut Watch) {
                     decisions: ids,
                     tids,
                     predicted: release,
-                    before: Some(snap.graph.total_bytes()),
+                    before: Some(snap.kept.totals().bytes),
                     since: Instant::now(),
                 });
         }
@@ -346,7 +346,7 @@ fn shortage(
 ) {
     let all: Vec<u32> = ranked.iter().map(|c| c.tid).collect();
     // The release of every permitted thread together: the most the policy allows.
-    let best = snap.analysis.release(&all).unwrap_or(0);
+    let best = snap.kept.release(&all).unwrap_or(0);
     let why = if fire.malloc_failed {
         "an allocation failed"
     } else {
@@ -411,10 +411,10 @@ fn measure_due() {
             .collect();
         let (after_bytes, measured, error) = match (&after, f.before) {
             (Ok(a), Some(b)) => {
-                let now = a.graph.total_bytes();
+                let now = a.kept.totals().bytes;
                 (Some(now), Some(b.saturating_sub(now)), None)
             }
-            (Ok(a), None) => (Some(a.graph.total_bytes()), None, None),
+            (Ok(a), None) => (Some(a.kept.totals().bytes), None, None),
             (Err(e), _) => (None, None, Some(e.clone())),
         };
         for &id in &f.decisions {

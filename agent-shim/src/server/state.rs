@@ -3,9 +3,10 @@
 //! snapshot leaves behind (age boundaries, per-site growth), taking a new snapshot, and the
 //! process description.
 //!
-//! A snapshot is kept as [`heaptui_analysis::Kept`]: the graph and its analysis are dropped as
-//! soon as the kept form is made, so what stays in the target after a snapshot is a few bytes
-//! per object (docs/reference.md §9). Two snapshots are kept at most, each behind an `Arc`, so a client answering from one never
+//! A snapshot is kept as [`heaptui_analysis::Kept`], made by the capture's scanning child (the
+//! graph and its analysis never exist in the process itself, see `capture::build`), so what
+//! stays in the target after a snapshot is a few bytes per object (docs/reference.md §9); the
+//! boundary and the per-site growth are read from it too. Two snapshots are kept at most, each behind an `Arc`, so a client answering from one never
 //! holds a lock while another takes the next: the latest (every drill-down request is answered
 //! from it) and, when `HEAPTUI_AUTO_SNAPSHOT` is on, the one taken at the highest heap bytes so
 //! far (replaced only by a higher one; often the same `Arc` as the latest). Captures are
@@ -24,12 +25,11 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use heaptui_analysis::Kept as Columns;
 use heaptui_analysis::views;
 use heaptui_analysis::views::ages::Boundary;
-use heaptui_analysis::{Analysis, HeapGraph, NO_SEQ};
 use heaptui_protocol::answer::{ANSWER_BUDGET, Answerer, clip, select_page, snapshot_chunk};
 use heaptui_protocol::codec::encoded_len;
 use heaptui_protocol::{
@@ -247,28 +247,20 @@ fn take_locked(cause: Cause) -> Result<SnapshotInfo, String> {
     let capture = std::panic::catch_unwind(crate::capture::take)
         .map_err(|_| "the capture panicked".to_string())?
         .map_err(|e| e.to_string())?;
-    let started = Instant::now();
-    let graph = capture.graph;
-    let analysis = std::panic::catch_unwind(|| Analysis::new(&graph))
-        .map_err(|_| "the analysis panicked".to_string())?;
-    let columns = std::panic::catch_unwind(|| Columns::new(&graph, &analysis))
-        .map_err(|_| "keeping the analysis panicked".to_string())?;
-    drop(analysis);
-    let analysis_us = started.elapsed().as_micros() as u64;
+    let columns = capture.kept;
     let snapshot = SnapshotId(NEXT_SNAPSHOT.fetch_add(1, Ordering::Relaxed));
     let mut info = Answerer::new(snapshot, &columns).snapshot_info();
     info.taken_unix_ms = taken_unix_ms;
     info.pause_us = capture.pause.as_micros() as u64;
-    info.capture_us = capture.total.as_micros() as u64;
-    info.analysis_us = analysis_us;
-    crate::policy::note_snapshot(&graph);
+    info.capture_us = capture.total.saturating_sub(capture.analysis).as_micros() as u64;
+    info.analysis_us = capture.analysis.as_micros() as u64;
+    crate::policy::note_snapshot(&columns);
     let boundary = Boundary {
-        last_seq: boundary_seq(&graph, seq_before),
+        last_seq: columns.last_seq().unwrap_or(seq_before),
         unix_ms: taken_unix_ms,
     };
-    let boundaries = record(&graph, boundary);
+    let boundaries = record(&columns, boundary);
     crate::record::snapshot_boundary(boundary.last_seq, boundary.unix_ms);
-    drop(graph);
     info.held_bytes = (AGENT_ALLOC.mapped_bytes() as u64).saturating_sub(mapped_before);
     let kept = Arc::new(Kept {
         columns,
@@ -310,23 +302,8 @@ fn take_locked(cause: Cause) -> Result<SnapshotInfo, String> {
     Ok(info)
 }
 
-/// The snapshot's boundary: the highest sequence number among its blocks. Every block of a
-/// later snapshot with a sequence number up to it was in this one (blocks between it and the
-/// freeze were freed before the freeze), and every later allocation is numbered above it.
-/// `seq_before` (read before the capture) serves an empty heap.
-fn boundary_seq(graph: &HeapGraph, seq_before: u64) -> u64 {
-    graph
-        .objects()
-        .seq
-        .iter()
-        .copied()
-        .filter(|&s| s != NO_SEQ)
-        .max()
-        .unwrap_or(seq_before)
-}
-
 /// Records a snapshot's boundary and growth; returns the boundaries before it, ascending.
-fn record(graph: &HeapGraph, boundary: Boundary) -> Vec<u64> {
+fn record(kept: &Columns, boundary: Boundary) -> Vec<u64> {
     let mut guard = HISTORY.lock().unwrap_or_else(|e| e.into_inner());
     let h = guard.get_or_insert_with(|| History {
         boundaries: Vec::new(),
@@ -337,7 +314,7 @@ fn record(graph: &HeapGraph, boundary: Boundary) -> Vec<u64> {
         .boundaries
         .partition_point(|b| b.last_seq <= boundary.last_seq);
     h.boundaries.insert(at, boundary);
-    h.growth.push_graph(graph);
+    h.growth.push_kept(kept);
     if h.growth.snapshots() >= 2 * GROWTH_WINDOW {
         h.growth = trimmed(&h.growth, GROWTH_WINDOW);
     }
@@ -517,11 +494,5 @@ mod tests {
         assert_eq!(by["flat"].history, [10; 4]);
         assert!(!by["flat"].growing);
         assert!(!by.contains_key("gone"));
-    }
-
-    #[test]
-    fn boundary_is_the_highest_sequence_number_or_the_counter() {
-        let empty = HeapGraph::default();
-        assert_eq!(boundary_seq(&empty, 42), 42);
     }
 }

@@ -172,6 +172,15 @@ impl GroupTable {
         &self.sets
     }
 
+    /// Each distinct sharer set with the bytes of the thread-shared groups that have exactly
+    /// that set (0 when only groups of other kinds have it).
+    pub fn thread_shared_by_set(&self) -> impl Iterator<Item = (&[Sharer], u64)> + '_ {
+        self.sets
+            .iter()
+            .zip(&self.set_bytes)
+            .map(|(s, &b)| (s.as_slice(), b))
+    }
+
     fn heap_bytes(&self) -> usize {
         self.entries.heap_bytes()
             + self.sizes.heap_bytes()
@@ -441,6 +450,14 @@ impl Kept {
 
     pub fn object_count(&self) -> usize {
         self.objects
+    }
+
+    /// The highest sequence number among the objects (those without one left out).
+    pub fn last_seq(&self) -> Option<u64> {
+        (0..self.objects)
+            .map(|o| self.seqs.get(o))
+            .filter(|&s| s != crate::graph::NO_SEQ)
+            .max()
     }
 
     /// Index of the thread with this id.

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::attribution::Analysis;
 use crate::graph::{HeapGraph, NO_SITE, ObjectIndex};
+use crate::kept::Kept;
 
 /// Default number of snapshots in a row over which a site must grow to be flagged.
 pub const DEFAULT_GROWTH_RUN: usize = 3;
@@ -74,16 +75,32 @@ pub fn leaks_by_site(graph: &HeapGraph, analysis: &Analysis) -> Vec<SiteLeaks> {
 /// Live bytes per site (keyed by frames) of one snapshot.
 pub fn live_by_site(graph: &HeapGraph) -> HashMap<Vec<String>, u64> {
     let o = graph.objects();
+    by_frames((0..o.len()).map(|i| (o.site[i], o.size[i])), &graph.sites)
+}
+
+/// [`live_by_site`] of a kept snapshot.
+pub fn live_by_site_kept(kept: &Kept) -> HashMap<Vec<String>, u64> {
+    by_frames(
+        (0..kept.object_count() as u32).map(|o| (kept.site(o), kept.size(o))),
+        kept.sites(),
+    )
+}
+
+/// Live bytes per site's frames, from `(site index, size)` per object.
+fn by_frames(
+    objects: impl Iterator<Item = (u32, u64)>,
+    sites: &[crate::graph::Site],
+) -> HashMap<Vec<String>, u64> {
     let mut per_index: HashMap<u32, u64> = HashMap::new();
-    for i in 0..o.len() {
-        *per_index.entry(o.site[i]).or_default() += o.size[i];
+    for (site, size) in objects {
+        *per_index.entry(site).or_default() += size;
     }
     per_index
         .into_iter()
         .map(|(site, bytes)| {
             let frames = match site {
                 NO_SITE => Vec::new(),
-                s => graph.sites[s as usize].frames.clone(),
+                s => sites[s as usize].frames.clone(),
             };
             (frames, bytes)
         })
@@ -166,6 +183,11 @@ impl Growth {
     /// Adds a snapshot's graph.
     pub fn push_graph(&mut self, graph: &HeapGraph) {
         self.push(live_by_site(graph));
+    }
+
+    /// [`Growth::push_graph`] of a kept snapshot.
+    pub fn push_kept(&mut self, kept: &Kept) {
+        self.push(live_by_site_kept(kept));
     }
 
     pub fn snapshots(&self) -> usize {
