@@ -167,7 +167,7 @@ pub fn dump_once(prefix: &std::path::Path) -> Result<PathBuf, String> {
         return Err(e);
     }
     crate::agent_info!(
-        "snapshot {}: {} objects, {} bytes, {} threads; pause_ms={:.3} capture_ms={:.3} write_ms={:.3} (stop_ms={:.3}; in the scanning child: index_ms={:.3} roots_ms={:.3} blocks_ms={:.3} mapped_ms={:.3} mapped_bytes={})",
+        "snapshot {}: {} objects, {} bytes, {} threads; pause_ms={:.3} capture_ms={:.3} write_ms={:.3} (stop_ms={:.3} dontfork_ms={:.3} dontfork_mappings={} fork_ms={:.3}; in the scanning child: index_ms={:.3} roots_ms={:.3} blocks_ms={:.3} mapped_ms={:.3} mapped_bytes={})",
         path.display(),
         cap.kept.object_count(),
         cap.kept.totals().bytes,
@@ -176,6 +176,9 @@ pub fn dump_once(prefix: &std::path::Path) -> Result<PathBuf, String> {
         cap.total.as_secs_f64() * 1e3,
         started.elapsed().as_secs_f64() * 1e3,
         cap.phases.stop.as_secs_f64() * 1e3,
+        cap.phases.dontfork.as_secs_f64() * 1e3,
+        cap.phases.dontfork_mappings,
+        cap.phases.fork.as_secs_f64() * 1e3,
         cap.phases.index.as_secs_f64() * 1e3,
         cap.phases.roots.as_secs_f64() * 1e3,
         cap.phases.blocks.as_secs_f64() * 1e3,

@@ -25,6 +25,7 @@ use heaptui_analysis::{
     ObjectRecord, Objects, Process, Site, SiteIndex, Thread, ThreadState,
 };
 
+use super::dontfork;
 use super::mapped::{self, Exclusions, MappedRoots};
 use super::modules::AddressSpace;
 use super::scan::{BlockIndex, Collector, scan_blocks};
@@ -154,6 +155,11 @@ pub struct Phases {
     /// present and read.
     pub mapped: Duration,
     pub mapped_bytes: u64,
+    /// Inside the pause: making the program's `MADV_DONTFORK` mappings visible to the scan
+    /// child and marking them again (`dontfork`), how many there were, and the clone itself.
+    pub dontfork: Duration,
+    pub dontfork_mappings: u64,
+    pub fork: Duration,
 }
 
 /// One thread's frames as found inside the stop window, not yet symbolized.
@@ -200,6 +206,9 @@ pub fn capture<H: Heap>(
     // the thread pointer: the top of its stack lies right under it.)
     let own = current_registers();
     let own_tls = space.clamp(own.fs_base..own.fs_base + THREAD_DESCRIPTOR);
+    // Whether the program has mappings a fork leaves out (read again inside the pause only
+    // then: see `dontfork`).
+    let any_hidden_from_fork = !dontfork::hidden_now().is_empty();
 
     // ---- stop window ----
     let frozen = heap.freeze();
@@ -238,8 +247,29 @@ pub fn capture<H: Heap>(
     // again as soon as the child exists; the child also builds, analyses and keeps the
     // graph, so that the process itself only ever holds the kept snapshot. Without a child,
     // the scan runs while the threads are stopped and the rest after the resume, here.
-    let (kept, pause, mut phases, named) = match fork_child() {
+    // The program's MADV_DONTFORK mappings are lifted for the clone only.
+    let lift_mark = Instant::now();
+    let hidden = if any_hidden_from_fork {
+        dontfork::hidden_now()
+    } else {
+        Vec::new()
+    };
+    // SAFETY: read while every thread of the program is stopped (the agent's never mark a
+    // mapping); put back in the parent right after the clone, before any of them runs.
+    let lifted = unsafe { dontfork::Lifted::lift(&hidden) };
+    let dontfork_mappings = lifted.len() as u64;
+    let mut dontfork_time = lift_mark.elapsed();
+    let fork_mark = Instant::now();
+    let forked = fork_child();
+    let fork_time = fork_mark.elapsed();
+    let mut put_back = |lifted: dontfork::Lifted| {
+        let mark = Instant::now();
+        lifted.restore();
+        dontfork_time += mark.elapsed();
+    };
+    let (kept, pause, mut phases, named) = match forked {
         Fork::Child(fd) => {
+            lifted.forget_in_child();
             let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 let scanned = scan(&world);
                 analyse_in_child(fd, process, scanned, threads)
@@ -249,6 +279,7 @@ pub fn capture<H: Heap>(
             unsafe { libc::_exit(if ok { 0 } else { 1 }) }
         }
         Fork::Parent(child, fd) => {
+            put_back(lifted);
             world.wake();
             drop(frozen);
             let pause = paused.elapsed();
@@ -266,6 +297,7 @@ pub fn capture<H: Heap>(
             (kept, pause, phases, named)
         }
         Fork::Failed => {
+            put_back(lifted);
             let scanned = scan(&world);
             world.wake();
             drop(frozen);
@@ -279,6 +311,9 @@ pub fn capture<H: Heap>(
         }
     };
     phases.stop = stop_time;
+    phases.dontfork = dontfork_time;
+    phases.dontfork_mappings = dontfork_mappings;
+    phases.fork = fork_time;
     // ---- end of stop window ----
     Ok(Capture {
         kept,
@@ -729,6 +764,7 @@ impl Unnamed {
             blocks: d(self.phases[2]),
             mapped: d(self.phases[3]),
             mapped_bytes: self.phases[4],
+            ..Phases::default()
         }
     }
 

@@ -6,6 +6,7 @@
 
 pub mod budget;
 pub mod build;
+pub mod dontfork;
 pub mod mapped;
 pub mod modules;
 pub mod scan;

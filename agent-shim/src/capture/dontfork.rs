@@ -1,0 +1,272 @@
+//! Mappings the program marked `MADV_DONTFORK`, made visible to the copy-on-write scan child
+//! (docs/reference.md §3, mapped memory).
+//!
+//! A fork leaves out every mapping with `VM_DONTCOPY` (`dc` in `/proc/self/smaps`), so the
+//! scan child cannot read them. V8 marks all of its heap pages so (node: some 260 mappings, and
+//! the only copies of the pointers to the malloc blocks its objects own): 2% of a node heap
+//! came out unreachable. Two ways to show them to the child were weighed:
+//! - copy their present pages while the world is stopped: a pause and a memory cost that grow
+//!   with the mappings (75 MiB of V8 pages for a node holding 100,000 objects: tens of
+//!   milliseconds and as much memory again);
+//! - lift the flag on exactly those mappings for the fork (`MADV_DOFORK`), and put it back in
+//!   the parent right after (`MADV_DONTFORK`), while the world is still stopped: no copy, the
+//!   pages are shared copy-on-write like every other page of the process. Chosen.
+//!
+//! What lifting must never do, and how it is kept from it:
+//! - Change a mapping that did not have the flag: the mappings are read from
+//!   `/proc/self/smaps` while the world is stopped, so they are the ones the flag is on at the
+//!   fork; the agent's own threads, which run, never mark a mapping.
+//! - Leave the host changed: the flag is put back, on exactly the lifted ranges, in the parent
+//!   right after the clone and before the threads run again, whether the clone succeeded or
+//!   not, and by [`Lifted`]'s drop on any other way out. A range whose lift failed
+//!   (`madvise` refuses `VM_IO`/`VM_PFNMAP` device mappings, the only ones it refuses here) is
+//!   not lifted, so not put back.
+//! - Break what the flag is for: it keeps pages under DMA from being shared copy-on-write
+//!   (RDMA, device drivers), since a parent's write after a fork would move its page away from
+//!   the device. Linux 5.9 and later copy such pinned pages at fork time instead of sharing
+//!   them, so the parent keeps the page the device uses; before 5.9, nothing is lifted.
+//!   Device (`io`, `pf`) and hugetlb (`ht`) mappings are left alone, and only readable,
+//!   writable mappings are lifted (the only ones the scan reads).
+//!
+//! `/proc/self/smaps` costs milliseconds for a big process (the kernel walks every page
+//! table to count its pages), so it is read inside the pause only when a first read, before
+//! the stop, found a mapping to lift: a program that marks none pays no pause for it. A
+//! mapping marked between the two reads is not seen this capture (as before this module).
+//! The cost for node is in BENCHMARKS.md, "Mapped memory as a root".
+
+use std::ops::Range;
+
+/// smaps `VmFlags` that keep a mapping from being lifted: device memory (`madvise` refuses
+/// it anyway) and hugetlb pages (a shared copy-on-write huge page can fail to be copied).
+const LEFT_ALONE: [&str; 3] = ["io", "pf", "ht"];
+
+/// The readable, writable mappings of `smaps` (the text of `/proc/PID/smaps`) that a fork
+/// leaves out (`dc`) and that may be lifted, in address order.
+pub fn hidden_from_fork(smaps: &str) -> Vec<Range<u64>> {
+    let mut hidden = Vec::new();
+    let mut current: Option<Range<u64>> = None;
+    for line in smaps.lines() {
+        if let Some(flags) = line.strip_prefix("VmFlags:") {
+            let flags: Vec<&str> = flags.split_ascii_whitespace().collect();
+            if let Some(r) = current.take()
+                && flags.contains(&"dc")
+                && !LEFT_ALONE.iter().any(|f| flags.contains(f))
+            {
+                hidden.push(r);
+            }
+            continue;
+        }
+        // A mapping's first line is that of /proc/PID/maps: `start-end perms …`; every other
+        // line is `Key: value`.
+        let mut fields = line.split_ascii_whitespace();
+        let (Some(range), Some(perms)) = (fields.next(), fields.next()) else {
+            continue;
+        };
+        if range.ends_with(':') {
+            continue;
+        }
+        let Some((a, b)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(start), Ok(end)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) else {
+            continue;
+        };
+        current = perms.starts_with("rw").then_some(start..end);
+    }
+    hidden.sort_unstable_by_key(|r| r.start);
+    hidden
+}
+
+/// The mappings of this process a fork would leave out now, that may be lifted; none when
+/// the kernel is older than 5.9 (see the module doc) or smaps cannot be read.
+pub fn hidden_now() -> Vec<Range<u64>> {
+    if !kernel_copies_pinned_pages() {
+        return Vec::new();
+    }
+    std::fs::read_to_string("/proc/self/smaps")
+        .map(|t| hidden_from_fork(&t))
+        .unwrap_or_default()
+}
+
+/// Whether the running kernel copies DMA-pinned pages at fork (Linux 5.9 and later).
+fn kernel_copies_pinned_pages() -> bool {
+    // SAFETY: uname fills the struct it is given.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid utsname to fill.
+    if unsafe { libc::uname(&mut u) } != 0 {
+        return false;
+    }
+    // SAFETY: uname NUL-terminates the release.
+    let release = unsafe { std::ffi::CStr::from_ptr(u.release.as_ptr()) };
+    release_at_least(&release.to_string_lossy(), (5, 9))
+}
+
+/// Whether a kernel release string (`6.18.44-foo`) is at least `major.minor`.
+fn release_at_least(release: &str, (major, minor): (u32, u32)) -> bool {
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().ok());
+    match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(a), Some(b)) => (a, b) >= (major, minor),
+        _ => false,
+    }
+}
+
+/// Mappings whose `MADV_DONTFORK` is lifted; putting it back is [`Lifted::restore`], or the
+/// drop.
+pub struct Lifted {
+    ranges: Vec<Range<u64>>,
+}
+
+impl Lifted {
+    /// Lifts `MADV_DONTFORK` from each of `ranges`, which must be mappings that have it now;
+    /// the ones `madvise` refuses are skipped.
+    ///
+    /// # Safety
+    /// `ranges` must be exactly the mappings of this process marked `MADV_DONTFORK` now (read
+    /// from smaps while no thread that could change them runs), and the caller must put the
+    /// flag back before any such thread runs.
+    pub unsafe fn lift(ranges: &[Range<u64>]) -> Lifted {
+        let mut lifted = Vec::with_capacity(ranges.len());
+        for r in ranges {
+            if advise(r, libc::MADV_DOFORK) {
+                lifted.push(r.clone());
+            }
+        }
+        Lifted { ranges: lifted }
+    }
+
+    /// How many mappings are lifted.
+    pub fn len(&self) -> usize {
+        self.ranges.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+
+    /// Puts `MADV_DONTFORK` back on every lifted mapping, in the reverse order of the lift
+    /// (a lift may have merged a mapping with a neighbour: each put-back splits one off
+    /// again). Returns false when one could not be put back.
+    pub fn restore(mut self) -> bool {
+        self.put_back()
+    }
+
+    /// In a fork child: its mappings are its own, nothing to put back.
+    pub fn forget_in_child(mut self) {
+        self.ranges.clear();
+    }
+
+    fn put_back(&mut self) -> bool {
+        let mut all = true;
+        for r in self.ranges.drain(..).rev() {
+            all &= advise(&r, libc::MADV_DONTFORK);
+        }
+        if !all {
+            crate::log::note_problem();
+        }
+        all
+    }
+}
+
+impl Drop for Lifted {
+    fn drop(&mut self) {
+        self.put_back();
+    }
+}
+
+/// `madvise(range, advice)`; true when it succeeded.
+fn advise(r: &Range<u64>, advice: libc::c_int) -> bool {
+    // SAFETY: MADV_DOFORK and MADV_DONTFORK change only what a fork copies, never the
+    // memory's contents or protection.
+    unsafe {
+        libc::madvise(
+            r.start as *mut libc::c_void,
+            (r.end - r.start) as usize,
+            advice,
+        ) == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SMAPS: &str = "\
+35508c0000-3550900000 rw-p 00000000 00:00 0 
+Size:                256 kB
+Rss:                 256 kB
+VmFlags: rd wr mr mw me dc nr 
+3550900000-3550940000 rw-p 00000000 00:00 0 
+Size:                256 kB
+VmFlags: rd wr mr mw me nr 
+3560000000-3560040000 ---p 00000000 00:00 0 
+VmFlags: mr mw me dc nr 
+7f0000000000-7f0000001000 rw-s 00000000 00:06 12 /dev/dri/card0
+VmFlags: rd wr sh mr mw me ms dc io pf 
+7f0000100000-7f0000300000 rw-p 00000000 00:0f 3 /anon_hugepage (deleted)
+VmFlags: rd wr mr mw me dc ht 
+7f0000400000-7f0000401000 rw-p 00000000 00:00 0 
+VmFlags: rd wr mr mw me dc 
+";
+
+    #[test]
+    fn only_plain_readable_writable_mappings_marked_dontfork_are_lifted() {
+        assert_eq!(
+            hidden_from_fork(SMAPS),
+            vec![0x35508c0000..0x3550900000, 0x7f0000400000..0x7f0000401000]
+        );
+    }
+
+    #[test]
+    fn kernel_releases_compare_by_major_and_minor() {
+        assert!(release_at_least("6.18.44-fc-v509", (5, 9)));
+        assert!(release_at_least("5.9.0", (5, 9)));
+        assert!(release_at_least("5.10", (5, 9)));
+        assert!(!release_at_least("5.8.18-generic", (5, 9)));
+        assert!(!release_at_least("4.19.0", (5, 9)));
+        assert!(!release_at_least("garbage", (5, 9)));
+    }
+
+    /// A mapping marked DONTFORK is seen by a fork child while lifted, and marked again, with
+    /// the same boundaries, after.
+    #[test]
+    fn a_lifted_mapping_is_copied_by_a_fork_and_marked_again_after() {
+        if !kernel_copies_pinned_pages() {
+            return;
+        }
+        let len = 3 * 4096usize;
+        let p = crate::sys::map_anon(len, false).expect("map");
+        let base = p as u64;
+        // Mark only the middle page: its own mapping, between two that are not marked.
+        let middle = base + 4096..base + 2 * 4096;
+        assert!(advise(&middle, libc::MADV_DONTFORK));
+        // SAFETY: our own fresh mapping.
+        unsafe { *(middle.start as *mut u64) = 0x5eed };
+        let hidden = hidden_now();
+        assert!(hidden.contains(&middle), "{hidden:x?}");
+        // SAFETY: exactly the mappings marked now; put back below.
+        let lifted = unsafe { Lifted::lift(std::slice::from_ref(&middle)) };
+        assert_eq!(lifted.len(), 1);
+        assert!(!hidden_now().contains(&middle));
+        // SAFETY: a fork whose child only reads one word and exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: the page is copied into the child: readable.
+            let v = unsafe { std::ptr::read_volatile(middle.start as *const u64) };
+            // SAFETY: the child ends here.
+            unsafe { libc::_exit(if v == 0x5eed { 0 } else { 1 }) };
+        }
+        assert!(lifted.restore());
+        let mut status = 0;
+        // SAFETY: our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "status {status}"
+        );
+        assert!(hidden_now().contains(&middle));
+        // SAFETY: our own mapping, no longer used.
+        unsafe { crate::sys::unmap(p, len) };
+    }
+}
