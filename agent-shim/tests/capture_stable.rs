@@ -2,7 +2,8 @@
 //! idle multithreaded target under the real preload, snapshots taken over the real protocol:
 //! ten captures in a row are the same graph to the last edge; the agent's frames (its
 //! blocking-call wrappers, its thread trampoline) never show; a thread blocked in a system
-//! call holds nothing through its dead registers; and the figures do not depend on where
+//! call holds nothing through its dead registers, even when the stop cuts the call short and
+//! its number is in another register; and the figures do not depend on where
 //! ASLR put things, nor on the exit-time capture running inside the agent.
 
 mod common;
@@ -186,6 +187,44 @@ fn ten_captures_of_an_idle_process_are_one_graph_of_program_frames() {
             class_of_size(&first, size),
             ObjectClass::DefinitelyLost,
             "the {size}-byte block"
+        );
+    }
+    t.quit();
+}
+
+/// A thread whose sleep the stop cuts short with EINTR, made with the number in another
+/// register (`targets/eintr.c`): its registers do not tell the call, the kernel's record of
+/// it read before the stop does, so only nanosleep's two argument registers are roots.
+#[test]
+fn a_sleep_cut_short_whose_number_is_in_another_register_gives_only_its_arguments() {
+    let dir = TempDir::new("stable-eintr");
+    let exe = compile_c(
+        &dir,
+        "eintr",
+        &format!("{SYNC}\n{PROC_STATE}\n{}", include_str!("targets/eintr.c")),
+        &[],
+    );
+    let t = Target::start_with(&dir, &exe, &[], None, &[]);
+    t.wait_line("ready");
+    wait_idle(t.child.id());
+    let mut c = t.client();
+    for n in 1..=3 {
+        let g = c.graph();
+        wait_idle(t.child.id());
+        let ObjectClass::FrameProprietary { thread, frame } = class_of_size(&g, 1007) else {
+            panic!(
+                "capture {n}: the call's rem block is {:?}",
+                class_of_size(&g, 1007)
+            );
+        };
+        assert_eq!(
+            g.threads[thread].frames[frame].function, "nap",
+            "capture {n}"
+        );
+        assert_eq!(
+            class_of_size(&g, 3005),
+            ObjectClass::DefinitelyLost,
+            "capture {n}: held only by registers nanosleep does not take"
         );
     }
     t.quit();

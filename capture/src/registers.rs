@@ -12,8 +12,12 @@
 //! recognised by the `syscall` instruction at or right before the program counter, and its
 //! number by `rax` when the kernel is restarting it, else by the instruction that loaded it),
 //! and the capture from outside reads them with ptrace (the kernel's own record of the
-//! call's number, `orig_rax`). Owns the system-call argument table and that recognition; it
-//! reads no memory itself (the caller passes a reader of code bytes).
+//! call's number, `orig_rax`). When neither tells the agent the number (a call cut short with
+//! `EINTR` whose number was loaded from another register), the kernel's record of the call
+//! read from `/proc/PID/task/TID/syscall` before the stop does, if the registers show the same
+//! call ([`KernelCall`]); else all six argument registers count. Owns the system-call argument
+//! table and that recognition; it reads no memory itself (the caller passes a reader of code
+//! bytes and the `/proc` text).
 
 /// DWARF register numbers (x86-64 psABI): the index of each register in [`Gprs`].
 pub const RAX: usize = 0;
@@ -160,6 +164,67 @@ pub fn where_stopped(
     Stopped::InSyscall(at.and_then(|at| number_before(at, &code)))
 }
 
+/// A system call a thread was blocked in, as `/proc/PID/task/TID/syscall` shows it: the
+/// kernel's own record of its number (what ptrace calls `orig_rax`), its six arguments, and
+/// the thread's stack pointer and program counter (right after the call's instruction).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelCall {
+    pub nr: u64,
+    pub args: [u64; 6],
+    pub sp: u64,
+    pub pc: u64,
+}
+
+impl KernelCall {
+    /// Parses the text of `/proc/PID/task/TID/syscall` (`nr arg1 … arg6 sp pc`); None when
+    /// the thread was running or not in a system call.
+    pub fn parse(text: &str) -> Option<KernelCall> {
+        let mut fields = text.split_ascii_whitespace();
+        let nr = fields.next()?.parse::<u64>().ok()?;
+        let mut hex = || {
+            let f = fields.next()?;
+            u64::from_str_radix(f.strip_prefix("0x").unwrap_or(f), 16).ok()
+        };
+        let mut args = [0u64; 6];
+        for a in &mut args {
+            *a = hex()?;
+        }
+        let (sp, pc) = (hex()?, hex()?);
+        Some(KernelCall { nr, args, sp, pc })
+    }
+
+    /// Whether registers `gpr` are those of a thread still in this call, or cut short in it:
+    /// the same stack pointer, the program counter right after the call's instruction, and
+    /// the same six arguments (which the kernel leaves as they were).
+    pub fn is_call_of(&self, gpr: &Gprs) -> bool {
+        self.sp == gpr[RSP]
+            && self.pc == gpr[RIP]
+            && SYSCALL_ARGS
+                .iter()
+                .zip(&self.args)
+                .all(|(&r, &a)| gpr[r] == a)
+    }
+}
+
+/// Where a thread with registers `gpr`, taken from a signal handler's context, was stopped:
+/// [`where_stopped`], and when the number of the call it is in cannot be told from its
+/// registers and code (a call cut short with `EINTR`, its number loaded from another
+/// register: `mov %r8d,%eax; syscall`), the number of `seen` (what the kernel showed of the
+/// thread before the stop) if that is the same call.
+pub fn where_stopped_seen(
+    gpr: &Gprs,
+    seen: Option<&KernelCall>,
+    code: impl Fn(u64, &mut [u8]) -> bool,
+) -> Stopped {
+    match where_stopped(gpr, None, code) {
+        Stopped::InSyscall(None) => Stopped::InSyscall(
+            seen.filter(|c| c.is_call_of(gpr) && c.nr != RESTART_SYSCALL)
+                .map(|c| c.nr),
+        ),
+        other => other,
+    }
+}
+
 /// The register values that are roots of the frame a thread stopped in, the callee-saved
 /// ones left out (an unwinder hands those to the frames that own them): a system call's
 /// arguments, or every other register (`rsp` and `rip` included) when it was not in one.
@@ -274,6 +339,53 @@ mod tests {
             where_stopped(&regs(BASE + 5, 0), None, code_at(&unknown)),
             Stopped::InSyscall(None)
         );
+    }
+
+    #[test]
+    fn the_kernels_record_tells_a_call_cut_short_when_it_is_the_same_call() {
+        // `mov %r8d,%eax; syscall`, cut short with EINTR: the pc after the instruction.
+        let code = [0x44, 0x89, 0xc0, 0x0f, 0x05];
+        let mut g = regs(BASE + 5, (-4i64) as u64);
+        g[R8] = 35;
+        let text = format!(
+            "35 {:#x} {:#x} {:#x} {:#x} 0x23 {:#x} {:#x} {:#x}\n",
+            g[RDI], g[RSI], g[RDX], g[R10], g[R9], g[RSP], g[RIP]
+        );
+        let seen = KernelCall::parse(&text).expect("parses");
+        assert_eq!(seen.nr, 35);
+        assert!(seen.is_call_of(&g));
+        assert_eq!(
+            where_stopped_seen(&g, Some(&seen), code_at(&code)),
+            Stopped::InSyscall(Some(35))
+        );
+        assert_eq!(
+            where_stopped_seen(&g, None, code_at(&code)),
+            Stopped::InSyscall(None)
+        );
+        // Another call (an argument changed, another stack pointer): not trusted.
+        for moved in [RDX, RSP] {
+            let mut other = g;
+            other[moved] += 8;
+            assert_eq!(
+                where_stopped_seen(&other, Some(&seen), code_at(&code)),
+                Stopped::InSyscall(None)
+            );
+        }
+        // A number the registers tell is theirs.
+        let read = [0x31, 0xc0, 0x0f, 0x05];
+        let g = regs(BASE + 4, (-4i64) as u64);
+        let seen = KernelCall {
+            nr: 7,
+            args: SYSCALL_ARGS.map(|r| g[r]),
+            sp: g[RSP],
+            pc: g[RIP],
+        };
+        assert_eq!(
+            where_stopped_seen(&g, Some(&seen), code_at(&read)),
+            Stopped::InSyscall(Some(0))
+        );
+        assert_eq!(KernelCall::parse("running\n"), None);
+        assert_eq!(KernelCall::parse("-1 0x7ffd0000 0x401000\n"), None);
     }
 
     #[test]

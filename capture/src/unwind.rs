@@ -17,7 +17,8 @@
 //! Two rules keep the roots to what the program holds:
 //! - A thread stopped in a system call (its pc at a `syscall` instruction being restarted, or
 //!   right after one) gives frame 0 only that call's argument registers — by its number, when
-//!   the code, `rax` or ptrace's `orig_rax` tells it, else all six — and no red zone: the other
+//!   the code, `rax`, ptrace's `orig_rax` or the kernel's record of the call read before the
+//!   stop tells it, else all six — and no red zone: the other
 //!   caller-saved registers and the stack below its pointer are dead there, and hold whatever
 //!   earlier calls left (a pointer that makes a block look held in one capture and not the
 //!   next). The rule lives in [`registers`].
@@ -44,7 +45,7 @@ use gimli::{
 };
 
 use crate::FxHasher;
-use crate::registers::{self, CALLEE_SAVED, RBP, RED_ZONE, RIP, RSP, Stopped};
+use crate::registers::{self, CALLEE_SAVED, KernelCall, RBP, RED_ZONE, RIP, RSP, Stopped};
 
 /// Bytes of a module's unwind tables: mapped memory in the agent (`'static` while the module
 /// stays loaded), a module file's contents read from disk outside.
@@ -252,6 +253,16 @@ enum Loc {
     Lost,
 }
 
+/// What the kernel says of the system call a stopped thread is in.
+#[derive(Clone, Copy)]
+enum Kernel<'a> {
+    /// ptrace's `orig_rax`: the thread is in this call.
+    InCall(u64),
+    /// `/proc/PID/task/TID/syscall` read before the stop (or nothing): this call if the
+    /// registers show the same one.
+    Seen(Option<&'a KernelCall>),
+}
+
 /// A DWARF unwinder over a fixed address space. In the agent, create it before the stop (it
 /// allocates its cache with the agent's own allocator, which is safe while stopped too).
 pub struct Unwinder<'a, S: Space> {
@@ -352,12 +363,14 @@ impl<'a, S: Space> Unwinder<'a, S> {
     }
 
     /// Where the stopped context is and the registers of it that are roots, callee-saved
-    /// ones aside (see the module docs). `kernel_nr` is ptrace's record of the system call
-    /// the thread is in (outside), None for registers a signal handler's context saved.
-    fn context_values(&self, regs: &Registers, kernel_nr: Option<u64>) -> (Vec<u64>, Stopped) {
-        let at = registers::where_stopped(&regs.gpr, kernel_nr, |at, buf| {
-            self.space.read_code(at, buf)
-        });
+    /// ones aside (see the module docs). `kernel` is what the kernel says of the system call
+    /// the thread is in.
+    fn context_values(&self, regs: &Registers, kernel: Kernel<'_>) -> (Vec<u64>, Stopped) {
+        let code = |at, buf: &mut [u8]| self.space.read_code(at, buf);
+        let at = match kernel {
+            Kernel::InCall(nr) => registers::where_stopped(&regs.gpr, Some(nr), code),
+            Kernel::Seen(seen) => registers::where_stopped_seen(&regs.gpr, seen, code),
+        };
         (registers::context_roots(&regs.gpr, at), at)
     }
 
@@ -435,12 +448,24 @@ impl<'a, S: Space> Unwinder<'a, S> {
 
     /// Unwinds one thread from the registers a signal handler's context saved (the agent).
     pub fn unwind(&mut self, regs: &Registers) -> Unwound {
-        self.unwind_stopped(regs, None)
+        self.unwind_with(regs, Kernel::Seen(None))
     }
 
     /// Unwinds one thread from its saved registers; `kernel_nr` is the system call the
     /// kernel says it is in (ptrace's `orig_rax`, when not -1), None when unknown.
     pub fn unwind_stopped(&mut self, regs: &Registers, kernel_nr: Option<u64>) -> Unwound {
+        self.unwind_with(regs, kernel_nr.map_or(Kernel::Seen(None), Kernel::InCall))
+    }
+
+    /// Unwinds one thread from the registers a signal handler's context saved (the agent),
+    /// given what `/proc/PID/task/TID/syscall` showed of it before the stop: the number of a
+    /// call its registers cannot tell, when it is the same call
+    /// ([`registers::where_stopped_seen`]).
+    pub fn unwind_seen(&mut self, regs: &Registers, seen: Option<&KernelCall>) -> Unwound {
+        self.unwind_with(regs, Kernel::Seen(seen))
+    }
+
+    fn unwind_with(&mut self, regs: &Registers, kernel: Kernel<'_>) -> Unwound {
         let space = self.space;
         let sp0 = regs.gpr[RSP];
         let stack_end = space.mapping(sp0).map_or(sp0, |m| m.end);
@@ -448,7 +473,7 @@ impl<'a, S: Space> Unwinder<'a, S> {
         let mut skip: Vec<u64> = Vec::new();
         let mut cur = regs.gpr;
         let mut loc = [Loc::Reg; 6];
-        let (context, stopped_at) = self.context_values(regs, kernel_nr);
+        let (context, stopped_at) = self.context_values(regs, kernel);
         // Where the context a signal frame saved was interrupted.
         let mut interrupted_at = Stopped::Elsewhere;
         let value_of = |l: Loc| -> Option<u64> {
@@ -510,7 +535,14 @@ impl<'a, S: Space> Unwinder<'a, S> {
                     fs_base: regs.fs_base,
                 };
                 let context;
-                (context, interrupted_at) = self.context_values(&interrupted, None);
+                // A call the interrupted context is in is not ptrace's (the thread is in the
+                // handler's); the record seen before the stop is trusted only if it is the
+                // same call.
+                let seen = match kernel {
+                    Kernel::Seen(seen) => seen,
+                    Kernel::InCall(_) => None,
+                };
+                (context, interrupted_at) = self.context_values(&interrupted, Kernel::Seen(seen));
                 let end = int_sp.saturating_sub(RED_ZONE).max(sp);
                 frames.push(RawFrame {
                     sort: FrameSort::Signal,

@@ -36,6 +36,7 @@ use super::unwind::{
 };
 use crate::own_memory;
 use crate::registry::threads;
+use heaptui_capture::registers::KernelCall;
 
 /// A live block as the block table records it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -206,6 +207,12 @@ pub fn capture<H: Heap>(
     // the thread pointer: the top of its stack lies right under it.)
     let own = current_registers();
     let own_tls = space.clamp(own.fs_base..own.fs_base + THREAD_DESCRIPTOR);
+    // The system call each thread is in now, as the kernel records it: tells the number of a
+    // call the stop cuts short with EINTR when its registers cannot (`registers`).
+    let seen_calls: Vec<(u32, KernelCall)> = tids
+        .iter()
+        .filter_map(|&tid| Some((tid, kernel_call(tid)?)))
+        .collect();
     // Whether the program has mappings a fork leaves out (read again inside the pause only
     // then: see `dontfork`).
     let any_hidden_from_fork = !dontfork::hidden_now().is_empty();
@@ -241,6 +248,7 @@ pub fn capture<H: Heap>(
             (&own_tls, &own),
             (&mut blocks, &mut scratch),
             pid,
+            &seen_calls,
         )
     };
     // The scan runs in a copy-on-write child of the stopped process, so the threads run
@@ -398,6 +406,7 @@ fn scan_stopped<H: Heap>(
     (own_tls, own): (&[std::ops::Range<u64>], &Registers),
     (blocks, scratch): (&mut Vec<BlockInfo>, &mut Vec<BlockInfo>),
     pid: u32,
+    seen_calls: &[(u32, KernelCall)],
 ) -> Scanned {
     let mut phases = Phases::default();
     let mark = Instant::now();
@@ -467,7 +476,8 @@ fn scan_stopped<H: Heap>(
                     Some(regs.gpr[RSP]),
                     Some(regs.fs_base),
                 );
-                let unwound = unwinder.unwind(regs);
+                let seen = seen_calls.iter().find(|(t, _)| t == tid).map(|(_, c)| c);
+                let unwound = unwinder.unwind_seen(regs, seen);
                 let frames = unwound
                     .frames
                     .iter()
@@ -540,6 +550,12 @@ fn scan_stopped<H: Heap>(
         edges,
         phases,
     }
+}
+
+/// What `/proc/self/task/TID/syscall` says thread `tid` is blocked in, if anything.
+fn kernel_call(tid: u32) -> Option<KernelCall> {
+    let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")).ok()?;
+    KernelCall::parse(&text)
 }
 
 enum Fork {
