@@ -72,6 +72,7 @@ for ((r = 1; r <= REPORTS; r++)); do
         "$wall" "$(kb "$client")" "$(per_object "$client" "$objects")"
     grep "snapshot $r[: ]" "$work/agent.log" | tail -1 >&2
 done
+echo "the last kept snapshot, bytes per object by part: $(grep 'kept bytes per object' "$work/agent.log" | tail -1 | sed 's/.*): //')"
 read -r bytes copy_s read_s < <("$work/heap_floor" "$pid")
 echo "floor: one sequential read of the [heap] mapping ($(kb $((bytes / 1024))) MiB): ${read_s} s (copying it out of the target first: ${copy_s} s)"
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

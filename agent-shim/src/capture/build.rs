@@ -161,6 +161,9 @@ pub struct Phases {
     pub dontfork: Duration,
     pub dontfork_mappings: u64,
     pub fork: Duration,
+    /// CPU time (user and system) of the scanning child, from its start to its exit: the
+    /// scan, the graph, the analysis and the kept snapshot (zero without a child).
+    pub child_cpu: Duration,
 }
 
 /// One thread's frames as found inside the stop window, not yet symbolized.
@@ -296,12 +299,19 @@ pub fn capture<H: Heap>(
             // SAFETY: our own descriptor; closing it first ends a child still sending.
             unsafe { libc::close(fd) };
             let mut status = 0;
-            // SAFETY: reaps our own child (it has no exit signal: __WALL finds it).
-            unsafe { libc::waitpid(child, &mut status, libc::__WALL) };
-            let (kept, phases, named) = received?;
+            // SAFETY: a zeroed rusage is valid output space.
+            let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+            // SAFETY: reaps our own child (it has no exit signal: __WALL finds it) and reads
+            // its resource usage into `usage`.
+            unsafe { libc::wait4(child, &mut status, libc::__WALL, &mut usage) };
+            let (kept, mut phases, named) = received?;
             if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
                 return Err(CaptureError::Child);
             }
+            let time = |t: libc::timeval| {
+                Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+            };
+            phases.child_cpu = time(usage.ru_utime) + time(usage.ru_stime);
             (kept, pause, phases, named)
         }
         Fork::Failed => {
@@ -314,7 +324,7 @@ pub fn capture<H: Heap>(
             let unnamed = Unnamed::of(&scanned);
             let names = name(heap, &space, &unnamed);
             let named = Instant::now();
-            let kept = analyse(process, scanned, &unnamed.stacks, names, threads)?;
+            let kept = analyse(process, scanned, &unnamed.stacks, names, threads, false)?;
             (kept, pause, unnamed.phases(), named)
         }
     };
@@ -735,6 +745,40 @@ fn frame_sort_code(sort: FrameSort) -> u64 {
     }
 }
 
+/// Allocation stack id → site index ([`NO_SITE`] when unset): a dense table, as the agent's
+/// stack ids count up from 1 (one lookup per block of millions: no hashing), or a hash map
+/// for ids too sparse for one.
+enum StackMap {
+    Dense(Vec<SiteIndex>),
+    Sparse(HashMap<u32, SiteIndex, std::hash::BuildHasherDefault<heaptui_capture::FxHasher>>),
+}
+
+impl StackMap {
+    fn new(max_id: u32) -> StackMap {
+        if max_id < 1 << 24 {
+            StackMap::Dense(vec![NO_SITE; max_id as usize + 1])
+        } else {
+            StackMap::Sparse(HashMap::default())
+        }
+    }
+
+    fn get(&self, id: u32) -> SiteIndex {
+        match self {
+            StackMap::Dense(v) => v.get(id as usize).copied().unwrap_or(NO_SITE),
+            StackMap::Sparse(m) => m.get(&id).copied().unwrap_or(NO_SITE),
+        }
+    }
+
+    fn set(&mut self, id: u32, site: SiteIndex) {
+        match self {
+            StackMap::Dense(v) => v[id as usize] = site,
+            StackMap::Sparse(m) => {
+                m.insert(id, site);
+            }
+        }
+    }
+}
+
 /// What the child asks the parent to name: the allocation stacks of its blocks (each once,
 /// in order of first appearance over the blocks by address: the order of the graph's sites)
 /// and each thread's frames (sort and pc), with the phases of its scan.
@@ -747,13 +791,14 @@ struct Unnamed {
 
 impl Unnamed {
     fn of(s: &Scanned) -> Unnamed {
-        let mut seen = std::collections::HashSet::new();
-        let stacks = s
-            .blocks
-            .iter()
-            .map(|b| b.stack)
-            .filter(|&k| k != 0 && seen.insert(k))
-            .collect();
+        let mut seen = StackMap::new(s.blocks.iter().map(|b| b.stack).max().unwrap_or(0));
+        let mut stacks = Vec::new();
+        for b in &s.blocks {
+            if b.stack != 0 && seen.get(b.stack) == NO_SITE {
+                seen.set(b.stack, stacks.len() as SiteIndex);
+                stacks.push(b.stack);
+            }
+        }
         Unnamed {
             stacks,
             frames: s
@@ -946,13 +991,16 @@ fn name<H: Heap>(heap: &H, space: &AddressSpace, unnamed: &Unnamed) -> Names {
 }
 
 /// The graph of what the scan found, named, analysed and kept (in the child, or in the
-/// process itself when no child could be made). The graph and the analysis are dropped here.
+/// process itself when no child could be made). The graph and the analysis are dropped here,
+/// or, when `exiting` (the child, which ends right after), left to the exit: freeing millions
+/// of allocations one by one would only cost time.
 fn analyse(
     process: Process,
     scanned: Scanned,
     stacks: &[u32],
     names: Names,
     threads: &[ThreadInfo],
+    exiting: bool,
 ) -> Result<Kept, CaptureError> {
     let Scanned {
         blocks,
@@ -964,18 +1012,17 @@ fn analyse(
     if names.sites.len() != stacks.len() || names.frames.len() != raw.len() {
         return Err(CaptureError::Child);
     }
-    let site_of: HashMap<u32, SiteIndex> = stacks
-        .iter()
-        .enumerate()
-        .map(|(i, &k)| (k, i as SiteIndex))
-        .collect();
+    let mut site_of = StackMap::new(stacks.iter().copied().max().unwrap_or(0));
+    for (i, &k) in stacks.iter().enumerate() {
+        site_of.set(k, i as SiteIndex);
+    }
     let mut objects = Objects::with_capacity(blocks.len());
     for b in &blocks {
         objects.push(ObjectRecord {
             id: b.seq,
             addr: b.addr,
             size: b.size,
-            site: site_of.get(&b.stack).copied().unwrap_or(NO_SITE),
+            site: site_of.get(b.stack),
             thread: b.tid,
             seq: b.seq,
         });
@@ -1013,7 +1060,11 @@ fn analyse(
     let graph = HeapGraph::new(process, names.sites, objects, edges, graph_threads, globals)?
         .with_globals_interior(globals_interior)?;
     let analysis = Analysis::new(&graph);
-    Ok(Kept::new(&graph, &analysis))
+    let kept = Kept::new(&graph, &analysis);
+    if exiting {
+        std::mem::forget((graph, analysis));
+    }
+    Ok(kept)
 }
 
 /// In the child, after the scan: asks the parent to name the sites and frames, then builds,
@@ -1027,11 +1078,13 @@ fn analyse_in_child(fd: i32, process: Process, scanned: Scanned, threads: &[Thre
     let Some(names) = read_message(fd).and_then(|b| Names::decode(&b)) else {
         return false;
     };
-    let Ok(kept) = analyse(process, scanned, &unnamed.stacks, names, threads) else {
+    let Ok(kept) = analyse(process, scanned, &unnamed.stacks, names, threads, true) else {
         return false;
     };
     let mut out = std::io::BufWriter::with_capacity(1 << 20, Socket(fd));
-    kept.encode(&mut out).is_ok() && std::io::Write::flush(&mut out).is_ok()
+    let sent = kept.encode(&mut out).is_ok() && std::io::Write::flush(&mut out).is_ok();
+    std::mem::forget(kept);
+    sent
 }
 
 /// In the parent: names what the child asks for, then receives the kept snapshot it makes.
@@ -1125,6 +1178,24 @@ mod tests {
         let mut longer = named.clone();
         longer.push(0);
         assert!(Names::decode(&longer).is_none());
+    }
+
+    #[test]
+    fn stack_ids_map_to_sites_densely_or_sparsely() {
+        for max in [7u32, 1 << 30] {
+            let mut m = StackMap::new(max);
+            assert_eq!(m.get(3), NO_SITE);
+            m.set(3, 0);
+            m.set(max, 1);
+            assert_eq!((m.get(3), m.get(max), m.get(5)), (0, 1, NO_SITE));
+            assert_eq!(
+                m.get(u32::MAX),
+                NO_SITE,
+                "an id beyond the table is no site"
+            );
+        }
+        assert!(matches!(StackMap::new(7), StackMap::Dense(_)));
+        assert!(matches!(StackMap::new(1 << 30), StackMap::Sparse(_)));
     }
 
     #[test]

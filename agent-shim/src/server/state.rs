@@ -248,6 +248,7 @@ fn take_locked(cause: Cause) -> Result<SnapshotInfo, String> {
         .map_err(|_| "the capture panicked".to_string())?
         .map_err(|e| e.to_string())?;
     let columns = capture.kept;
+    let phases = capture.phases;
     let snapshot = SnapshotId(NEXT_SNAPSHOT.fetch_add(1, Ordering::Relaxed));
     let mut info = Answerer::new(snapshot, &columns).snapshot_info();
     info.taken_unix_ms = taken_unix_ms;
@@ -269,6 +270,21 @@ fn take_locked(cause: Cause) -> Result<SnapshotInfo, String> {
         clock: super::auto::allocation_clock(),
         encodings: Default::default(),
     });
+    // Where the kept snapshot's bytes go, per object (BENCHMARKS.md "What a kept snapshot
+    // holds", from bench/snapshot_cost.sh).
+    let per_object = info.totals.objects.max(1) as f64;
+    let parts: Vec<String> = kept
+        .columns
+        .heap_bytes_by_part()
+        .iter()
+        .map(|(name, bytes)| {
+            format!(
+                "{}={:.1}",
+                name.replace(' ', "_"),
+                *bytes as f64 / per_object
+            )
+        })
+        .collect();
     TAKEN[cause as usize].fetch_add(1, Ordering::Relaxed);
     // Every snapshot restarts the rule; only with a rule on is a peak snapshot kept.
     let higher = auto::snapshot_taken(allocated_before, kept.heap_bytes())
@@ -284,7 +300,7 @@ fn take_locked(cause: Cause) -> Result<SnapshotInfo, String> {
     // Freed outside the locks (a big graph takes a while to drop).
     drop((old, old_peak));
     crate::agent_info!(
-        "snapshot {}{}: {} objects, {} bytes, {} threads; pause_ms={:.3} capture_ms={:.3} analysis_ms={:.3} held_bytes={}{}",
+        "snapshot {}{}: {} objects, {} bytes, {} threads; pause_ms={:.3} capture_ms={:.3} analysis_ms={:.3} held_bytes={} (in the scanning child: index_ms={:.3} roots_ms={:.3} blocks_ms={:.3} child_cpu_ms={:.3}){}",
         snapshot.0,
         match cause {
             Cause::Request => "",
@@ -297,7 +313,16 @@ fn take_locked(cause: Cause) -> Result<SnapshotInfo, String> {
         info.capture_us as f64 / 1e3,
         info.analysis_us as f64 / 1e3,
         info.held_bytes,
+        phases.index.as_secs_f64() * 1e3,
+        phases.roots.as_secs_f64() * 1e3,
+        phases.blocks.as_secs_f64() * 1e3,
+        phases.child_cpu.as_secs_f64() * 1e3,
         if higher { "; kept as the peak" } else { "" }
+    );
+    crate::agent_info!(
+        "kept bytes per object (snapshot #{}): {}",
+        snapshot.0,
+        parts.join(" ")
     );
     Ok(info)
 }

@@ -21,6 +21,7 @@
 //! decides (classes, groups, sharers); it only stores and reads them back.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::attribution::{Analysis, UnknownThread, released_set};
 use crate::figures::{
@@ -28,6 +29,34 @@ use crate::figures::{
 };
 use crate::graph::{HeapGraph, NO_SITE, ObjectIndex, ObjectRecord, Process, Site, Thread};
 use crate::packed::{Packed, PackedCsr};
+
+/// Hashes sharer sets one word at a time with a multiply (millions of groups are interned by
+/// their set; std's SipHash was a visible part of making a `Kept`). The sets are the agent's
+/// own, not chosen by anyone.
+#[derive(Default)]
+struct WordHasher(u64);
+
+impl Hasher for WordHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        bytes.iter().for_each(|&b| self.write_u64(u64::from(b)));
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(u64::from(v));
+    }
+
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0 ^ (self.0 >> 32)
+    }
+}
 
 /// Group kinds in id order, as indices of [`GroupTable::kind_start`].
 const KINDS: [GroupKind; 3] = [
@@ -83,7 +112,8 @@ impl GroupView<'_> {
 impl GroupTable {
     /// Packs the analysis's groups, interning their sharer sets.
     fn new(groups: &[Group], kind_start: [u32; 4]) -> GroupTable {
-        let mut set_index: HashMap<&[Sharer], u32> = HashMap::new();
+        let mut set_index: HashMap<&[Sharer], u32, BuildHasherDefault<WordHasher>> =
+            HashMap::default();
         let mut sets: Vec<Vec<Sharer>> = Vec::new();
         let mut set_bytes: Vec<u64> = Vec::new();
         let mut set_of = Vec::with_capacity(groups.len());
@@ -179,20 +209,6 @@ impl GroupTable {
             .iter()
             .zip(&self.set_bytes)
             .map(|(s, &b)| (s.as_slice(), b))
-    }
-
-    fn heap_bytes(&self) -> usize {
-        self.entries.heap_bytes()
-            + self.sizes.heap_bytes()
-            + self.members.heap_bytes()
-            + self.sharers.heap_bytes()
-            + self.refs.heap_bytes()
-            + self
-                .sets
-                .iter()
-                .map(|s| s.capacity() * size_of::<Sharer>() + size_of::<Vec<Sharer>>())
-                .sum::<usize>()
-            + self.set_bytes.capacity() * 8
     }
 }
 
@@ -306,22 +322,13 @@ impl Kept {
 
     /// Memory held, in bytes (columns, sites, threads and frames).
     pub fn heap_bytes(&self) -> usize {
+        self.heap_bytes_by_part().iter().map(|p| p.1).sum()
+    }
+
+    /// Where [`Kept::heap_bytes`] goes: each column and table with the bytes it holds, in a
+    /// fixed order (what BENCHMARKS.md "What a kept snapshot holds" splits per object).
+    pub fn heap_bytes_by_part(&self) -> [(&'static str, usize); 18] {
         let strings = |s: &String| s.capacity();
-        let packed = [
-            &self.addrs,
-            &self.sizes,
-            &self.site,
-            &self.thread,
-            &self.seqs,
-            &self.slots,
-            &self.doms,
-        ]
-        .iter()
-        .map(|p| p.heap_bytes())
-        .sum::<usize>()
-            + self.ids.as_ref().map_or(0, Packed::heap_bytes)
-            + self.edges.heap_bytes()
-            + (self.edge_interior.capacity() + self.possibly.capacity()) * 8;
         let sites: usize = self
             .sites
             .iter()
@@ -359,13 +366,43 @@ impl Kept {
                         .sum::<usize>()
             })
             .sum();
-        packed
-            + sites
-            + threads
-            + figures
-            + self.groups.heap_bytes()
-            + (self.globals.capacity() + self.globals_interior.capacity()) * 4
-            + self.frame_base.capacity() * 4
+        let g = &self.groups;
+        let sets = g
+            .sets
+            .iter()
+            .map(|s| s.capacity() * size_of::<Sharer>() + size_of::<Vec<Sharer>>())
+            .sum::<usize>()
+            + g.set_bytes.capacity() * 8
+            + g.sharers.heap_bytes();
+        [
+            ("ids", self.ids.as_ref().map_or(0, Packed::heap_bytes)),
+            ("addrs", self.addrs.heap_bytes()),
+            ("sizes", self.sizes.heap_bytes()),
+            ("sites", self.site.heap_bytes()),
+            ("threads", self.thread.heap_bytes()),
+            ("seqs", self.seqs.heap_bytes()),
+            ("edge offsets", self.edges.offsets.heap_bytes()),
+            ("edge targets", self.edges.targets.heap_bytes()),
+            (
+                "edge and object bits",
+                (self.edge_interior.capacity() + self.possibly.capacity()) * 8,
+            ),
+            ("slots", self.slots.heap_bytes()),
+            ("dominators", self.doms.heap_bytes()),
+            ("group entries", g.entries.heap_bytes()),
+            (
+                "group sizes and counts",
+                g.sizes.heap_bytes() + g.members.heap_bytes(),
+            ),
+            ("group sharer sets", sets),
+            ("group refs", g.refs.heap_bytes()),
+            (
+                "roots",
+                threads + (self.globals.capacity() + self.globals_interior.capacity()) * 4,
+            ),
+            ("site table", sites),
+            ("figures", figures + self.frame_base.capacity() * 4),
+        ]
     }
 
     pub fn process(&self) -> &Process {
