@@ -6,11 +6,18 @@
 //! that carries a hash of its bytes: two heaptui builds never overwrite each other's agent, and a
 //! target that has the agent mapped never sees the file change under it. Files are written to a
 //! temporary name and renamed, so a concurrent heaptui sees either nothing or the whole file.
+//!
+//! Every build adds its own copy (the agent is tens of MB), so writing a new one also removes
+//! the copies of other builds that no process maps and no heaptui has used for a week: using a
+//! copy renews its time, and a process started with an old copy keeps that copy for as long as
+//! it has it mapped (its children started with the same `LD_PRELOAD` find it there).
 
+use std::collections::HashSet;
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result};
 
@@ -47,6 +54,9 @@ fn materialize(dir: &Path, stem: &str, suffix: &str, bytes: &[u8], mode: u32) ->
         fnv1a(bytes)
     ));
     if fs::metadata(&path).is_ok_and(|m| m.len() == bytes.len() as u64) {
+        // Used: not a candidate for another build's pruning (best effort, as a read-only
+        // file's owner may).
+        let _ = fs::File::open(&path).and_then(|f| f.set_modified(SystemTime::now()));
         return Ok(path);
     }
     let temporary = dir.join(format!(".{stem}.{}.tmp", std::process::id()));
@@ -69,7 +79,69 @@ fn materialize(dir: &Path, stem: &str, suffix: &str, bytes: &[u8], mode: u32) ->
             dir.display()
         )
     })?;
+    prune_other_builds(dir, stem, &path, UNUSED_FOR);
     Ok(path)
+}
+
+/// How long another build's copy stays after its last use.
+const UNUSED_FOR: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// Removes the copies of `stem` other than `keep` that were not used for `unused_for` and that
+/// no process maps. Best effort: what cannot be read or removed stays.
+fn prune_other_builds(dir: &Path, stem: &str, keep: &Path, unused_for: Duration) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    let prefix = format!("{stem}-");
+    let now = SystemTime::now();
+    let stale: Vec<PathBuf> = entries
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .map(|e| e.path())
+        .filter(|p| p != keep)
+        .filter(|p| {
+            fs::metadata(p)
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| now.duration_since(t).is_ok_and(|age| age > unused_for))
+        })
+        .collect();
+    if stale.is_empty() {
+        return;
+    }
+    let mapped = mapped_paths();
+    for path in stale.iter().filter(|p| !mapped.contains(*p)) {
+        let _ = fs::remove_file(path);
+    }
+}
+
+/// Every file some process we can see has mapped (its executable and shared objects included).
+fn mapped_paths() -> HashSet<PathBuf> {
+    let mut mapped = HashSet::new();
+    let Ok(processes) = fs::read_dir("/proc") else {
+        return mapped;
+    };
+    for process in processes.flatten() {
+        if !process
+            .file_name()
+            .to_string_lossy()
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+        {
+            continue;
+        }
+        let Ok(maps) = fs::read_to_string(process.path().join("maps")) else {
+            continue;
+        };
+        // `start-end perms offset dev inode path`: the path is what follows the fifth field.
+        for line in maps.lines() {
+            if let Some(path) = line.splitn(6, ' ').nth(5).map(str::trim_start)
+                && path.starts_with('/')
+            {
+                mapped.insert(PathBuf::from(path.trim_end_matches(" (deleted)")));
+            }
+        }
+    }
+    mapped
 }
 
 /// The first usable of `$XDG_CACHE_HOME/heaptui`, `~/.cache/heaptui`, `/tmp/heaptui-$UID`,
@@ -157,6 +229,48 @@ mod tests {
         let demo = materialize(&dir, "heaptui-demo", "", DEMO, 0o755).unwrap();
         let mode = fs::metadata(&demo).unwrap().permissions().mode();
         assert_eq!(mode & 0o111, 0o111, "demo not executable: {mode:o}");
+    }
+
+    #[test]
+    fn a_new_build_removes_old_unused_copies_and_keeps_used_or_mapped_ones() {
+        let dir = tempdir("prune");
+        let week_and_a_day = SystemTime::now() - UNUSED_FOR - Duration::from_secs(86_400);
+        let old = |name: &str, bytes: &[u8]| {
+            let path = dir.join(name);
+            fs::write(&path, bytes).unwrap();
+            fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
+            fs::File::open(&path)
+                .unwrap()
+                .set_modified(week_and_a_day)
+                .unwrap();
+            path
+        };
+        let unused = old("heaptui-demo-0.0.9-00000000000000aa", b"an old build");
+        // An old demo still running: its executable is mapped.
+        let running = old(
+            "heaptui-demo-0.0.9-00000000000000bb",
+            &fs::read("/bin/sleep").unwrap(),
+        );
+        let other_stem = old(
+            "libheaptui_agent-0.0.9-00000000000000cc.so",
+            b"an old agent",
+        );
+        let recent = dir.join("heaptui-demo-0.0.9-00000000000000dd");
+        fs::write(&recent, b"used yesterday").unwrap();
+        let mut process = std::process::Command::new(&running)
+            .arg("60")
+            .spawn()
+            .unwrap();
+
+        let new = materialize(&dir, "heaptui-demo", "", b"\x7fELF new", 0o755).unwrap();
+        let _ = process.kill();
+        let _ = process.wait();
+
+        assert!(new.exists());
+        assert!(!unused.exists(), "an unused old copy stays");
+        assert!(running.exists(), "the copy a process runs was removed");
+        assert!(recent.exists(), "a recently used copy was removed");
+        assert!(other_stem.exists(), "another artifact's copy was removed");
     }
 
     #[test]
