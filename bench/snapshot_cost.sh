@@ -10,8 +10,8 @@
 # before, at its peak during the report (sampled every 10 ms) and after, per captured object
 # over the bare program's (its RSS before the first report: a kept snapshot is the agent's);
 # the scan child's own memory at its peak (private pages: what the child costs beyond the
-# pages it shares with the target); the agent's pause, capture and analysis times (its log
-# line); the report's end-to-end wall time and the client's peak RSS; beside the time perl
+# pages it shares with the target); the agent's pause, capture and analysis times and the
+# child's CPU time (its log line; on a loaded machine the CPU times are what compare); the report's end-to-end wall time and the client's peak RSS; beside the time perl
 # took to build the heap in the same run and the physical floor of a scan (one sequential
 # read of the [heap] mapping, bench/heap_floor.c).
 set -euo pipefail
@@ -41,14 +41,17 @@ until grep -q '^ready' "$work/perl.out"; do
 done
 built=$(sed -n 's/^built \([0-9.]*\) s/\1/p' "$work/perl.out")
 port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "$work/agent.log" | head -1)
-echo "perl bench/hash.pl $KEYS (pid $pid): heap built in $built s; agent on :$port; load $(cut -d' ' -f1-3 /proc/loadavg)"
+# perl's CPU time (user + system) so far: the build's cost however loaded the machine is.
+ticks=$(getconf CLK_TCK)
+built_cpu=$(awk -v t="$ticks" '{ printf "%.2f", ($14 + $15) / t }' "/proc/$pid/stat")
+echo "perl bench/hash.pl $KEYS (pid $pid): heap built in $built s ($built_cpu s CPU); agent on :$port; load $(cut -d' ' -f1-3 /proc/loadavg)"
 
 kb() { awk -v k="$1" 'BEGIN { printf "%.0f", k / 1024 }'; }
 per_object() { awk -v k="$1" -v n="$2" 'BEGIN { printf "%.0f", k * 1024 / n }'; }
 field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<"$2"; }
 
-printf '| report | objects | RSS before MiB | peak MiB (B/object over the bare program) | after MiB (B/object over the bare program) | child private peak MiB (B/object) | pause ms | capture ms | analysis ms | report wall s | client peak MiB (B/object) |\n'
-printf '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n'
+printf '| report | objects | RSS before MiB | peak MiB (B/object over the bare program) | after MiB (B/object over the bare program) | child private peak MiB (B/object) | pause ms | capture ms | analysis ms | child CPU ms (index, blocks) | report wall s | client peak MiB (B/object) |\n'
+printf '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n'
 read -r bare _ _ < <(python3 "$sampler" now "$pid")
 for ((r = 1; r <= REPORTS; r++)); do
     read -r before _ _ < <(python3 "$sampler" now "$pid")
@@ -63,12 +66,13 @@ for ((r = 1; r <= REPORTS; r++)); do
     objects=$(sed -n 's/.*snapshot [0-9]*[^:]*: \([0-9]*\) objects.*/\1/p' <<<"$line")
     peak=$(python3 -c "import json; print(json.load(open('$work/peak.json'))['VmRSS'])")
     child=$(python3 -c "import json; print(json.load(open('$work/peak.json'))['child_private'])")
-    printf '| %s | %s | %s | %s (%s) | %s (%s) | %s (%s) | %s | %s | %s | %s | %s (%s) |\n' \
+    printf '| %s | %s | %s | %s (%s) | %s (%s) | %s (%s) | %s | %s | %s | %s (%s, %s) | %s | %s (%s) |\n' \
         "$r" "$objects" "$(kb "$before")" \
         "$(kb "$peak")" "$(per_object $((peak - bare)) "$objects")" \
         "$(kb "$after")" "$(per_object $((after - bare)) "$objects")" \
         "$(kb "$child")" "$(per_object "$child" "$objects")" \
         "$(field pause_ms "$line")" "$(field capture_ms "$line")" "$(field analysis_ms "$line")" \
+        "$(field child_cpu_ms "$line")" "$(field index_ms "$line")" "$(field blocks_ms "$line")" \
         "$wall" "$(kb "$client")" "$(per_object "$client" "$objects")"
     grep "snapshot $r[: ]" "$work/agent.log" | tail -1 >&2
 done
