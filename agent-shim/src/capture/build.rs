@@ -429,11 +429,11 @@ fn scan_stopped<H: Heap>(
     let mut held = Vec::new();
     heap.held(frozen, &mut held);
     if heap.glibc_blocks() {
-        // SAFETY: the table's blocks, live or held back, are allocated glibc chunks; the map
-        // was read after the stop.
+        // SAFETY: the table's blocks, live, held back or being moved by a realloc, are glibc
+        // chunks; the map was read after the stop.
         unsafe {
-            exclude.add_mmapped_chunks(blocks.iter().map(|b| (b.addr, Some(b.size))));
-            exclude.add_mmapped_chunks(held.iter().map(|&a| (a, None)));
+            exclude.add_mmapped_chunks(&maps, blocks.iter().map(|b| (b.addr, Some(b.size))));
+            exclude.add_mmapped_chunks(&maps, held.iter().map(|&a| (a, None)));
             exclude.add_arena_heaps(&maps);
         }
     }

@@ -123,18 +123,29 @@ impl Exclusions {
 
     /// The mapping of each mmapped chunk among `blocks` (`(address, size if known)`; live or
     /// held back, the program's or the agent's): a block whose chunk header says it is a
-    /// mapping of its own.
+    /// mapping of its own. A header outside the readable mappings of `maps` (read after the
+    /// stop) is skipped: a block a realloc is moving may have lost its mapping already (libc
+    /// moved it with mremap), and reading its header would fault.
     ///
     /// # Safety
-    /// Every address must be that of a block glibc has allocated and not freed.
-    pub unsafe fn add_mmapped_chunks(&mut self, blocks: impl Iterator<Item = (u64, Option<u64>)>) {
+    /// Every address must be that of a block glibc has allocated and not freed, or one a
+    /// realloc is moving; `maps` is the address space as it is now.
+    pub unsafe fn add_mmapped_chunks(
+        &mut self,
+        maps: &[Mapping],
+        blocks: impl Iterator<Item = (u64, Option<u64>)>,
+    ) {
         for (addr, size) in blocks {
             // An mmapped chunk spans whole pages: smaller blocks are never one.
             if size.is_some_and(|size| size + 16 < PAGE) {
                 continue;
             }
-            let chunk = addr - 16;
-            // SAFETY: a live glibc block has its chunk's two header words right below it.
+            let chunk = addr.wrapping_sub(16);
+            if !mapping_of(maps, chunk).is_some_and(|m| m.readable && chunk + 16 <= m.end) {
+                continue;
+            }
+            // SAFETY: a live glibc block has its chunk's two header words right below it, and
+            // they lie in a readable mapping (checked above).
             let [prev_size, head] = unsafe { std::ptr::read_volatile(chunk as *const [u64; 2]) };
             if head & IS_MMAPPED != 0 {
                 // prev_size is the offset of the chunk in its mapping (memalign).
@@ -368,6 +379,37 @@ fn for_each_present_run(root: &Root, pagemap: Option<&Pagemap>, mut f: impl FnMu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_moved_blocks_header_is_not_read_once_its_mapping_is_gone() {
+        // A page-sized "mmapped chunk" whose mapping was unmapped (as mremap leaves the old
+        // address of a block a realloc moved): its header must not be read.
+        let page = sys_page();
+        let chunk = page as u64;
+        // SAFETY: our own mapping of one page.
+        unsafe { libc::munmap(page, 4096) };
+        let maps = current_maps();
+        let mut ex = Exclusions::default();
+        // SAFETY: the block is "being moved" (its memory gone): the case the check is for.
+        unsafe { ex.add_mmapped_chunks(&maps, [(chunk + 16, Some(100_000))].into_iter()) };
+        assert!(ex.ranges.is_empty());
+    }
+
+    fn sys_page() -> *mut libc::c_void {
+        // SAFETY: an anonymous private mapping of one page.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        p
+    }
 
     fn mapping(start: u64, end: u64, path: &str) -> Mapping {
         Mapping {
