@@ -18,7 +18,9 @@
 //! change happens after libc returned the new block or before libc gets the old one back —
 //! except realloc's, whose block stays in the table, marked moving, during the libc call.
 //! A program thread's `free` usually goes nowhere yet: `registry::held_frees` holds it and
-//! applies it with the thread's next fifteen (a request of 64 KiB or more applies them first).
+//! applies it with the thread's next fifteen (a request of 64 KiB or more applies them first);
+//! likewise its new blocks under 4 KiB wait in its slot of `registry::new_blocks` and reach the
+//! table sixteen at a time (every reader of the table sees them there).
 
 pub mod pthread;
 pub mod unwind;
@@ -182,7 +184,18 @@ fn allocated(p: *mut c_void, size: usize, op: Op, entry_sp: usize, fp: usize) {
         return untracked(op);
     };
     let stack = stack_id(entry_sp, fp);
-    let tracked = blocks::insert(p as u64, size as u64, busy.tid, stack, op);
+    // A program thread's new block waits in its batch slot (registry::new_blocks); the
+    // agent's own threads insert directly, so their share of the counters stays exact.
+    let st = sys::thread_state();
+    let slot = if st.agent() {
+        None
+    } else {
+        held_frees::own_index(st, busy.tid)
+    };
+    let tracked = match slot {
+        Some(k) => blocks::insert_new(p as u64, size as u64, busy.tid, stack, op, k),
+        None => blocks::insert(p as u64, size as u64, busy.tid, stack, op),
+    };
     if tracked && record::enabled() {
         record::on_alloc(p as u64, size as u64, op, busy.tid, stack);
     }

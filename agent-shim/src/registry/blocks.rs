@@ -35,7 +35,8 @@ use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use super::counters::{self, Op, Rare, ShardStats};
-use super::held_frees::HeldSet;
+use super::held_frees::{HeldSet, used_slots};
+use super::new_blocks::{NEW, NewSlot};
 use crate::sync::{self, CacheLine, RawLock};
 use crate::sys;
 
@@ -102,6 +103,10 @@ impl Entry {
 
     fn moving(&self) -> bool {
         self.w[2] & MOVING != 0
+    }
+
+    fn seq(&self) -> u64 {
+        self.w[2] & LOW47
     }
 
     fn unpack(&self) -> BlockRecord {
@@ -432,6 +437,15 @@ fn place(
         if slot.moving() && !take_moving {
             return Placed::Busy;
         }
+        if !slot.moving() && newer(slot.seq(), rec.seq) {
+            // A batch of new blocks applied late (`new_blocks`) after the address was
+            // allocated again, its free unseen: the table's entry is the live one, `rec`
+            // counts as allocated and freed.
+            stats.released(None, rec.size);
+            return Placed::Stored {
+                stale: rec.size.max(1),
+            };
+        }
         stale = slot.size();
         stats.released(None, stale);
     } else {
@@ -439,6 +453,188 @@ fn place(
     }
     table.set(i, Entry::pack(rec));
     Placed::Stored { stale }
+}
+
+/// Whether sequence number `a` was handed out after `b` (they wrap at 2^47).
+fn newer(a: u64, b: u64) -> bool {
+    a != b && a.wrapping_sub(b) & LOW47 < 1 << 46
+}
+
+/// Records a new block of a program thread whose batch slot (`new_blocks`) is `k`: it waits
+/// there with the thread's next ones and reaches the table with them. Returns false (and
+/// counts it) when it could not be tracked.
+#[inline]
+pub fn insert_new(addr: u64, size: u64, tid: u32, stack: u32, op: Op, k: usize) -> bool {
+    let Some(slot) = NEW.get(k).filter(|_| size < super::new_blocks::DIRECT_FROM) else {
+        return insert(addr, size, tid, stack, op);
+    };
+    if !trackable(addr, size, op) {
+        return false;
+    }
+    let seq = SEQ.fetch_add(1, Ordering::Relaxed) + 1;
+    let e = Entry::pack(&BlockRecord {
+        addr,
+        size,
+        seq,
+        tid,
+        stack,
+        moving: false,
+    });
+    let full = match slot.push(addr, e.w, op) {
+        Some(full) => full,
+        None => {
+            // Full already (only a broken invariant gets there): apply it, then add.
+            apply_new(k);
+            match slot.push(addr, e.w, op) {
+                Some(full) => full,
+                None => return insert(addr, size, tid, stack, op),
+            }
+        }
+    };
+    if full {
+        apply_new(k);
+    }
+    true
+}
+
+/// Applies the new blocks of batch slot `k` (its owner thread, inside a hook or ending; or a
+/// fork child for a thread it did not inherit): their table slots are prefetched together,
+/// then each shard is locked once for all of its blocks (see `new_blocks` for why an entry
+/// leaves the slot only under its shard's lock).
+pub fn apply_new(k: usize) {
+    let Some(slot) = NEW.get(k) else {
+        return;
+    };
+    let n = slot.written();
+    if n == 0 {
+        return;
+    }
+    for a in &slot.addrs[..n] {
+        let a = a.load(Ordering::Relaxed);
+        if a != 0 {
+            prefetch(a);
+        }
+    }
+    // Bit i: entry i not yet applied.
+    let mut left: u32 = (1u32 << n).wrapping_sub(1);
+    let mut round = 0;
+    while left != 0 {
+        let first = left.trailing_zeros() as usize;
+        let a = slot.addrs[first].load(Ordering::Acquire);
+        if a == 0 {
+            // Taken by a reader (a free from another thread, a capture).
+            left &= !(1 << first);
+            continue;
+        }
+        let shard = shard_of(a);
+        let mut locked = Locked::new(shard);
+        let mut stalled = false;
+        for i in first..n {
+            if left & 1 << i == 0 {
+                continue;
+            }
+            let a = slot.addrs[i].load(Ordering::Acquire);
+            if a == 0 {
+                left &= !(1 << i);
+                continue;
+            }
+            if !std::ptr::eq(shard_of(a), shard) {
+                continue;
+            }
+            match apply_entry(
+                slot,
+                i,
+                locked.table(),
+                &shard.stats,
+                round >= MOVE_WAIT_LIMIT,
+            ) {
+                Placed::Busy => {
+                    stalled = true;
+                    break;
+                }
+                Placed::Stored { .. } | Placed::Full => left &= !(1 << i),
+            }
+        }
+        shard.stats.settle();
+        let (slots, cap) = {
+            let t = locked.table();
+            (t.slots, t.cap)
+        };
+        shard.publish_hint(slots, cap);
+        drop(locked);
+        if stalled {
+            round += 1;
+            wait_for_mover(round);
+        }
+    }
+    slot.len.store(0, Ordering::Release);
+}
+
+/// Moves entry `i` of `slot` into its shard's `table` (whose lock the caller holds) and
+/// takes it out of the slot, unless a realloc in progress holds its address (`Busy`, and the
+/// entry stays) and `take_moving` is false.
+fn apply_entry(
+    slot: &NewSlot,
+    i: usize,
+    table: &mut Table,
+    stats: &ShardStats,
+    take_moving: bool,
+) -> Placed {
+    let (words, op) = slot.entry(i);
+    let rec = Entry { w: words }.unpack();
+    let placed = place(table, stats, &rec, hash(rec.addr), take_moving);
+    match placed {
+        Placed::Stored { stale } => {
+            stats.tracked(op, rec.size);
+            if stale != 0 {
+                counters::count_rare(Rare::StaleEntry);
+            }
+        }
+        Placed::Full => {
+            TRACKING.store(false, Ordering::Relaxed);
+            counters::count_call(op);
+            counters::count_rare(Rare::Untracked);
+        }
+        Placed::Busy => return placed,
+    }
+    slot.addrs[i].store(0, Ordering::Release);
+    placed
+}
+
+/// The slot entry that holds the new block at `addr`, the calling thread's slot searched
+/// first. The caller holds the lock of `addr`'s shard, so the entry stays as found.
+fn find_new(addr: u64) -> Option<(&'static NewSlot, usize)> {
+    let used = used_slots();
+    let own = (sys::thread_state().held() as usize).wrapping_sub(1);
+    let search = |slot: &'static NewSlot| {
+        (0..slot.written())
+            .find(|&i| slot.addrs[i].load(Ordering::Acquire) == addr)
+            .map(|i| (slot, i))
+    };
+    if own < used
+        && let Some(found) = search(&NEW[own])
+    {
+        return Some(found);
+    }
+    (0..used)
+        .filter(|&k| k != own)
+        .find_map(|k| search(&NEW[k]))
+}
+
+/// The record of the new block at `addr` waiting in a slot, if one does. Caller holds
+/// `addr`'s shard lock.
+fn peek_new(addr: u64) -> Option<BlockRecord> {
+    let (slot, i) = find_new(addr)?;
+    Some(Entry { w: slot.entry(i).0 }.unpack())
+}
+
+/// Takes the new block at `addr` out of the slot that holds it: its record and call. Caller
+/// holds `addr`'s shard lock and accounts for the block in that shard.
+fn take_new(addr: u64) -> Option<(BlockRecord, Op)> {
+    let (slot, i) = find_new(addr)?;
+    let (words, op) = slot.entry(i);
+    slot.addrs[i].store(0, Ordering::Release);
+    Some((Entry { w: words }.unpack(), op))
 }
 
 /// Records a new block. Returns false (and counts it) when it could not be tracked.
@@ -508,7 +704,18 @@ pub fn peek_size(addr: u64) -> Option<u64> {
     }
     // SAFETY: the calling thread holds every shard lock (freeze or fork).
     let table = unsafe { &*shard_of(addr).table.get() };
-    table.find(addr, hash(addr)).map(|i| table.slot(i).size())
+    let found = table.find(addr, hash(addr)).map(|i| table.slot(i));
+    current(found, addr).map(|r| r.size)
+}
+
+/// The live block at `addr` given its table entry (found under the shard lock): the entry,
+/// unless a new block at that address waits in a slot and supersedes a realloc in progress
+/// there, or the table has none (see `new_blocks`).
+fn current(found: Option<Entry>, addr: u64) -> Option<BlockRecord> {
+    match found {
+        Some(e) if !e.moving() => Some(e.unpack()),
+        _ => peek_new(addr).or(found.map(|e| e.unpack())),
+    }
 }
 
 /// Removes the block at `addr`; returns its record, or None if it is not tracked. `op` is
@@ -519,13 +726,32 @@ pub fn remove(addr: u64, op: Option<Op>) -> Option<BlockRecord> {
     let mut shard = Locked::new(shard_of(addr));
     let stats = &shard.0.stats;
     let table = shard.table();
-    let i = table.find(addr, h)?;
-    let rec = table.slot(i).unpack();
-    table.delete(i);
-    stats.released(op, rec.size);
+    let found = table.find(addr, h);
+    // A free (not a realloc removing its own moving entry) prefers a new block waiting in a
+    // slot to a realloc in progress at the address (see `new_blocks`).
+    let own_move = op.is_none();
+    let rec = match found.filter(|&i| own_move || !table.slot(i).moving()) {
+        Some(i) => delete_at(table, stats, i, op),
+        None => match take_new(addr) {
+            Some((rec, made)) => {
+                stats.tracked(made, rec.size);
+                stats.released(op, rec.size);
+                rec
+            }
+            None => delete_at(table, stats, found?, op),
+        },
+    };
     stats.settle();
     drop(shard);
     Some(rec)
+}
+
+/// Deletes table slot `i` (locked), counting its block as released by `op`.
+fn delete_at(table: &mut Table, stats: &ShardStats, i: usize, op: Option<Op>) -> BlockRecord {
+    let rec = table.slot(i).unpack();
+    table.delete(i);
+    stats.released(op, rec.size);
+    rec
 }
 
 /// Removes the blocks at `addrs` as frees (a batch of `held_frees`), taking each shard lock
@@ -542,13 +768,23 @@ pub fn remove_freed(addrs: &[u64]) -> usize {
         let mut locked = Locked::new(shard);
         let table = locked.table();
         for &addr in &rest[..run] {
-            match table.find(addr, hash(addr)) {
+            let found = table.find(addr, hash(addr));
+            match found.filter(|&i| !table.slot(i).moving()) {
                 Some(i) => {
-                    let size = table.slot(i).size();
-                    table.delete(i);
-                    shard.stats.released(Some(Op::Free), size);
+                    delete_at(table, &shard.stats, i, Some(Op::Free));
                 }
-                None => unknown += 1,
+                None => match take_new(addr) {
+                    Some((rec, made)) => {
+                        shard.stats.tracked(made, rec.size);
+                        shard.stats.released(Some(Op::Free), rec.size);
+                    }
+                    None => match found {
+                        Some(i) => {
+                            delete_at(table, &shard.stats, i, Some(Op::Free));
+                        }
+                        None => unknown += 1,
+                    },
+                },
             }
         }
         shard.stats.settle();
@@ -563,23 +799,60 @@ pub fn lookup(addr: u64) -> Option<BlockRecord> {
     let h = hash(addr);
     let mut shard = Locked::new(shard_of(addr));
     let table = shard.table();
-    table.find(addr, h).map(|i| table.slot(i).unpack())
+    let found = table.find(addr, h).map(|i| table.slot(i));
+    current(found, addr)
 }
 
-/// Sets or clears the moving mark of the entry at `addr`; its record if tracked.
+/// Sets or clears the moving mark of the entry at `addr`; its record if tracked. A block
+/// still waiting in a slot (`new_blocks`) is moved into the table to be marked; if another
+/// realloc in progress holds its address there, that realloc is waited for, as an insert
+/// waits.
 fn mark(addr: u64, moving: bool) -> Option<BlockRecord> {
     let h = hash(addr);
-    let mut shard = Locked::new(shard_of(addr));
-    let table = shard.table();
-    let i = table.find(addr, h)?;
-    let mut e = table.slot(i);
-    e.w[2] = if moving {
-        e.w[2] | MOVING
-    } else {
-        e.w[2] & !MOVING
-    };
-    table.set(i, e);
-    Some(e.unpack())
+    let mut round = 0;
+    loop {
+        let mut shard = Locked::new(shard_of(addr));
+        let stats = &shard.0.stats;
+        let table = shard.table();
+        let found = table.find(addr, h);
+        let i = match found.filter(|&i| !moving || !table.slot(i).moving()) {
+            Some(i) => i,
+            None if find_new(addr).is_none() => found?,
+            None if found.is_some() && round < MOVE_WAIT_LIMIT => {
+                drop(shard);
+                round += 1;
+                wait_for_mover(round);
+                continue;
+            }
+            None => {
+                let (rec, made) = take_new(addr)?;
+                match place(table, stats, &rec, h, true) {
+                    Placed::Stored { stale } => {
+                        stats.tracked(made, rec.size);
+                        if stale != 0 {
+                            counters::count_rare(Rare::StaleEntry);
+                        }
+                    }
+                    Placed::Busy | Placed::Full => {
+                        TRACKING.store(false, Ordering::Relaxed);
+                        counters::count_call(made);
+                        counters::count_rare(Rare::Untracked);
+                        return None;
+                    }
+                }
+                stats.settle();
+                table.find(addr, h)?
+            }
+        };
+        let mut e = table.slot(i);
+        e.w[2] = if moving {
+            e.w[2] | MOVING
+        } else {
+            e.w[2] & !MOVING
+        };
+        table.set(i, e);
+        return Some(e.unpack());
+    }
 }
 
 /// A realloc of the block at `addr` starts: the entry stays, marked moving. Its record, or
@@ -741,9 +1014,29 @@ impl Frozen {
         SHARD.iter().map(|s| unsafe { &*s.table.get() })
     }
 
-    /// The number of tracked blocks, including those whose free is held back.
+    /// The number of tracked blocks, including those whose free is held back and new ones
+    /// waiting in slots (`new_blocks`; more may arrive before [`Frozen::for_each`]).
     pub fn len(&self) -> usize {
-        self.tables().map(|t| t.len).sum()
+        self.tables().map(|t| t.len).sum::<usize>() + super::new_blocks::waiting()
+    }
+
+    /// Moves every new block waiting in a slot into the table (see `new_blocks`): with every
+    /// shard lock held, so no owner is applying them meanwhile.
+    fn take_all_new(&self) {
+        for slot in &NEW[..used_slots()] {
+            for i in 0..slot.written() {
+                let a = slot.addrs[i].load(Ordering::Acquire);
+                if a == 0 {
+                    continue;
+                }
+                let shard = shard_of(a);
+                // SAFETY: this thread holds every shard lock (`self`), and this is the only
+                // reference to the table made while it runs.
+                let table = unsafe { &mut *shard.table.get() };
+                apply_entry(slot, i, table, &shard.stats, true);
+                shard.stats.settle();
+            }
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -753,6 +1046,9 @@ impl Frozen {
     /// Calls `f` for every live tracked block (in table order, not address order). Blocks
     /// the program freed but `held_frees` still holds are not live: they are left out.
     pub fn for_each(&self, mut f: impl FnMut(&BlockRecord)) {
+        // After the world stopped (the capture calls this then): the blocks being added to a
+        // slot now are inside their malloc.
+        self.take_all_new();
         // SAFETY: this thread holds every shard lock (`self`), the condition of HELD.
         let held = unsafe { &mut *HELD.0.get() };
         held.refresh();
@@ -789,6 +1085,7 @@ impl Drop for Frozen {
 
 #[cfg(test)]
 mod tests {
+    use super::super::new_blocks::BATCH;
     use super::*;
 
     #[test]
@@ -858,6 +1155,91 @@ mod tests {
                 ..rec
             })
         );
+    }
+
+    /// Addresses of a frozen table within `range`, with their sizes.
+    fn frozen_in(range: std::ops::Range<u64>) -> Vec<(u64, u64)> {
+        let frozen = freeze();
+        let mut seen = Vec::new();
+        frozen.for_each(|r| {
+            if range.contains(&r.addr) {
+                seen.push((r.addr, r.size));
+            }
+        });
+        drop(frozen);
+        seen.sort_unstable();
+        seen
+    }
+
+    #[test]
+    fn new_blocks_waiting_in_a_slot_are_seen_taken_by_other_threads_and_applied_once() {
+        const BASE: u64 = 0x5700_0000_0000;
+        let st = sys::thread_state();
+        let tid = sys::current_tid();
+        let k = super::super::held_frees::own_index(st, tid).expect("a batch slot");
+        let slot = &NEW[k];
+        super::apply_new(k);
+        // Three new blocks wait in this thread's slot, none in the table yet.
+        for i in 0..3u64 {
+            assert!(insert_new(BASE + 64 * i, 10 + i, tid, 0, Op::Malloc, k));
+        }
+        assert_eq!(slot.written(), 3);
+        let waiting = lookup(BASE + 64).expect("a waiting block is found");
+        assert_eq!((waiting.size, waiting.tid), (11, tid));
+        assert!(waiting.seq > 0);
+        // Freed from another thread before its owner applied it: taken, not unknown.
+        let other = std::thread::spawn(|| remove_freed(&[BASE + 64]));
+        assert_eq!(other.join().unwrap(), 0);
+        assert_eq!(lookup(BASE + 64), None);
+        // Reallocated from another thread: moved into the table and marked.
+        let moved = std::thread::spawn(|| begin_move(BASE + 128));
+        let old = moved
+            .join()
+            .unwrap()
+            .expect("a waiting block can be reallocated");
+        assert_eq!((old.size, old.moving), (12, true));
+        // A capture sees the one left waiting and the moving one, not the freed one.
+        assert_eq!(frozen_in(BASE..BASE + 4096), [(BASE, 10), (BASE + 128, 12)]);
+        assert!(finish_move(&old, BASE + 192, 30, tid, 0, Op::Realloc));
+        // The owner's batch applies what is left, once: the freed block does not come back.
+        super::apply_new(k);
+        assert_eq!(slot.written(), 0);
+        assert_eq!(frozen_in(BASE..BASE + 4096), [(BASE, 10), (BASE + 192, 30)]);
+        // A full slot is applied by the insert that fills it.
+        for i in 0..BATCH as u64 {
+            assert!(insert_new(BASE + 4096 + 32 * i, 1, tid, 0, Op::Malloc, k));
+        }
+        assert_eq!(slot.written(), 0);
+        assert_eq!(frozen_in(BASE + 4096..BASE + 8192).len(), BATCH);
+        for i in 0..BATCH as u64 {
+            assert_eq!(
+                remove(BASE + 4096 + 32 * i, Some(Op::Free)).map(|r| r.size),
+                Some(1)
+            );
+        }
+        assert_eq!(remove(BASE, Some(Op::Free)).map(|r| r.size), Some(10));
+        assert_eq!(remove(BASE + 192, Some(Op::Free)).map(|r| r.size), Some(30));
+    }
+
+    #[test]
+    fn a_late_batch_does_not_replace_a_newer_block_at_its_address() {
+        const ADDR: u64 = 0x5800_0000_0000;
+        let st = sys::thread_state();
+        let tid = sys::current_tid();
+        let k = super::super::held_frees::own_index(st, tid).expect("a batch slot");
+        super::apply_new(k);
+        // The first block's free was never seen; the address came back to another thread,
+        // whose insert reached the table first.
+        assert!(insert_new(ADDR, 5, tid, 0, Op::Malloc, k));
+        let newer = std::thread::spawn(move || {
+            insert(ADDR, 7, 99, 0, Op::Malloc);
+        });
+        newer.join().unwrap();
+        assert_eq!(lookup(ADDR).map(|r| r.size), Some(7));
+        super::apply_new(k);
+        assert_eq!(lookup(ADDR).map(|r| (r.size, r.tid)), Some((7, 99)));
+        assert_eq!(remove(ADDR, Some(Op::Free)).map(|r| r.size), Some(7));
+        assert_eq!(lookup(ADDR), None);
     }
 
     #[test]

@@ -40,8 +40,9 @@ use crate::sys::{self, ThreadState};
 
 /// Frees held per thread before they are applied together.
 pub const BATCH: usize = 16;
-/// Threads that can hold frees at once; later ones free directly.
-const SLOTS: usize = 1024;
+/// Threads that can hold frees (and new blocks, `new_blocks`) at once; later ones free and
+/// insert directly.
+pub const SLOTS: usize = 1024;
 /// Requests at least this big apply the thread's held frees first.
 pub const FLUSH_BEFORE: usize = 64 << 10;
 /// `ThreadState::held`: no slot yet / never hold.
@@ -73,6 +74,14 @@ static HOLDING: AtomicBool = AtomicBool::new(true);
 
 /// Where a slot search starts (slots are taken in order and given back at thread exit).
 static NEXT_SLOT: AtomicU32 = AtomicU32::new(0);
+/// One more than the highest slot ever claimed: readers of every slot look at `[0, USED)`.
+static USED: AtomicU32 = AtomicU32::new(0);
+
+/// How many slots readers must look at (every slot ever claimed lies below).
+#[inline]
+pub fn used_slots() -> usize {
+    (USED.load(Ordering::Acquire) as usize).min(SLOTS)
+}
 
 impl Slot {
     /// The held blocks, taken out of the slot (it is empty afterwards).
@@ -139,16 +148,13 @@ fn claimed(held: u32) -> Option<&'static Slot> {
     }
 }
 
-/// The slot of the calling thread, claiming one on first use; None when it must not hold.
-fn own_slot(st: &ThreadState, tid: u32) -> Option<&'static Slot> {
+/// The slot number of the calling thread, claiming one on first use; None when it has none
+/// (it is ending, or every slot is taken).
+pub fn own_index(st: &ThreadState, tid: u32) -> Option<usize> {
     match st.held() {
         NEVER => return None,
         NO_SLOT => {}
-        n => return claimed(n),
-    }
-    if !HOLDING.load(Ordering::Relaxed) {
-        st.set_held(NEVER);
-        return None;
+        n => return Some(n as usize - 1).filter(|&k| k < SLOTS),
     }
     let start = NEXT_SLOT.load(Ordering::Relaxed) as usize;
     for k in (0..SLOTS).map(|i| (start + i) % SLOTS) {
@@ -158,12 +164,21 @@ fn own_slot(st: &ThreadState, tid: u32) -> Option<&'static Slot> {
             .is_ok()
         {
             NEXT_SLOT.store((k + 1) as u32, Ordering::Relaxed);
+            USED.fetch_max(k as u32 + 1, Ordering::AcqRel);
             st.set_held(k as u32 + 1);
-            return Some(&SLOT[k]);
+            return Some(k);
         }
     }
     st.set_held(NEVER);
     None
+}
+
+/// The slot of the calling thread, claiming one on first use; None when it must not hold.
+fn own_slot(st: &ThreadState, tid: u32) -> Option<&'static Slot> {
+    if !HOLDING.load(Ordering::Relaxed) {
+        return None;
+    }
+    own_index(st, tid).map(|k| &SLOT[k])
 }
 
 /// Holds back the program's free of `p` (non-null), applying the thread's batch when it is
@@ -180,6 +195,10 @@ pub fn hold(p: u64, st: &ThreadState, tid: u32) -> bool {
         // runs on.
         HOLDING.store(false, Ordering::Relaxed);
         slot.flush();
+        // The thread's new blocks too: it will not look at its slot again.
+        if let Some(k) = st.held().checked_sub(1) {
+            blocks::apply_new(k as usize);
+        }
         st.set_held(NEVER);
         return false;
     };
@@ -196,7 +215,9 @@ pub fn hold(p: u64, st: &ThreadState, tid: u32) -> bool {
 /// the constructor runs) applies what it held before the configuration was read.
 pub fn turn_off() {
     HOLDING.store(false, Ordering::Relaxed);
-    release_current();
+    if let Some(slot) = claimed(sys::thread_state().held()) {
+        let _ = as_hook(|| slot.flush());
+    }
 }
 
 /// Applies the calling thread's held frees now (before a big request). The caller is inside
@@ -229,20 +250,25 @@ pub fn release_current() {
     st.set_held(NEVER);
     if let Some(slot) = claimed(held) {
         // Inside a hook (cannot be, short of a signal handler ending the thread), the slot is
-        // kept with its blocks rather than given up unapplied.
-        if as_hook(|| slot.flush()) {
+        // kept with its blocks rather than given up unapplied. New blocks first: then the
+        // held frees find theirs in the table.
+        if as_hook(|| {
+            blocks::apply_new(held as usize - 1);
+            slot.flush();
+        }) {
             slot.owner.store(0, Ordering::Release);
         }
     }
 }
 
-/// In a fork child: applies the frees held by the parent's other threads (they do not exist
-/// here) and frees their slots. The calling thread keeps its own.
+/// In a fork child: applies the new blocks and the frees held by the parent's other threads
+/// (they do not exist here) and frees their slots. The calling thread keeps its own.
 pub fn adopt_in_child() {
     let own = sys::thread_state().held();
     let _ = as_hook(|| {
         for (k, slot) in SLOT.iter().enumerate() {
             if k as u32 + 1 != own && slot.owner.load(Ordering::Relaxed) != 0 {
+                blocks::apply_new(k);
                 slot.flush();
                 slot.owner.store(0, Ordering::Release);
             }

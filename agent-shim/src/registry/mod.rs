@@ -5,5 +5,6 @@
 pub mod blocks;
 pub mod counters;
 pub mod held_frees;
+pub mod new_blocks;
 pub mod stacks;
 pub mod threads;
