@@ -113,6 +113,7 @@ extern "C" fn parent() {
 extern "C" fn child() {
     let _errno = sys::KeepErrno::new();
     sys::reset_thread_cache();
+    crate::hooks::unwind::walks::reset_in_child();
     // Fork children print nothing (but to HEAPTUI_LOG).
     crate::log::in_fork_child();
     crate::signals::chain::release_in_child();

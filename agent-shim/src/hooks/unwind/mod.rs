@@ -25,7 +25,8 @@
 //! depended on, so the next allocation from the same place checks those words (independent
 //! loads of hot stack lines) instead of walking again, and reuses the interned stack id.
 //!
-//! Both caches are cleared after each `dlclose` (exports.rs wraps it): a module loaded later
+//! Both caches are cleared after each `dlclose` (exports.rs wraps it) and after each module
+//! load, however it came (glibc unloads some modules itself; [`loads`]): a module loaded later
 //! at the same address must not inherit rules. Inside a hook: no allocation, no lock, no
 //! printing, no `thread_local!` (the stack bounds live in the agent's initial-exec TLS).
 //!
@@ -35,6 +36,7 @@
 
 pub mod cache;
 pub mod cfi;
+pub mod loads;
 pub mod walks;
 
 use std::ffi::c_void;
@@ -100,6 +102,11 @@ pub fn init() -> bool {
     let cached = cache::init();
     // Without the walk cache every allocation walks: slower, not wrong.
     walks::init();
+    if !loads::init() {
+        crate::agent_log!(
+            "cannot find the loader's load counter: unwind caches are cleared at the program's dlclose only"
+        );
+    }
     cfi::init() && cached
 }
 
@@ -272,6 +279,8 @@ impl Stack<'_> {
 /// (the export stubs pass it), and the hook must still be running on that stack.
 #[inline]
 pub unsafe fn start(entry_sp: usize, fp: usize) -> Option<walks::Start> {
+    // A module loaded since the last walk: the caches go (loads.rs).
+    loads::check();
     let (lo, hi) = stack_bounds(entry_sp);
     if entry_sp < lo || entry_sp > hi.saturating_sub(8) || !entry_sp.is_multiple_of(8) {
         return None;
@@ -375,6 +384,7 @@ pub unsafe fn dlclose(handle: *mut c_void) -> i32 {
     let rc = unsafe { real(handle) };
     cache::clear();
     walks::clear();
+    loads::verify();
     rc
 }
 

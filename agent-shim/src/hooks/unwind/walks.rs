@@ -4,8 +4,10 @@
 //!
 //! Why it is exact: a walk is a function of where it starts (the stack pointer at the hooked
 //! call's entry, the return address stored there, the frame pointer when a rule used it before
-//! the stack restored it), of the rules of its return addresses (fixed until a `dlclose`,
-//! which bumps [`GENERATION`]), and of the stack words it read. When all of these are as they
+//! the stack restored it), of the upper bound of the stack it may read (a walk cut short there
+//! would go on under a higher one, so an entry holds only for the same bound), of the rules of
+//! its return addresses (fixed until a `dlclose` or a module load, which bump [`GENERATION`]), and of the
+//! stack words it read. When all of these are as they
 //! were, the walk would take the same steps and find the same frames, so it need not be taken.
 //! A program allocating in a loop calls malloc from the same site at the same stack depth over
 //! and over: the check is up to 32 independent loads of hot stack words, where the walk is 16
@@ -17,7 +19,8 @@
 //! miss. A reader only dereferences words of its own stack (every offset is checked against
 //! the thread's stack top before the load), so a torn entry costs one miss, never a wild
 //! read. A thread interrupted while writing (its own signal handler allocating) finds the
-//! entry odd and walks. Walks that read more than [`MAX_READS`] words, left 4 GiB of stack,
+//! entry odd and walks; a fork child makes the entries other threads were writing at the fork
+//! even and empty again ([`reset_in_child`]), or they would stay odd for good. Walks that read more than [`MAX_READS`] words, left 4 GiB of stack,
 //! or ended at a return address in no module (its rule is not cached either) are not kept.
 //!
 //! Never allocates, locks or prints: it is read and written inside the malloc hooks.
@@ -38,7 +41,7 @@ const SETS: usize = 1 << SET_BITS;
 const WAYS: usize = 4;
 const ENTRIES: usize = SETS * WAYS;
 
-/// Bumped when rules may have changed (`dlclose`): older entries no longer match.
+/// Bumped when rules may have changed (a `dlclose`, a module load: `loads`): older entries no longer match.
 static GENERATION: AtomicU32 = AtomicU32::new(1);
 
 /// The stack words a walk read, in order, as offsets from its entry stack pointer, and which
@@ -120,6 +123,8 @@ struct Entry {
     ret: AtomicU64,
     /// The entry frame pointer, compared only when `meta` says the walk used it.
     fp: AtomicU64,
+    /// The top of the stack the walk could read (see the module docs).
+    hi: AtomicU64,
     /// generation (bits 0..32), depth (32..40), reads (40..48), used_fp (48).
     meta: AtomicU64,
     stack: AtomicU32,
@@ -142,9 +147,29 @@ pub fn init() -> bool {
     true
 }
 
-/// Forgets every walk (after a `dlclose`: the rules they went by may be gone).
+/// Forgets every walk (after a `dlclose` or a load: the rules they went by may be gone).
 pub fn clear() {
     GENERATION.fetch_add(1, Ordering::Relaxed);
+}
+
+/// In a fork child: an entry another thread of the parent was writing at the fork is odd,
+/// and its writer does not exist here to finish it: it is emptied and made even, so it can
+/// be used again.
+pub fn reset_in_child() {
+    let base = ENTRIES_PTR.load(Ordering::Acquire);
+    if base.is_null() {
+        return;
+    }
+    for i in 0..ENTRIES {
+        // SAFETY: i < ENTRIES, the mapping's length in entries (as in `set`).
+        let e = unsafe { &*base.add(i) };
+        let version = e.version.load(Ordering::Relaxed);
+        if version & 1 != 0 {
+            // A stack id of 0 is never a hit, whatever the rest of the entry holds.
+            e.stack.store(0, Ordering::Relaxed);
+            e.version.store(version + 1, Ordering::Release);
+        }
+    }
 }
 
 /// The generation walks starting now go by (see [`Start::generation`]).
@@ -190,6 +215,7 @@ fn check(e: &Entry, start: &Start, depth: usize) -> Option<u32> {
     if version & 1 != 0
         || e.sp.load(Ordering::Relaxed) != start.sp as u64
         || e.ret.load(Ordering::Relaxed) != start.ret as u64
+        || e.hi.load(Ordering::Relaxed) != start.hi as u64
     {
         return None;
     }
@@ -202,34 +228,30 @@ fn check(e: &Entry, start: &Start, depth: usize) -> Option<u32> {
     }
     let reads = ((m >> 40) & 0xff) as usize;
     let reads = reads.min(MAX_READS);
-    // Copy the entry out and confirm nobody rewrote it before dereferencing any offset: a
-    // torn entry could hold another walk's offsets, which are only known to be in bounds for
-    // that walk's stack pointer.
-    let mut offsets = [0usize; MAX_READS];
-    let mut values = [0u64; MAX_READS];
-    for (k, (offset, value)) in e.offsets.iter().zip(&e.values).take(reads).enumerate() {
-        offsets[k] = offset.load(Ordering::Relaxed) as usize & !7;
-        values[k] = value.load(Ordering::Relaxed);
+    // The highest address a word may be read at: the stack top's last word.
+    let last = start.hi.checked_sub(8)?.checked_sub(start.sp)?;
+    // One pass, checked against the version afterwards: every offset is bounded by this
+    // thread's own stack before it is dereferenced, so a torn entry (another walk's offsets
+    // half written) can only make this read words of this stack and miss, or be caught by
+    // the version below. (Copying the entry out first cost as much again: BENCHMARKS.md
+    // "Real programs".)
+    for (offset, value) in e.offsets.iter().zip(&e.values).take(reads) {
+        let offset = offset.load(Ordering::Relaxed) as usize & !7;
+        if offset > last {
+            return None;
+        }
+        // SAFETY: sp + offset lies in [sp, hi - 8], this thread's stack as its cached bounds
+        // say, at or above the hooked call's entry stack pointer (so mapped), 8-aligned (sp
+        // is, offset is masked).
+        let word = unsafe { *((start.sp + offset) as *const usize) };
+        if word as u64 != value.load(Ordering::Relaxed) {
+            return None;
+        }
     }
     let stack = e.stack.load(Ordering::Relaxed);
     fence(Ordering::Acquire);
     if e.version.load(Ordering::Relaxed) != version || stack == 0 {
         return None;
-    }
-    // The highest address a word may be read at: the stack top's last word.
-    let last = start.hi.checked_sub(8)?.checked_sub(start.sp)?;
-    for (&offset, &value) in offsets.iter().zip(&values).take(reads) {
-        if offset > last {
-            return None;
-        }
-        // SAFETY: sp + offset lies in [sp, hi - 8], this thread's stack as its cached bounds
-        // say, at or above the hooked call's entry stack pointer, 8-aligned (sp is, offset
-        // is masked); the offset is one this entry's own walk read (the version was checked
-        // after copying it out).
-        let word = unsafe { *((start.sp + offset) as *const usize) };
-        if word as u64 != value {
-            return None;
-        }
     }
     Some(stack)
 }
@@ -257,6 +279,7 @@ pub fn store(start: &Start, depth: usize, reads: &Reads, stack: u32) {
     e.sp.store(start.sp as u64, Ordering::Relaxed);
     e.ret.store(start.ret as u64, Ordering::Relaxed);
     e.fp.store(start.fp as u64, Ordering::Relaxed);
+    e.hi.store(start.hi as u64, Ordering::Relaxed);
     let kept = reads.needed.count_ones() as usize;
     e.meta.store(
         meta(start.generation, depth, kept, reads.used_fp),
@@ -336,6 +359,18 @@ mod tests {
             ),
             None
         );
+        // The same walk from a thread whose stack bound grew: a walk cut short at the old
+        // bound would go further now.
+        assert_eq!(
+            lookup(
+                &Start {
+                    hi: start.hi + 4096,
+                    ..start
+                },
+                16
+            ),
+            None
+        );
         // A return address further up.
         words[5] = 0x3008;
         std::hint::black_box(&mut words);
@@ -357,6 +392,25 @@ mod tests {
         reads.need(i);
         store(&before, 16, &reads, 78);
         assert_eq!(lookup(&start, 16), None);
+
+        // An entry left odd by a writer that did not finish (a thread of a fork's parent)
+        // misses, and a fork child makes it usable again.
+        let start = remember(&words, false);
+        assert_eq!(lookup(&start, 16), Some(77));
+        let e = &set(&start).unwrap()[77 % WAYS];
+        e.version.fetch_add(1, Ordering::Relaxed);
+        assert_eq!(lookup(&start, 16), None);
+        let start = remember(&words, false);
+        assert_eq!(lookup(&start, 16), None, "an odd entry is not written over");
+        reset_in_child();
+        assert_eq!(e.version.load(Ordering::Relaxed) & 1, 0);
+        assert_eq!(
+            lookup(&start, 16),
+            None,
+            "the unfinished walk is not reused"
+        );
+        let start = remember(&words, false);
+        assert_eq!(lookup(&start, 16), Some(77));
 
         // A walk that used the frame pointer it started with needs the same one.
         let start = remember(&words, true);
