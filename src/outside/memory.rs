@@ -127,40 +127,140 @@ pub fn prepared(bytes: u64) -> Vec<u8> {
 }
 
 /// Copies `ranges` of process `pid` into an image whose buffer is `buffer` (see [`prepared`];
-/// it grows if the ranges need more). Ranges should be page-aligned and sorted; the parts the
+/// it grows if the ranges need more). Ranges should be sorted and disjoint; the parts the
 /// kernel refuses are left out (a page at a time), the rest is copied in as few calls as the
 /// kernel allows.
+///
+/// A large copy is shared among up to [`MAX_COPIERS`] threads, one per core, each with its own
+/// part of the ranges and of the buffer: one thread's `process_vm_readv` is bound by the
+/// kernel's per-page work (pinning each page of the target, then copying it), so the pause
+/// falls with the cores heaptui can use.
 pub fn copy(pid: Pid, ranges: &[Range<u64>], buffer: Vec<u8>) -> Image {
-    let mut image = Image {
-        data: buffer,
-        segments: Vec::new(),
+    let total: u64 = ranges.iter().map(|r| r.end.saturating_sub(r.start)).sum();
+    let mut data = buffer;
+    if (data.len() as u64) < total {
+        data.resize(total as usize, 0);
+    }
+    let copiers = if total < PARALLEL_FROM {
+        1
+    } else {
+        std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_COPIERS))
     };
-    let mut used = 0usize;
+    let shares = shares(ranges, total, copiers);
+    let mut parts: Vec<&mut [u8]> = Vec::with_capacity(shares.len());
+    let mut rest = &mut data[..];
+    for share in &shares {
+        let len: u64 = share.iter().map(|r| r.end - r.start).sum();
+        let (mine, after) = rest.split_at_mut(len as usize);
+        parts.push(mine);
+        rest = after;
+    }
+    let mut offset = 0usize;
+    let mut segments: Vec<Segment> = Vec::new();
+    let found: Vec<Vec<Segment>> = if shares.len() <= 1 {
+        shares
+            .iter()
+            .zip(parts)
+            .map(|(share, part)| copy_share(pid, share, part))
+            .collect()
+    } else {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = shares
+                .iter()
+                .zip(parts)
+                .map(|(share, part)| s.spawn(move || copy_share(pid, share, part)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_default())
+                .collect()
+        })
+    };
+    for (share, found) in shares.iter().zip(found) {
+        for mut seg in found {
+            seg.offset += offset;
+            // A range cut between two shares is one segment again.
+            match segments.last_mut() {
+                Some(last) if last.end() == seg.start && last.offset + last.len == seg.offset => {
+                    last.len += seg.len
+                }
+                _ => segments.push(seg),
+            }
+        }
+        offset += share
+            .iter()
+            .map(|r| (r.end - r.start) as usize)
+            .sum::<usize>();
+    }
+    data.truncate(offset);
+    Image { data, segments }
+}
+
+/// A copy smaller than this is made by one thread: starting others would cost more.
+const PARALLEL_FROM: u64 = 32 << 20;
+
+/// The most threads a copy is shared among.
+const MAX_COPIERS: usize = 8;
+
+/// Splits `ranges` (`total` bytes) into `n` consecutive shares of about equal size, cutting
+/// ranges at page boundaries.
+fn shares(ranges: &[Range<u64>], total: u64, n: usize) -> Vec<Vec<Range<u64>>> {
+    let target = total.div_ceil(n.max(1) as u64).next_multiple_of(PAGE);
+    let mut out: Vec<Vec<Range<u64>>> = vec![Vec::new()];
+    let mut filled = 0u64;
     for r in ranges {
         let mut at = r.start;
         while at < r.end {
-            let len = (r.end - at) as usize;
-            if image.data.len() < used + len {
-                image.data.resize(used + len, 0);
+            let room = target - filled;
+            let mut end = r.end;
+            if end - at > room && out.len() < n {
+                // Cut at a page boundary, at least one page in.
+                end = ((at + room) & !(PAGE - 1))
+                    .max((at & !(PAGE - 1)) + PAGE)
+                    .min(r.end);
             }
-            let got = read_into(pid, at, &mut image.data[used..used + len]);
+            if let Some(share) = out.last_mut() {
+                share.push(at..end);
+            }
+            filled += end - at;
+            at = end;
+            if filled >= target && out.len() < n {
+                out.push(Vec::new());
+                filled = 0;
+            }
+        }
+    }
+    out.retain(|share| !share.is_empty());
+    out
+}
+
+/// Copies one share of the ranges into `buf` (exactly their total size), range after range.
+/// Returns the segments copied, with offsets into `buf`.
+fn copy_share(pid: Pid, ranges: &[Range<u64>], buf: &mut [u8]) -> Vec<Segment> {
+    let mut segments = Vec::new();
+    let mut used = 0usize;
+    for r in ranges {
+        let mut at = r.start;
+        let range_end = used + (r.end - r.start) as usize;
+        while at < r.end {
+            let from = used + (at - r.start) as usize;
+            let got = read_into(pid, at, &mut buf[from..range_end]);
             if got > 0 {
-                image.segments.push(Segment {
+                segments.push(Segment {
                     start: at,
-                    offset: used,
+                    offset: from,
                     len: got,
                 });
-                used += got;
                 at += got as u64;
             }
             if at < r.end {
                 // The page at `at` cannot be read: skip it and go on after it.
-                at = (at / PAGE + 1) * PAGE;
+                at = ((at / PAGE + 1) * PAGE).min(r.end);
             }
         }
+        used = range_end;
     }
-    image.data.truncate(used);
-    image
+    segments
 }
 
 /// Reads as much of `buf.len()` bytes at `addr` as the kernel copies in one go (it stops at
@@ -193,6 +293,63 @@ fn read_into(pid: Pid, addr: u64, buf: &mut [u8]) -> usize {
         }
     }
     done
+}
+
+/// The pages of the target's page map (`/proc/PID/pagemap`): one 64-bit entry per page of its
+/// address space, bit 63 set when the page is in memory, bit 62 when it is swapped out. Readable
+/// without privileges by whoever may ptrace the process (only the frame numbers are hidden).
+pub struct PageMap(std::fs::File);
+
+/// Bits of a page map entry: the page is in memory, or swapped out (it holds data either way).
+const PAGE_PRESENT: u64 = 1 << 63;
+const PAGE_SWAPPED: u64 = 1 << 62;
+
+/// Entries read per `pread` of the page map (256 KiB of entries, 512 MiB of address space).
+const PAGEMAP_BATCH: usize = 32 * 1024;
+
+impl PageMap {
+    pub fn open(pid: Pid) -> Option<PageMap> {
+        std::fs::File::open(format!("/proc/{pid}/pagemap"))
+            .ok()
+            .map(PageMap)
+    }
+
+    /// The parts of the page-aligned `range` of private anonymous memory that hold data: its
+    /// pages in memory or in swap. A page that was never touched is neither, and reads as
+    /// zeros: nothing there to copy, and copying it would make the kernel map it in the
+    /// target. None when the page map cannot be read (then copy it all).
+    pub fn touched(&self, range: Range<u64>) -> Option<Vec<Range<u64>>> {
+        use std::os::unix::fs::FileExt;
+        let first = range.start / PAGE;
+        let pages = range.end.div_ceil(PAGE).saturating_sub(first) as usize;
+        let mut out: Vec<Range<u64>> = Vec::new();
+        let mut entries = vec![0u8; 8 * pages.min(PAGEMAP_BATCH)];
+        let mut done = 0usize;
+        while done < pages {
+            let n = (pages - done).min(PAGEMAP_BATCH);
+            let buf = &mut entries[..8 * n];
+            self.0.read_exact_at(buf, 8 * (first + done as u64)).ok()?;
+            for (k, e) in buf.chunks_exact(8).enumerate() {
+                let e = u64::from_le_bytes([e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7]]);
+                if e & (PAGE_PRESENT | PAGE_SWAPPED) == 0 {
+                    continue;
+                }
+                let at = (first + (done + k) as u64) * PAGE;
+                match out.last_mut() {
+                    Some(last) if last.end == at => last.end = at + PAGE,
+                    _ => out.push(at..at + PAGE),
+                }
+            }
+            done += n;
+        }
+        if let Some(first) = out.first_mut() {
+            first.start = first.start.max(range.start);
+        }
+        if let Some(last) = out.last_mut() {
+            last.end = last.end.min(range.end);
+        }
+        Some(out)
+    }
 }
 
 /// Whether heaptui may read process `pid`'s memory, tried on one word at `addr` (a mapped,
@@ -239,6 +396,78 @@ mod tests {
             .collect();
         assert_eq!(pieces, vec![(0x1004, 4), (0x2000, 4)]);
         assert_eq!(image.len(), 24);
+    }
+
+    #[test]
+    fn only_the_touched_pages_of_a_large_reservation_are_listed() {
+        // 64 MiB that malloc maps and nobody touches, but for three pages.
+        let mut big: Vec<u8> = Vec::with_capacity(64 << 20);
+        let ptr = big.as_ptr() as u64;
+        let base = ptr.next_multiple_of(PAGE);
+        let end = (ptr + (64 << 20)) & !(PAGE - 1);
+        let spare = big.spare_capacity_mut();
+        for page in [1u64, 2, 1000] {
+            let at = (base - ptr + page * PAGE) as usize;
+            spare[at].write(7);
+        }
+        std::hint::black_box(&mut big);
+        let map = PageMap::open(Pid::this()).expect("our own page map");
+        let touched = map.touched(base..end).unwrap();
+        assert_eq!(
+            touched,
+            vec![
+                base + PAGE..base + 3 * PAGE,
+                base + 1000 * PAGE..base + 1001 * PAGE
+            ]
+        );
+        drop(big);
+    }
+
+    #[test]
+    fn shares_are_consecutive_about_equal_and_cut_at_pages() {
+        let ranges = vec![0x1000..0x9000u64, 0x20008..0x23000];
+        let total = 0x8000 + 0x2ff8;
+        let shares = shares(&ranges, total, 3);
+        assert_eq!(shares.len(), 3, "{shares:x?}");
+        let flat: Vec<Range<u64>> = shares.iter().flatten().cloned().collect();
+        // Together they are the ranges, in order.
+        let mut joined: Vec<Range<u64>> = Vec::new();
+        for r in flat {
+            match joined.last_mut() {
+                Some(last) if last.end == r.start => last.end = r.end,
+                _ => joined.push(r),
+            }
+        }
+        assert_eq!(joined, ranges);
+        for share in &shares {
+            let len: u64 = share.iter().map(|r| r.end - r.start).sum();
+            assert!(
+                len <= total.div_ceil(3).next_multiple_of(PAGE),
+                "{shares:x?}"
+            );
+            for r in share {
+                assert!(r.start.is_multiple_of(PAGE) || ranges.iter().any(|x| x.start == r.start));
+            }
+        }
+        assert_eq!(super::shares(&ranges, total, 1), vec![ranges.clone()]);
+    }
+
+    #[test]
+    #[allow(clippy::single_range_in_vec_init)]
+    fn a_copy_shared_among_threads_is_the_same_as_one() {
+        // 40 MiB of our own memory (more than one thread copies alone), with a pattern.
+        let words: Vec<u64> = (0..5u64 << 20).map(|i| i * 0x9e37_79b9).collect();
+        let start = words.as_ptr() as u64;
+        let end = start + 8 * words.len() as u64;
+        let image = copy(Pid::this(), &[start..end], Vec::new());
+        assert_eq!(image.len(), end - start);
+        for i in (0..words.len()).step_by(4099) {
+            assert_eq!(image.word(start + 8 * i as u64), Some(words[i]));
+        }
+        assert_eq!(
+            image.bytes(start..end).map(|b| b.len()),
+            Some((end - start) as usize)
+        );
     }
 
     #[test]

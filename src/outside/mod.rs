@@ -129,10 +129,11 @@ pub fn capture(pid: u32) -> Result<Capture, CaptureError> {
         attempts += 1;
         let last = attempts == MAX_ATTEMPTS;
         let buffer = memory::prepared(planned_bytes(target, &maps));
+        let dense = dense_mappings(target, &maps);
         let outcome = std::thread::scope(|s| {
             std::thread::Builder::new()
                 .name("heaptui-ptrace".into())
-                .spawn_scoped(s, || stop_once(target, &glibc, last, buffer))
+                .spawn_scoped(s, || stop_once(target, &glibc, last, buffer, &dense))
                 .map_err(|e| {
                     CaptureError::Access(format!(
                         "cannot capture process {pid}: no thread to trace it from ({e})"
@@ -177,6 +178,7 @@ fn stop_once(
     glibc: &Glibc,
     last: bool,
     buffer: Vec<u8>,
+    dense: &[Range<u64>],
 ) -> Result<Option<Stopped>, CaptureError> {
     let began = Instant::now();
     let mut world = World::stop(pid, ptrace::STOP_DEADLINE).map_err(|e| match e {
@@ -191,7 +193,8 @@ fn stop_once(
     if busy && !last {
         return Ok(None);
     }
-    let plan = copy_plan(&maps, &world);
+    let pages = memory::PageMap::open(pid);
+    let plan = copy_plan(&maps, &world, pages.as_ref().map(|p| (p, dense)));
     let image = memory::copy(pid, &plan, buffer);
     world.resume();
     let pause = began.elapsed();
@@ -276,8 +279,17 @@ fn arena_locked(pid: Pid, glibc: &Glibc) -> bool {
 }
 
 /// What to copy while stopped: every readable, writable mapping but the kernel's own pages;
-/// of a thread's stack, only what lies above its stack pointer (less the red zone).
-fn copy_plan(maps: &Maps, world: &World) -> Vec<Range<u64>> {
+/// of a thread's stack, only what lies above its stack pointer (less the red zone); of private
+/// anonymous memory (the heaps, stacks, anonymous mappings), only the pages the page map says
+/// were ever touched: a large reservation the program barely uses (a thread's 8 MiB stack, a
+/// 1 GiB arena reserve) reads as zeros everywhere else, which hold no pointer. `pages` is the
+/// page map and the mappings found mostly touched before the stop ([`dense_mappings`]), whose
+/// page map is not read again.
+fn copy_plan(
+    maps: &Maps,
+    world: &World,
+    pages: Option<(&memory::PageMap, &[Range<u64>])>,
+) -> Vec<Range<u64>> {
     let mut stack_from: Vec<(u64, u64)> = world
         .threads()
         .filter_map(|t| t.regs.as_ref())
@@ -290,7 +302,8 @@ fn copy_plan(maps: &Maps, world: &World) -> Vec<Range<u64>> {
     maps.maps
         .iter()
         .filter(|m| m.readable && m.writable && !m.is_kernel_special())
-        .map(|m| {
+        .flat_map(|m| {
+            let sparse = sparse_candidate(m);
             // The lowest stack pointer of the threads on this mapping (threads may share one:
             // signal stacks, coroutines).
             let from = stack_from
@@ -299,8 +312,48 @@ fn copy_plan(maps: &Maps, world: &World) -> Vec<Range<u64>> {
                 .map(|&(_, sp)| sp)
                 .min()
                 .unwrap_or(m.start);
-            from..m.end
+            let r = from..m.end;
+            match pages {
+                Some((pages, dense)) if sparse && !dense.contains(&(m.start..m.end)) => {
+                    pages.touched(r.clone()).unwrap_or_else(|| vec![r])
+                }
+                _ => vec![r],
+            }
         })
+        .collect()
+}
+
+/// Mappings up to this size are copied whole: reading their page map would cost about as much.
+const SPARSE_FROM: u64 = 64 * 1024;
+
+/// Whether mapping `m` is private anonymous memory (the heaps, stacks, anonymous mappings),
+/// large enough for its page map to be worth reading.
+fn sparse_candidate(m: &maps::Mapping) -> bool {
+    m.inode == 0
+        && !m.path.starts_with('/')
+        && m.readable
+        && m.writable
+        && !m.is_kernel_special()
+        && m.end - m.start > SPARSE_FROM
+}
+
+/// The private anonymous mappings that are mostly touched, read before the stop: copied whole
+/// while stopped, without reading their page map again then (about 4 ms per 256 MiB). A page
+/// touched in between is copied all the same; a mapping not listed here (sparse, or new) has
+/// its page map read while stopped.
+fn dense_mappings(pid: Pid, maps: &Maps) -> Vec<Range<u64>> {
+    let Some(pages) = memory::PageMap::open(pid) else {
+        return Vec::new();
+    };
+    maps.maps
+        .iter()
+        .filter(|m| sparse_candidate(m))
+        .filter(|m| {
+            pages.touched(m.start..m.end).is_some_and(|t| {
+                2 * t.iter().map(|r| r.end - r.start).sum::<u64>() >= m.end - m.start
+            })
+        })
+        .map(|m| m.start..m.end)
         .collect()
 }
 

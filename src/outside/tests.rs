@@ -227,6 +227,36 @@ fn a_rust_program_is_captured_with_its_boxes_and_strings() {
     assert_eq!(target.finish(), Some(0));
 }
 
+#[test]
+fn only_the_touched_pages_of_a_large_reservation_are_copied_and_its_pointer_is_found() {
+    let (_dir, exe) = compile("sparse", &[]);
+    let mut target = Target::start(&exe);
+    let cap = capture_agrees_with(&target);
+    // One page of the 1 GiB block, the small block, the stacks and the modules' data: a few
+    // MiB, not the gigabyte.
+    assert!(cap.copied < 32 << 20, "{} bytes copied", cap.copied);
+    // The small block is held through the big one's touched page.
+    let g = &cap.graph;
+    let a = heaptui_analysis::Analysis::new(g);
+    let objects = g.objects();
+    let small = (0..objects.len())
+        .find(|&o| objects.size[o] == 104)
+        .expect("the small block");
+    let big = (0..objects.len())
+        .find(|&o| objects.size[o] >= 1 << 30)
+        .expect("the big block");
+    assert_eq!(g.edges().of(big as u32), &[small as u32]);
+    assert!(
+        !matches!(
+            a.class_of(small as u32),
+            heaptui_analysis::ObjectClass::DefinitelyLost
+        ),
+        "{:?}",
+        a.class_of(small as u32)
+    );
+    assert_eq!(target.finish(), Some(0));
+}
+
 /// The `threads` target, started with `n` idle threads.
 fn threads_target(n: usize) -> (tempdir::Dir, Target) {
     let (dir, exe) = compile("threads", &[]);
