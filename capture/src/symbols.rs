@@ -78,11 +78,22 @@ fn build_id(elf: &[u8]) -> Option<String> {
 /// next to the module, in its `.debug/` directory and under `/usr/lib/debug/` (a debuglink
 /// file must carry the CRC-32 the link names).
 pub fn debug_file(path: &str, elf: &[u8]) -> Option<String> {
+    debug_file_in("", path, elf)
+}
+
+/// [`debug_file`] for a module of a process whose root directory is `root` (`/proc/PID/root`
+/// for a process seen from outside, which may live in another mount namespace: a container):
+/// the debug file under that root, else under ours. `path` is the module's path as the process
+/// sees it, the path returned one this process can open.
+pub fn debug_file_in(root: &str, path: &str, elf: &[u8]) -> Option<String> {
     const ROOT: &str = "/usr/lib/debug";
     if let Some(id) = build_id(elf).filter(|id| id.len() > 2) {
-        let candidate = format!("{ROOT}/.build-id/{}/{}.debug", &id[..2], &id[2..]);
-        if std::path::Path::new(&candidate).is_file() {
-            return Some(candidate);
+        let rel = format!("{ROOT}/.build-id/{}/{}.debug", &id[..2], &id[2..]);
+        let found = [format!("{root}{rel}"), rel]
+            .into_iter()
+            .find(|candidate| std::path::Path::new(candidate).is_file());
+        if found.is_some() {
+            return found;
         }
     }
     let link = section(elf, ".gnu_debuglink")?;
@@ -91,12 +102,12 @@ pub fn debug_file(path: &str, elf: &[u8]) -> Option<String> {
     let crc = u32_at(link, crc_at)?;
     let dir = path.rsplit_once('/').map_or("", |(dir, _)| dir);
     [
-        format!("{dir}/{name}"),
-        format!("{dir}/.debug/{name}"),
-        format!("{ROOT}{dir}/{name}"),
+        format!("{root}{dir}/{name}"),
+        format!("{root}{dir}/.debug/{name}"),
+        format!("{root}{ROOT}{dir}/{name}"),
     ]
     .into_iter()
-    .filter(|candidate| candidate != path)
+    .filter(|candidate| *candidate != format!("{root}{path}"))
     .find(|candidate| std::fs::read(candidate).is_ok_and(|bytes| crc32fast::hash(&bytes) == crc))
 }
 
@@ -225,7 +236,13 @@ pub fn demangle(name: &str) -> String {
 /// The symbols of the module file at `path` whose contents are `elf`, its debug file's
 /// included, and that debug file (or None: then the module's own DWARF, if any, is the one).
 pub fn module_symbols(path: &str, elf: &[u8]) -> (SymbolTable, Option<String>) {
-    let debug = debug_file(path, elf);
+    module_symbols_in("", path, elf)
+}
+
+/// [`module_symbols`] for a module of a process whose root directory is `root`
+/// ([`debug_file_in`]).
+pub fn module_symbols_in(root: &str, path: &str, elf: &[u8]) -> (SymbolTable, Option<String>) {
+    let debug = debug_file_in(root, path, elf);
     let own = SymbolTable::parse(elf);
     let symbols = match debug.as_deref().map(std::fs::read) {
         Some(Ok(debug_bytes)) => own.merged(SymbolTable::parse(&debug_bytes)),

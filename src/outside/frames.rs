@@ -225,15 +225,18 @@ impl<'f> OutsideSpace<'f> {
         Unwinder::new(self)
     }
 
-    /// The symbols of every module.
-    pub fn names(&self) -> Names {
+    /// The symbols of every module of process `pid` (their debug files looked up under its
+    /// root directory first).
+    pub fn names(&self, pid: Pid) -> Names {
+        let root = format!("/proc/{pid}/root");
         Names {
             tables: self
                 .files
                 .files
                 .iter()
                 .map(|f| {
-                    (!f.bytes.is_empty()).then(|| symbols::module_symbols(&f.path, &f.bytes).0)
+                    (!f.bytes.is_empty())
+                        .then(|| symbols::module_symbols_in(&root, &f.path, &f.bytes).0)
                 })
                 .collect(),
         }
@@ -369,7 +372,7 @@ mod tests {
         assert!(libc.is_system && libc.eh_frame_hdr.is_some());
         let image = Image::default();
         let space = OutsideSpace::new(&files, &maps, &image, 0);
-        let names = space.names();
+        let names = space.names(pid);
         let here = this_process_unwinds_from_its_own_files_with_names as *const () as u64;
         let (function, _, kind) = space.name(&names, here, true);
         assert!(

@@ -208,9 +208,10 @@ pub(super) fn build(
     if let Some(agent) = agent {
         not_globals.extend(agent.memory(image));
     }
-    let files = ModuleFiles::read(nix::unistd::Pid::from_raw(pid as i32), &stopped.maps);
+    let target = nix::unistd::Pid::from_raw(pid as i32);
+    let files = ModuleFiles::read(target, &stopped.maps);
     let space = OutsideSpace::new(&files, &stopped.maps, image, glibc.static_tls);
-    let names = space.names();
+    let names = space.names(target);
     let mut unwinder = space.unwinder();
     let mut threads = Vec::with_capacity(stopped.threads.len());
     for t in &stopped.threads {
