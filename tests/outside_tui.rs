@@ -22,16 +22,20 @@ fn attach_to_a_process_without_the_agent_shows_its_threads_and_refuses_to_cancel
         "{} attach pid:{pid}",
         env!("CARGO_BIN_EXE_heaptui")
     ));
+    // Its two threads, main and the worker (waited for whole: a screen caught while it is
+    // drawn may show one row yet).
+    let kept_rows = |s: &str| {
+        s.lines()
+            .filter(|l| l.starts_with('│') && l.contains(" kept "))
+            .count()
+    };
     let s = t.wait_for("the threads captured from outside", |s| {
-        s.contains("Threads by total") && s.contains("kept") && s.contains("from outside")
+        s.contains("Threads by total")
+            && s.contains("from outside")
+            && s.contains(&pid.to_string())
+            && kept_rows(s) >= 2
     });
-    assert!(s.contains(&pid.to_string()), "{s}");
-    // Its two threads, main and the worker.
-    let rows = s
-        .lines()
-        .filter(|l| l.starts_with('│') && l.contains(" kept "))
-        .count();
-    assert_eq!(rows, 2, "{s}");
+    assert_eq!(kept_rows(&s), 2, "{s}");
 
     // The worker (its 50 blocks are its own) ranks first: unwound frame by frame, its own
     // function among its frames, and its stack above them as `<thread>`.
