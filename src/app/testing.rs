@@ -157,6 +157,14 @@ impl Harness {
         h
     }
 
+    /// Over a snapshot file, its kept snapshot built but nothing asked yet: [`Harness::connect`]
+    /// brings up the first screen (the TUI benchmark times the two apart).
+    #[allow(dead_code)] // benches/tui.rs's alone
+    pub fn offline_unconnected(graph: HeapGraph) -> Harness {
+        let (tx, requests) = mpsc::unbounded_channel();
+        Harness::unconnected(graph, SourceHandle::new(tx, false), requests, None)
+    }
+
     fn with_source(graph: HeapGraph, live: bool) -> Harness {
         Harness::build(graph, live, None)
     }
@@ -198,7 +206,7 @@ impl Harness {
         }
     }
 
-    fn connect(&mut self) {
+    pub fn connect(&mut self) {
         self.app.on_source(SourceEvent::Connected {
             description: if self.recording.is_some() {
                 "rec.bin (recording)".into()
