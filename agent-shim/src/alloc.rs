@@ -11,7 +11,7 @@
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::ptr::{self, null_mut};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::sync::SpinLock;
 use crate::sys;
@@ -43,6 +43,47 @@ pub struct AgentAlloc {
     lists: [SpinLock<FreeList>; CLASSES.len()],
     /// Bytes currently mapped by this allocator (chunks and large blocks), for the figures.
     mapped: AtomicUsize,
+    /// Whether freed large mappings are kept for reuse (see [`AgentAlloc::reuse_large`]).
+    reuse: AtomicBool,
+    /// The freed large mappings kept while `reuse` is on.
+    spare: SpinLock<Spare>,
+}
+
+/// Most freed large mappings kept for reuse; one freed when there is no room is unmapped.
+const SPARE_SLOTS: usize = 64;
+
+/// Freed large mappings, `(start, len)`, page-aligned and disjoint; `len == 0` is a free slot.
+struct Spare {
+    slots: [(usize, usize); SPARE_SLOTS],
+}
+
+impl Spare {
+    /// Takes `len` bytes from the smallest kept mapping that has them; the rest stays kept.
+    fn take(&mut self, len: usize) -> Option<*mut u8> {
+        let (i, &(start, have)) = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.1 >= len)
+            .min_by_key(|(_, s)| s.1)?;
+        self.slots[i] = if have > len {
+            (start + len, have - len)
+        } else {
+            (0, 0)
+        };
+        Some(start as *mut u8)
+    }
+
+    /// Keeps a freed mapping; false when there is no slot for it.
+    fn keep(&mut self, start: usize, len: usize) -> bool {
+        match self.slots.iter_mut().find(|s| s.1 == 0) {
+            Some(slot) => {
+                *slot = (start, len);
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 impl AgentAlloc {
@@ -50,7 +91,30 @@ impl AgentAlloc {
         Self {
             lists: [const { SpinLock::new(FreeList { head: null_mut() }) }; CLASSES.len()],
             mapped: AtomicUsize::new(0),
+            reuse: AtomicBool::new(false),
+            spare: SpinLock::new(Spare {
+                slots: [(0, 0); SPARE_SLOTS],
+            }),
         }
+    }
+
+    /// From now on, freed large mappings are kept (up to [`SPARE_SLOTS`]) and handed out
+    /// again, whole or in part, instead of being unmapped. For the capture's scanning child
+    /// only: it frees the scan's buffers (hundreds of megabytes for millions of blocks) just
+    /// before the analysis allocates as much, and every fresh page costs a fault, zeroing
+    /// and a cgroup charge (a third of the child's CPU time); reused pages cost nothing. The
+    /// child exits right after, so nothing kept is ever given back. Never in the program's
+    /// own process, whose freed memory must go back to the kernel.
+    pub fn reuse_large(&self) {
+        self.reuse.store(true, Ordering::Relaxed);
+    }
+
+    /// A kept mapping of at least `len` bytes, when reusing.
+    fn reused(&self, len: usize) -> Option<*mut u8> {
+        if !self.reuse.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.spare.lock().take(len)
     }
 
     /// Bytes of memory this allocator holds from the kernel.
@@ -128,6 +192,9 @@ impl AgentAlloc {
     fn alloc_large(&self, layout: Layout) -> *mut u8 {
         let len = Self::large_len(layout);
         if layout.align() <= PAGE {
+            if let Some(p) = self.reused(len) {
+                return p;
+            }
             let Some(p) = sys::map_anon(len, false) else {
                 return null_mut();
             };
@@ -185,8 +252,18 @@ unsafe impl GlobalAlloc for AgentAlloc {
                 }
                 p
             }
-            // Fresh anonymous mappings are already zero.
-            None => self.alloc_large(layout),
+            // Fresh anonymous mappings are already zero; a reused one is not.
+            None => {
+                let len = Self::large_len(layout);
+                if layout.align() <= PAGE
+                    && let Some(p) = self.reused(len)
+                {
+                    // SAFETY: p is a kept mapping of at least len bytes, ours alone now.
+                    unsafe { ptr::write_bytes(p, 0, layout.size()) };
+                    return p;
+                }
+                self.alloc_large(layout)
+            }
         }
     }
 
@@ -202,6 +279,9 @@ unsafe impl GlobalAlloc for AgentAlloc {
             }
             None => {
                 let len = Self::large_len(layout);
+                if self.reuse.load(Ordering::Relaxed) && self.spare.lock().keep(p as usize, len) {
+                    return;
+                }
                 // SAFETY: p..p+len is exactly the mapping alloc_large made for this layout.
                 unsafe { sys::unmap(p, len) };
                 self.mapped.fetch_sub(len, Ordering::Relaxed);
@@ -252,6 +332,53 @@ pub static AGENT_ALLOC: AgentAlloc = AgentAlloc::new();
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kept_mappings_are_taken_smallest_first_and_split() {
+        let mut spare = Spare {
+            slots: [(0, 0); SPARE_SLOTS],
+        };
+        assert_eq!(spare.take(PAGE), None);
+        assert!(spare.keep(0x10_0000, 8 * PAGE));
+        assert!(spare.keep(0x40_0000, 2 * PAGE));
+        // The smallest that fits, whole.
+        assert_eq!(spare.take(2 * PAGE), Some(0x40_0000 as *mut u8));
+        // A part of a larger one; the rest stays kept.
+        assert_eq!(spare.take(3 * PAGE), Some(0x10_0000 as *mut u8));
+        assert_eq!(spare.take(6 * PAGE), None);
+        assert_eq!(
+            spare.take(5 * PAGE),
+            Some((0x10_0000 + 3 * PAGE) as *mut u8)
+        );
+        assert_eq!(spare.take(PAGE), None);
+        for k in 0..SPARE_SLOTS {
+            assert!(spare.keep(k * PAGE, PAGE));
+        }
+        assert!(!spare.keep(0x80_0000, PAGE), "no room: unmapped instead");
+    }
+
+    #[test]
+    fn a_reusing_allocator_hands_freed_large_blocks_out_again_zeroed_when_asked() {
+        let a = AgentAlloc::new();
+        a.reuse_large();
+        let layout = Layout::from_size_align(1 << 20, 8).unwrap();
+        // SAFETY: a valid non-zero layout; every block is freed with its own layout.
+        unsafe {
+            let p = a.alloc(layout);
+            std::ptr::write_bytes(p, 0xab, layout.size());
+            a.dealloc(p, layout);
+            let small = Layout::from_size_align(256 << 10, 8).unwrap();
+            let q = a.alloc_zeroed(small);
+            assert_eq!(q, p, "the freed mapping is reused");
+            assert!((0..small.size()).all(|i| *q.add(i) == 0));
+            // The rest of the freed mapping is handed out next.
+            let r = a.alloc(small);
+            assert_eq!(r, p.add(small.size()));
+            a.dealloc(q, small);
+            a.dealloc(r, small);
+        }
+        assert_eq!(a.mapped_bytes(), 1 << 20, "kept, not unmapped");
+    }
 
     fn fill_and_check(a: &AgentAlloc, layout: Layout, seed: u8) -> *mut u8 {
         // SAFETY: layout has a non-zero size.

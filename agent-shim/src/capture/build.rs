@@ -281,6 +281,8 @@ pub fn capture<H: Heap>(
     let (kept, pause, mut phases, named) = match forked {
         Fork::Child(fd) => {
             lifted.forget_in_child();
+            // The scan's buffers, freed before the analysis, are handed to it again.
+            crate::alloc::AGENT_ALLOC.reuse_large();
             let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 let scanned = scan(&world);
                 analyse_in_child(fd, process, scanned, threads)
@@ -451,6 +453,8 @@ fn scan_stopped<H: Heap>(
     );
     blocks.retain(|b| !heap.agent_block(b));
     sort_by_address(blocks, scratch);
+    // Not needed again: freed now, for the memory the scan and the analysis take next.
+    drop(std::mem::take(scratch));
     drop_referenced(blocks, own_tls);
     let index = BlockIndex::new(blocks.iter().map(|b| (b.addr, b.size)));
     let mut collector = Collector::new(blocks.len());
