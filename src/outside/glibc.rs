@@ -11,10 +11,19 @@
 //!
 //! The structure layouts ([`Layout`]) are those of glibc's `malloc/malloc.c` and
 //! `malloc/arena.c` for x86-64 from 2.35 (when `heap_info` and `malloc_par` gained their huge
-//! page fields) to 2.41; they were checked against the debug information of the glibc this was
-//! validated on (2.36) and against the sources of the other releases. Any other version, or
-//! symbols whose sizes do not match the layout, is refused: guessing a layout would report a
-//! wrong heap.
+//! page fields) to 2.41; they were checked against the debug information of the glibc the test
+//! suite runs on (Debian 12's 2.36) and against the sources of the other releases. Any other
+//! version, or symbols whose sizes do not match the layout, is refused: guessing a layout would
+//! report a wrong heap.
+//!
+//! Run on a real process: 2.36 by the tests, and 2.41 by hand (2026-11-28): Debian 13's `libc6`
+//! and `libc6-dbg` 2.41-12+deb13u5 (from the Debian archive with `apt-get download`, a private
+//! `sources.list` naming trixie), unpacked with `dpkg-deb -x` into a directory, the `arenas`
+//! test program run with that glibc's own loader (`ld-linux-x86-64.so.2 --library-path …`) in a
+//! mount namespace whose `/usr/lib/debug` is the unpacked one (`unshare -m` and a bind mount):
+//! the test `the_blocks_of_several_arenas_…`'s checks held (every live block with its usable
+//! size, no freed one, no warning) and every thread unwound through 2.41's libc with names. Not
+//! part of the suite: it needs a download. 2.35 and 2.37 to 2.40 have been run on no process.
 //!
 //! Reads files and the target's read-only memory; never its writable memory (that is the
 //! stop's), never writes.
