@@ -6,9 +6,9 @@
 //! call's entry, the return address stored there, the frame pointer when a rule used it before
 //! the stack restored it), of the upper bound of the stack it may read (a walk cut short there
 //! would go on under a higher one, so an entry holds only for the same bound), of the rules of
-//! its return addresses (fixed until a `dlclose` or a module load, which bump [`GENERATION`]), and of the
-//! stack words it read. When all of these are as they
-//! were, the walk would take the same steps and find the same frames, so it need not be taken.
+//! its return addresses (fixed until a `dlclose` or a module load, which bump [`GENERATION`]),
+//! and of the stack words it read. When all of these are as they were, the walk would take the
+//! same steps and find the same frames, so it need not be taken.
 //! A program allocating in a loop calls malloc from the same site at the same stack depth over
 //! and over: the check is up to 32 independent loads of hot stack words, where the walk is 16
 //! dependent rule lookups (and the stack's hash and intern probe after it).
@@ -20,8 +20,9 @@
 //! the thread's stack top before the load), so a torn entry costs one miss, never a wild
 //! read. A thread interrupted while writing (its own signal handler allocating) finds the
 //! entry odd and walks; a fork child makes the entries other threads were writing at the fork
-//! even and empty again ([`reset_in_child`]), or they would stay odd for good. Walks that read more than [`MAX_READS`] words, left 4 GiB of stack,
-//! or ended at a return address in no module (its rule is not cached either) are not kept.
+//! even and empty again ([`reset_in_child`]), or they would stay odd for good. Walks that read
+//! more than [`MAX_READS`] words, left 4 GiB of stack, or ended at a return address in no
+//! module (its rule is not cached either) are not kept.
 //!
 //! Never allocates, locks or prints: it is read and written inside the malloc hooks.
 
@@ -41,7 +42,8 @@ const SETS: usize = 1 << SET_BITS;
 const WAYS: usize = 4;
 const ENTRIES: usize = SETS * WAYS;
 
-/// Bumped when rules may have changed (a `dlclose`, a module load: `loads`): older entries no longer match.
+/// Bumped when rules may have changed (a `dlclose`, a module load: `loads`): older entries no
+/// longer match.
 static GENERATION: AtomicU32 = AtomicU32::new(1);
 
 /// The stack words a walk read, in order, as offsets from its entry stack pointer, and which
@@ -233,8 +235,8 @@ fn check(e: &Entry, start: &Start, depth: usize) -> Option<u32> {
     // One pass, checked against the version afterwards: every offset is bounded by this
     // thread's own stack before it is dereferenced, so a torn entry (another walk's offsets
     // half written) can only make this read words of this stack and miss, or be caught by
-    // the version below. (Copying the entry out first cost as much again: BENCHMARKS.md
-    // "Real programs".)
+    // the version below. (Copying the entry out first made the check 2–3 times as costly:
+    // BENCHMARKS.md "Real programs".)
     for (offset, value) in e.offsets.iter().zip(&e.values).take(reads) {
         let offset = offset.load(Ordering::Relaxed) as usize & !7;
         if offset > last {
