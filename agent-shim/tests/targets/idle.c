@@ -151,17 +151,6 @@ __attribute__((noinline)) static void *waiter(void *arg) {
     return arg;
 }
 
-/* Whether thread `tid` is blocked in system call `nr`. */
-static int blocked_in(pid_t tid, long nr) {
-    char path[64], buf[128];
-    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)tid);
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    return n > 0 && strtol(buf, NULL, 10) == nr && state_of(tid) == 'S';
-}
-
 int main(void) {
     setvbuf(stdout, NULL, _IONBF, 0);
     if (pipe(gate) != 0) abort();
