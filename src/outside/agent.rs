@@ -5,7 +5,8 @@
 //! out what the agent's own capture leaves out (docs/reference.md §3: the agent's frames,
 //! threads and memory are never roots):
 //! - the agent's threads (named `heaptui-…`), their stacks and TLS;
-//! - the agent's module data, and the mappings the agent made for itself, which it lists in a
+//! - the agent's module data (its writable segments whole: the `.bss` beyond the file is an
+//!   anonymous mapping of its own in the memory map), and the mappings the agent made for itself, which it lists in a
 //!   table of its own (`own_memory::SLOTS`, `HIGH`): that table is read from the copy, its
 //!   address from the agent's symbol table.
 //!
@@ -14,6 +15,7 @@
 use std::ops::Range;
 
 use nix::unistd::Pid;
+use object::read::elf::{ElfFile64, ProgramHeader};
 use object::{Object, ObjectSymbol};
 
 use super::glibc;
@@ -44,8 +46,8 @@ pub fn locate(pid: Pid, maps: &Maps) -> Option<Agent> {
         .maps
         .iter()
         .find(|m| m.offset == 0 && glibc::is_agent(m.path.rsplit('/').next().unwrap_or(&m.path)))?;
-    let data = std::fs::read(glibc::in_target(pid, &first.path)).ok()?;
-    let file = object::File::parse(&*data).ok()?;
+    let data_of_file = std::fs::read(glibc::in_target(pid, &first.path)).ok()?;
+    let file = object::File::parse(&*data_of_file).ok()?;
     let find = |what: &str| {
         file.symbols()
             .find(|s| s.name().is_ok_and(|n| n.contains(what)))
@@ -54,16 +56,34 @@ pub fn locate(pid: Pid, maps: &Maps) -> Option<Agent> {
     // Rust's mangled names: `heaptui_agent::own_memory::SLOTS` and `…::HIGH`.
     let slots = find("10own_memory5SLOTS")?;
     let high = find("10own_memory4HIGH")?;
-    Some(Agent {
-        data: maps
-            .maps
+    // Its writable segments, `.bss` included, placed by its first mapping (file offset 0).
+    let mut data: Vec<Range<u64>> = maps
+        .maps
+        .iter()
+        .filter(|m| m.path == first.path && m.writable)
+        .map(|m| m.start..m.end)
+        .collect();
+    if let Ok(elf) = ElfFile64::<object::Endianness>::parse(&*data_of_file)
+        && let Some(base) = elf
+            .elf_program_headers()
             .iter()
-            .filter(|m| m.path == first.path && m.writable)
-            .map(|m| m.start..m.end)
-            .collect(),
-        slots,
-        high,
-    })
+            .find(|ph| ph.p_type(elf.endian()) == object::elf::PT_LOAD)
+            .map(|ph| first.start.wrapping_sub(ph.p_vaddr(elf.endian()) & !0xfff))
+    {
+        let endian = elf.endian();
+        for ph in elf.elf_program_headers() {
+            if ph.p_type(endian) == object::elf::PT_LOAD
+                && ph.p_flags(endian).contains(object::elf::PF_W)
+            {
+                let start = base.wrapping_add(ph.p_vaddr(endian)) & !0xfff;
+                let end = base
+                    .wrapping_add(ph.p_vaddr(endian) + ph.p_memsz(endian))
+                    .next_multiple_of(0x1000);
+                data.push(start..end);
+            }
+        }
+    }
+    Some(Agent { data, slots, high })
 }
 
 impl Agent {

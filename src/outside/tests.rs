@@ -750,6 +750,42 @@ fn blocked_busy_and_signal_masking_threads_have_the_same_frames_captured_both_wa
 }
 
 #[test]
+fn a_thread_inside_its_signal_handler_has_the_same_frames_captured_both_ways() {
+    let (dir, exe) = compile("handler", &[]);
+    let mut target = under_agent(&dir, &exe, &[]);
+    let (agents, outside, _) = captured_both_ways(&target, false, &[]);
+    // The handler's frame, the kernel's signal frame, then the code it interrupted: each
+    // holding its own block.
+    for g in [&agents, &outside.graph] {
+        let worker = g
+            .threads
+            .iter()
+            .find(|t| t.frames.iter().any(|f| f.function == "handler"))
+            .unwrap_or_else(|| panic!("{:#?}", g.threads));
+        let names: Vec<&str> = worker.frames.iter().map(|f| f.function.as_str()).collect();
+        let at = |name: &str| names.iter().position(|n| *n == name);
+        let (handler, signal, interrupted) = (
+            at("handler").unwrap(),
+            at("<signal handler called>").unwrap_or_else(|| panic!("{names:?}")),
+            at("interrupted").unwrap_or_else(|| panic!("{names:?}")),
+        );
+        assert!(handler < signal && signal < interrupted, "{names:?}");
+        let size_held = |i: usize| -> Vec<u64> {
+            worker.frames[i]
+                .refs
+                .iter()
+                .map(|&o| g.objects().addr[o as usize])
+                .filter(|a| target.live.contains_key(a))
+                .map(|a| target.live[&a])
+                .collect()
+        };
+        assert_eq!(size_held(handler), vec![3016], "{names:?}");
+        assert_eq!(size_held(interrupted), vec![2008], "{names:?}");
+    }
+    assert_eq!(target.finish(), Some(0));
+}
+
+#[test]
 fn a_cpp_target_has_the_same_frames_captured_both_ways() {
     let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
     let (dir, exe) = build(&cxx, "cpp_target.cc", &["-O1", "-g", "-pthread"]);
