@@ -17,7 +17,8 @@
 //! Then each hook reads that word, a plain load of a line that changes only on loads, and
 //! clears both caches when it moved. If the word is not found (not glibc, another layout),
 //! or a later check against `dl_iterate_phdr` (at each `dlclose` of the program) disagrees,
-//! the caches are cleared at the program's `dlclose` only, as before, and the log says so.
+//! or it changed more often than any program loads modules (4096 times), the caches are
+//! cleared at the program's `dlclose` only, as before, and the log says so.
 //!
 //! Code mapped by other means than the loader (a JIT) is not a module: neither the rule
 //! cache nor this counter knows it.
@@ -130,7 +131,22 @@ fn loaded(now: u64) {
     SEEN.store(now, Ordering::Relaxed);
     cache::clear();
     walks::clear();
+    // The word was found by its pattern: were it the wrong one, it could change far more
+    // often than modules load, and each change clears both caches. Past [`MOST_LOADS`]
+    // changes it is no longer trusted (checking it against `dl_iterate_phdr` here would take
+    // the loader's lock inside a hook, which a fork child could find held for good).
+    if CHANGES.fetch_add(1, Ordering::Relaxed) + 1 >= MOST_LOADS {
+        COUNTER.store(std::ptr::null_mut(), Ordering::Release);
+        crate::agent_log!(
+            "the loader's load counter changed {MOST_LOADS} times: unwind caches are now cleared at dlclose only"
+        );
+    }
 }
+
+/// Loads a process may make before the counter is distrusted (see [`loaded`]).
+const MOST_LOADS: u64 = 4096;
+/// Changes of the counter seen by the hooks.
+static CHANGES: AtomicU64 = AtomicU64::new(0);
 
 /// At the program's `dlclose` (not from a hook): the counter found must agree with
 /// `dl_iterate_phdr`; when it does not, it is dropped (and the caches are cleared at each
@@ -140,13 +156,15 @@ pub fn verify() {
     if counter.is_null() {
         return;
     }
-    let adds = loads_so_far();
     // SAFETY: as in `check`.
-    let read = unsafe { AtomicU64::from_ptr(counter) }.load(Ordering::Relaxed);
-    if read != adds {
+    let word = unsafe { AtomicU64::from_ptr(counter) };
+    let before = word.load(Ordering::Relaxed);
+    let adds = loads_so_far();
+    let after = word.load(Ordering::Relaxed);
+    if !(before <= adds && adds <= after) {
         COUNTER.store(std::ptr::null_mut(), Ordering::Release);
         crate::agent_log!(
-            "the loader's load counter read {read}, dl_iterate_phdr says {adds}: unwind caches are now cleared at dlclose only"
+            "the loader's load counter read {after}, dl_iterate_phdr says {adds}: unwind caches are now cleared at dlclose only"
         );
     }
 }
