@@ -6,8 +6,10 @@
 #   QUICK=1 bash bench/snapshot.sh    # 10k and 100k blocks only
 #
 # pause_ms and capture_ms come from the agent's log line for the snapshot (world stopped:
-# freeze to resume; capture: the whole capture including symbolization and graph assembly);
-# write_ms is the snapshot file write; analysis_ms is `heaptui report --json` on the file
+# freeze to resume; capture: the whole capture including symbolization, graph assembly and,
+# since 2026-11-28, the file's bytes, which the scanning child streams to the agent as it
+# writes them); write_ms is what is left of the file write after (flush and rename: before
+# 2026-11-28 it was the whole write); analysis_ms is `heaptui report --json` on the file
 # (decode + attribution + JSON); read_ms is the target's own single pass over its blocks.
 set -euo pipefail
 cd "$(dirname "$0")/.."

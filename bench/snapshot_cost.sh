@@ -11,9 +11,11 @@
 # over the bare program's (its RSS before the first report: a kept snapshot is the agent's);
 # the scan child's own memory at its peak (private pages: what the child costs beyond the
 # pages it shares with the target); the agent's pause, capture and analysis times and the
-# child's CPU time (its log line; on a loaded machine the CPU times are what compare); the report's end-to-end wall time and the client's peak RSS; beside the time perl
-# took to build the heap in the same run and the physical floor of a scan (one sequential
-# read of the [heap] mapping, bench/heap_floor.c).
+# child's CPU time (its log line; on a loaded machine the CPU times are what compare); the
+# report's end-to-end wall time and the client's peak RSS; where the last kept snapshot's
+# bytes go; beside the time (wall and CPU) perl took to build the heap in the same run and
+# the physical floor of a scan (one sequential read of the [heap] mapping,
+# bench/heap_floor.c).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KEYS=${KEYS:-1500000}

@@ -145,7 +145,6 @@ fn agent_thread(read_fd: i32, prefix: PathBuf, ready: std::sync::mpsc::Sender<()
 
 /// Captures and writes one snapshot file; returns its path.
 pub fn dump_once(prefix: &std::path::Path) -> Result<PathBuf, String> {
-    let cap = capture::take().map_err(|e| e.to_string())?;
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     let mut name = prefix.as_os_str().to_owned();
     name.push(format!(".{}.{n}.hsnap", std::process::id()));
@@ -154,27 +153,34 @@ pub fn dump_once(prefix: &std::path::Path) -> Result<PathBuf, String> {
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);
     let started = std::time::Instant::now();
-    let write = || -> Result<(), String> {
+    // The capture's child writes the file's bytes, streamed here into the file: the graph
+    // never exists in this process.
+    let write = || -> Result<capture::FileCapture, String> {
         let file = std::fs::File::create(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
         let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
-        heaptui_analysis::snapshot::write_binary_kept(&cap.kept, &mut out)
-            .map_err(|e| format!("{}: {e}", tmp.display()))?;
+        let cap = capture::take_file(&mut out).map_err(|e| e.to_string())?;
         out.flush().map_err(|e| format!("{}: {e}", tmp.display()))?;
-        std::fs::rename(&tmp, &path).map_err(|e| format!("{}: {e}", path.display()))
+        std::fs::rename(&tmp, &path).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(cap)
     };
-    if let Err(e) = write() {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
-    }
+    let cap = match write() {
+        Ok(cap) => cap,
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+    };
     crate::agent_info!(
         "snapshot {}: {} objects, {} bytes, {} threads; pause_ms={:.3} capture_ms={:.3} write_ms={:.3} (stop_ms={:.3} dontfork_ms={:.3} dontfork_mappings={} fork_ms={:.3}; in the scanning child: index_ms={:.3} roots_ms={:.3} blocks_ms={:.3} mapped_ms={:.3} mapped_bytes={})",
         path.display(),
-        cap.kept.object_count(),
-        cap.kept.totals().bytes,
-        cap.kept.threads().len(),
+        cap.objects,
+        cap.bytes,
+        cap.threads,
         cap.pause.as_secs_f64() * 1e3,
         cap.total.as_secs_f64() * 1e3,
-        started.elapsed().as_secs_f64() * 1e3,
+        // The file is written while the capture streams it: what is left after is the flush
+        // and the rename.
+        started.elapsed().saturating_sub(cap.total).as_secs_f64() * 1e3,
         cap.phases.stop.as_secs_f64() * 1e3,
         cap.phases.dontfork.as_secs_f64() * 1e3,
         cap.phases.dontfork_mappings,

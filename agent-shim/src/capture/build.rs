@@ -109,6 +109,29 @@ pub struct Capture {
     pub total: Duration,
 }
 
+/// What a capture makes of the graph.
+pub enum Sink<'a> {
+    /// Analyse it and keep it ([`capture`]).
+    Kept,
+    /// Write it, unanalysed, as a binary snapshot file (docs/reference.md §4) to the writer: a
+    /// dump ([`capture_file`]). The graph never exists in this process either.
+    File(&'a mut dyn std::io::Write),
+}
+
+/// A capture written as a snapshot file ([`capture_file`]).
+pub struct FileCapture {
+    /// Objects, their bytes and threads in the file.
+    pub objects: u64,
+    pub bytes: u64,
+    pub threads: usize,
+    /// Whether every thread in it was stopped.
+    pub complete: bool,
+    pub pause: Duration,
+    pub phases: Phases,
+    /// The whole capture, the file written.
+    pub total: Duration,
+}
+
 /// How many times the capture stops the world before giving up on a busy allocator.
 const MAX_ATTEMPTS: u32 = 100;
 
@@ -122,6 +145,8 @@ pub enum CaptureError {
     /// The process cannot afford the memory a snapshot takes (`budget`): the sentence says
     /// which limit and by how much.
     NoMemory(String),
+    /// The snapshot file could not be written.
+    Write(std::io::Error),
 }
 
 impl std::fmt::Display for CaptureError {
@@ -133,6 +158,7 @@ impl std::fmt::Display for CaptureError {
             ),
             CaptureError::Child => f.write_str("the scanning child process failed"),
             CaptureError::NoMemory(why) => f.write_str(why),
+            CaptureError::Write(e) => write!(f, "cannot write the snapshot file: {e}"),
         }
     }
 }
@@ -190,13 +216,53 @@ fn command_line() -> String {
 }
 
 /// Captures the heap graph of this process: the threads `threads` (the caller excluded) and
-/// every block of `heap`.
+/// every block of `heap`, analysed and kept.
 pub fn capture<H: Heap>(
     heap: &H,
     threads: &[ThreadInfo],
     timeouts: Timeouts,
 ) -> Result<Capture, CaptureError> {
     let begin = Instant::now();
+    let (kept, _, pause, phases, named) = run(heap, threads, timeouts, Sink::Kept)?;
+    Ok(Capture {
+        kept: kept.ok_or(CaptureError::Child)?,
+        pause,
+        phases,
+        analysis: named.elapsed(),
+        total: begin.elapsed(),
+    })
+}
+
+/// As [`capture`], written to `out` as a binary snapshot file instead, unanalysed (a dump).
+pub fn capture_file<H: Heap>(
+    heap: &H,
+    threads: &[ThreadInfo],
+    timeouts: Timeouts,
+    out: &mut dyn std::io::Write,
+) -> Result<FileCapture, CaptureError> {
+    let begin = Instant::now();
+    let (_, unnamed, pause, phases, _) = run(heap, threads, timeouts, Sink::File(out))?;
+    Ok(FileCapture {
+        objects: unnamed.summary[0],
+        bytes: unnamed.summary[1],
+        threads: unnamed.stopped.len(),
+        complete: unnamed.stopped.iter().all(|&s| s),
+        pause,
+        phases,
+        total: begin.elapsed(),
+    })
+}
+
+/// One capture into `sink`: the kept snapshot (for [`Sink::Kept`]), what the scan found (its
+/// summary), the pause, the phases and when the names were sent.
+type Ran = (Option<Kept>, Unnamed, Duration, Phases, Instant);
+
+fn run<H: Heap>(
+    heap: &H,
+    threads: &[ThreadInfo],
+    timeouts: Timeouts,
+    mut sink: Sink<'_>,
+) -> Result<Ran, CaptureError> {
     let space = AddressSpace::load();
     let mut unwinder = Unwinder::new(&space).fold_agent(!cfg!(test));
     let process = Process {
@@ -278,14 +344,15 @@ pub fn capture<H: Heap>(
         lifted.restore();
         dontfork_time += mark.elapsed();
     };
-    let (kept, pause, mut phases, named) = match forked {
+    let to_file = matches!(sink, Sink::File(_));
+    let (kept, unnamed, pause, mut phases, named) = match forked {
         Fork::Child(fd) => {
             lifted.forget_in_child();
             // The scan's buffers, freed before the analysis, are handed to it again.
             crate::alloc::AGENT_ALLOC.reuse_large();
             let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 let scanned = scan(&world);
-                analyse_in_child(fd, process, scanned, threads)
+                analyse_in_child(fd, process, scanned, threads, to_file)
             }))
             .unwrap_or(false);
             // SAFETY: the child ends here without running any exit handler of the program.
@@ -297,7 +364,7 @@ pub fn capture<H: Heap>(
             drop(frozen);
             let pause = paused.elapsed();
             drop(world);
-            let received = receive_from_child(heap, &space, fd);
+            let received = receive_from_child(heap, &space, fd, &mut sink);
             // SAFETY: our own descriptor; closing it first ends a child still sending.
             unsafe { libc::close(fd) };
             let mut status = 0;
@@ -306,15 +373,16 @@ pub fn capture<H: Heap>(
             // SAFETY: reaps our own child (it has no exit signal: __WALL finds it) and reads
             // its resource usage into `usage`.
             unsafe { libc::wait4(child, &mut status, libc::__WALL, &mut usage) };
-            let (kept, mut phases, named) = received?;
+            let (kept, unnamed, named) = received?;
             if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
                 return Err(CaptureError::Child);
             }
+            let mut phases = unnamed.phases();
             let time = |t: libc::timeval| {
                 Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
             };
             phases.child_cpu = time(usage.ru_utime) + time(usage.ru_stime);
-            (kept, pause, phases, named)
+            (kept, unnamed, pause, phases, named)
         }
         Fork::Failed => {
             put_back(lifted);
@@ -326,8 +394,24 @@ pub fn capture<H: Heap>(
             let unnamed = Unnamed::of(&scanned);
             let names = name(heap, &space, &unnamed);
             let named = Instant::now();
-            let kept = analyse(process, scanned, &unnamed.stacks, names, threads, false)?;
-            (kept, pause, unnamed.phases(), named)
+            let kept = match &mut sink {
+                Sink::Kept => Some(analyse(
+                    process,
+                    scanned,
+                    &unnamed.stacks,
+                    names,
+                    threads,
+                    false,
+                )?),
+                Sink::File(out) => {
+                    let graph = build_graph(process, scanned, &unnamed.stacks, names, threads)?;
+                    heaptui_analysis::snapshot::write_binary(&graph, out)
+                        .map_err(|e| CaptureError::Write(std::io::Error::other(e.to_string())))?;
+                    None
+                }
+            };
+            let phases = unnamed.phases();
+            (kept, unnamed, pause, phases, named)
         }
     };
     phases.stop = stop_time;
@@ -335,13 +419,7 @@ pub fn capture<H: Heap>(
     phases.dontfork_mappings = dontfork_mappings;
     phases.fork = fork_time;
     // ---- end of stop window ----
-    Ok(Capture {
-        kept,
-        pause,
-        phases,
-        analysis: named.elapsed(),
-        total: begin.elapsed(),
-    })
+    Ok((kept, unnamed, pause, phases, named))
 }
 
 /// Sorts blocks by address with an LSD radix sort over the 48 address bits (three 16-bit
@@ -791,6 +869,10 @@ struct Unnamed {
     stacks: Vec<u32>,
     frames: Vec<Vec<(FrameSort, u64)>>,
     phases: [u64; 5],
+    /// Objects and their bytes.
+    summary: [u64; 2],
+    /// Per thread: whether it was stopped.
+    stopped: Vec<bool>,
 }
 
 impl Unnamed {
@@ -817,6 +899,12 @@ impl Unnamed {
                 s.phases.mapped.as_nanos() as u64,
                 s.phases.mapped_bytes,
             ],
+            summary: [s.blocks.len() as u64, s.blocks.iter().map(|b| b.size).sum()],
+            stopped: s
+                .raw
+                .iter()
+                .map(|t| t.state == ThreadState::Stopped)
+                .collect(),
         }
     }
 
@@ -846,6 +934,9 @@ impl Unnamed {
             }
         }
         self.phases.iter().for_each(|&v| m.u64(v));
+        self.summary.iter().for_each(|&v| m.u64(v));
+        m.u64(self.stopped.len() as u64);
+        self.stopped.iter().for_each(|&v| m.u64(u64::from(v)));
         m.0
     }
 
@@ -874,10 +965,17 @@ impl Unnamed {
         for p in &mut phases {
             *p = r.u64()?;
         }
+        let summary = [r.u64()?, r.u64()?];
+        let n = r.count(8)?;
+        let stopped = (0..n)
+            .map(|_| r.u64().map(|v| v == 1))
+            .collect::<Option<_>>()?;
         r.done().then_some(Unnamed {
             stacks,
             frames,
             phases,
+            summary,
+            stopped,
         })
     }
 }
@@ -1006,6 +1104,23 @@ fn analyse(
     threads: &[ThreadInfo],
     exiting: bool,
 ) -> Result<Kept, CaptureError> {
+    let graph = build_graph(process, scanned, stacks, names, threads)?;
+    let analysis = Analysis::new(&graph);
+    let kept = Kept::new(&graph, &analysis);
+    if exiting {
+        std::mem::forget((graph, analysis));
+    }
+    Ok(kept)
+}
+
+/// The graph of what the scan found, named.
+fn build_graph(
+    process: Process,
+    scanned: Scanned,
+    stacks: &[u32],
+    names: Names,
+    threads: &[ThreadInfo],
+) -> Result<HeapGraph, CaptureError> {
     let Scanned {
         blocks,
         raw,
@@ -1061,20 +1176,22 @@ fn analyse(
                 .collect(),
         });
     }
-    let graph = HeapGraph::new(process, names.sites, objects, edges, graph_threads, globals)?
-        .with_globals_interior(globals_interior)?;
-    let analysis = Analysis::new(&graph);
-    let kept = Kept::new(&graph, &analysis);
-    if exiting {
-        std::mem::forget((graph, analysis));
-    }
-    Ok(kept)
+    Ok(
+        HeapGraph::new(process, names.sites, objects, edges, graph_threads, globals)?
+            .with_globals_interior(globals_interior)?,
+    )
 }
 
 /// In the child, after the scan: asks the parent to name the sites and frames, then builds,
 /// analyses and keeps the graph and sends the kept snapshot's bytes. False on any failure
 /// (the parent then reports the child as failed).
-fn analyse_in_child(fd: i32, process: Process, scanned: Scanned, threads: &[ThreadInfo]) -> bool {
+fn analyse_in_child(
+    fd: i32,
+    process: Process,
+    scanned: Scanned,
+    threads: &[ThreadInfo],
+    to_file: bool,
+) -> bool {
     let unnamed = Unnamed::of(&scanned);
     if !send_message(fd, &unnamed.encode()) {
         return false;
@@ -1082,22 +1199,35 @@ fn analyse_in_child(fd: i32, process: Process, scanned: Scanned, threads: &[Thre
     let Some(names) = read_message(fd).and_then(|b| Names::decode(&b)) else {
         return false;
     };
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, Socket(fd));
+    if to_file {
+        // A dump: the graph as a snapshot file, not analysed.
+        let Ok(graph) = build_graph(process, scanned, &unnamed.stacks, names, threads) else {
+            return false;
+        };
+        let sent = heaptui_analysis::snapshot::write_binary(&graph, &mut out).is_ok()
+            && std::io::Write::flush(&mut out).is_ok();
+        std::mem::forget(graph);
+        return sent;
+    }
     let Ok(kept) = analyse(process, scanned, &unnamed.stacks, names, threads, true) else {
         return false;
     };
-    let mut out = std::io::BufWriter::with_capacity(1 << 20, Socket(fd));
     let sent = kept.encode(&mut out).is_ok() && std::io::Write::flush(&mut out).is_ok();
     std::mem::forget(kept);
     sent
 }
 
-/// In the parent: names what the child asks for, then receives the kept snapshot it makes.
-/// Returns the kept snapshot, the child's phases and when the names were sent.
+/// In the parent: names what the child asks for, then receives what it makes: the kept
+/// snapshot, or the snapshot file's bytes copied to `sink`'s writer. Returns the kept snapshot
+/// (for [`Sink::Kept`]), what the child asked (its phases, the capture's summary) and when
+/// the names were sent.
 fn receive_from_child<H: Heap>(
     heap: &H,
     space: &AddressSpace,
     fd: i32,
-) -> Result<(Kept, Phases, Instant), CaptureError> {
+    sink: &mut Sink<'_>,
+) -> Result<(Option<Kept>, Unnamed, Instant), CaptureError> {
     let unnamed = read_message(fd)
         .and_then(|b| Unnamed::decode(&b))
         .ok_or(CaptureError::Child)?;
@@ -1108,14 +1238,23 @@ fn receive_from_child<H: Heap>(
     drop(names);
     let named = Instant::now();
     let mut input = std::io::BufReader::with_capacity(1 << 20, Socket(fd));
-    let kept = Kept::decode(&mut input).map_err(|e| match e {
-        heaptui_analysis::kept::DecodeError::Memory { bytes } => CaptureError::NoMemory(format!(
-            "not enough memory for a snapshot: {} MiB for the kept snapshot could not be had",
-            bytes.div_ceil(1 << 20)
-        )),
-        _ => CaptureError::Child,
-    })?;
-    Ok((kept, unnamed.phases(), named))
+    let kept = match sink {
+        Sink::File(out) => {
+            std::io::copy(&mut input, out).map_err(CaptureError::Write)?;
+            None
+        }
+        Sink::Kept => Some(Kept::decode(&mut input).map_err(|e| match e {
+            heaptui_analysis::kept::DecodeError::Memory { bytes } => {
+                CaptureError::NoMemory(format!(
+                    "not enough memory for a snapshot: {} MiB for the kept snapshot could not \
+                     be had",
+                    bytes.div_ceil(1 << 20)
+                ))
+            }
+            _ => CaptureError::Child,
+        })?),
+    };
+    Ok((kept, unnamed, named))
 }
 
 #[cfg(test)]
@@ -1153,6 +1292,8 @@ mod tests {
                 vec![(FrameSort::Signal, 0x5000)],
             ],
             phases: [5, 6, 7, 3, 4096],
+            summary: [3, 96],
+            stopped: vec![true, false, true],
         };
         let bytes = unnamed.encode();
         assert_eq!(Unnamed::decode(&bytes), Some(unnamed));

@@ -15,7 +15,7 @@ pub mod symbolize;
 pub mod unwind;
 
 use crate::registry::{blocks, stacks, threads};
-pub use build::{BlockInfo, Capture, CaptureError, Heap, Phases, ThreadInfo};
+pub use build::{BlockInfo, Capture, CaptureError, FileCapture, Heap, Phases, ThreadInfo};
 
 /// The agent's block table as the capture sees it.
 #[derive(Default)]
@@ -85,31 +85,47 @@ impl Heap for Registry {
 }
 
 /// Captures this process now, from the calling (agent) thread: every listed thread, every
-/// tracked block; refused when the process cannot afford it (`budget`).
+/// tracked block, analysed and kept; refused when the process cannot afford it (`budget`).
 pub fn take() -> Result<Capture, CaptureError> {
+    let list = before_capture()?;
+    let capture = build::capture(&Registry::default(), &list, stop::Timeouts::default());
+    after_capture(capture.as_ref().is_ok_and(|c| {
+        c.kept
+            .threads()
+            .iter()
+            .all(|t| t.state == heaptui_analysis::ThreadState::Stopped)
+    }));
+    capture
+}
+
+/// As [`take`], written unanalysed to `out` as a binary snapshot file (a dump).
+pub fn take_file(out: &mut dyn std::io::Write) -> Result<FileCapture, CaptureError> {
+    let list = before_capture()?;
+    let capture = build::capture_file(&Registry::default(), &list, stop::Timeouts::default(), out);
+    after_capture(capture.as_ref().is_ok_and(|c| c.complete));
+    capture
+}
+
+/// The budget check and the thread list of a capture.
+fn before_capture() -> Result<Vec<ThreadInfo>, CaptureError> {
     // A snapshot that ran out of memory half-way would abort the host: refuse it up front.
     let live_blocks = crate::registry::counters::counters().live_blocks;
     budget::Room::now()
         .admits(budget::Need::of(live_blocks))
         .map_err(CaptureError::NoMemory)?;
-    let list: Vec<ThreadInfo> = threads::list()
+    Ok(threads::list()
         .into_iter()
         .map(|t| ThreadInfo {
             tid: t.tid,
             name: t.name,
         })
-        .collect();
-    let capture = build::capture(&Registry::default(), &list, stop::Timeouts::default());
-    // An incomplete capture is something that went wrong: the exit summary then says so on
-    // stderr (log.rs).
-    let complete = capture.as_ref().is_ok_and(|c| {
-        c.kept
-            .threads()
-            .iter()
-            .all(|t| t.state == heaptui_analysis::ThreadState::Stopped)
-    });
+        .collect())
+}
+
+/// An incomplete capture is something that went wrong: the exit summary then says so on
+/// stderr (log.rs).
+fn after_capture(complete: bool) {
     if !complete {
         crate::log::note_problem();
     }
-    capture
 }
