@@ -804,6 +804,32 @@ mod tests {
         assert_eq!(k.leaks(), analysis.leaks());
         assert_eq!(k.figures(), analysis.threads());
         assert_eq!(k.ranking(), analysis.ranking());
+        // What the agent reads of a kept snapshot beside the answers: its boundary, its
+        // per-site growth and the policy's shared bytes per sharer set.
+        let seqs = &graph.objects().seq;
+        let last = seqs
+            .iter()
+            .copied()
+            .filter(|&s| s != crate::graph::NO_SEQ)
+            .max();
+        assert_eq!(k.last_seq(), last);
+        assert_eq!(
+            crate::views::growth::live_by_site_kept(&k),
+            crate::views::growth::live_by_site(graph)
+        );
+        let mut by_set: HashMap<Vec<Sharer>, u64> = HashMap::new();
+        for g in analysis.groups() {
+            let bytes = by_set.entry(g.sharers.clone()).or_default();
+            if g.id.kind == GroupKind::ThreadShared {
+                *bytes += g.size;
+            }
+        }
+        let kept_sets: HashMap<Vec<Sharer>, u64> = k
+            .groups()
+            .thread_shared_by_set()
+            .map(|(s, b)| (s.to_vec(), b))
+            .collect();
+        assert_eq!(kept_sets, by_set);
         for o in 0..n as ObjectIndex {
             assert_eq!(k.record(o), graph.objects().record(o), "object {o}");
             assert_eq!(k.class_of(o), analysis.class_of(o), "object {o}");
