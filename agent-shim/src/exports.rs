@@ -363,6 +363,73 @@ pub unsafe extern "C-unwind" fn sigwait(set: *const libc::sigset_t, sig: *mut c_
     unsafe { crate::signals::blocking::sigwait(set, sig) }
 }
 
+/// # Safety
+/// As `epoll_pwait2(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn epoll_pwait2(
+    epfd: c_int,
+    events: *mut libc::epoll_event,
+    max: c_int,
+    tmo: *const libc::timespec,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    crate::signals::blocking::scrub_stack();
+    // SAFETY: the caller's arguments.
+    unsafe { crate::signals::blocking::epoll_pwait2(epfd, events, max, tmo, mask) }
+}
+
+/// # Safety
+/// As `semop(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn semop(id: c_int, ops: *mut libc::sembuf, n: libc::size_t) -> c_int {
+    crate::signals::blocking::scrub_stack();
+    // SAFETY: the caller's arguments.
+    unsafe { crate::signals::blocking::semop(id, ops, n) }
+}
+
+/// # Safety
+/// As `semtimedop(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn semtimedop(
+    id: c_int,
+    ops: *mut libc::sembuf,
+    n: libc::size_t,
+    tmo: *const libc::timespec,
+) -> c_int {
+    crate::signals::blocking::scrub_stack();
+    // SAFETY: the caller's arguments.
+    unsafe { crate::signals::blocking::semtimedop(id, ops, n, tmo) }
+}
+
+/// # Safety
+/// As `msgrcv(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn msgrcv(
+    id: c_int,
+    msg: *mut c_void,
+    size: libc::size_t,
+    kind: libc::c_long,
+    flags: c_int,
+) -> libc::ssize_t {
+    crate::signals::blocking::scrub_stack();
+    // SAFETY: the caller's arguments.
+    unsafe { crate::signals::blocking::msgrcv(id, msg, size, kind, flags) }
+}
+
+/// # Safety
+/// As `msgsnd(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn msgsnd(
+    id: c_int,
+    msg: *const c_void,
+    size: libc::size_t,
+    flags: c_int,
+) -> c_int {
+    crate::signals::blocking::scrub_stack();
+    // SAFETY: the caller's arguments.
+    unsafe { crate::signals::blocking::msgsnd(id, msg, size, flags) }
+}
+
 // `SIGUSR2` kept for both the program and HEAPTUI_DUMP (signals::chain).
 
 /// # Safety

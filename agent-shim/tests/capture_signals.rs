@@ -92,6 +92,11 @@ fn blocking_calls_sleep_their_full_time_under_snapshots_and_program_signals_stil
         "sigsuspend",
         "sigwaitinfo",
         "sigtimedwait",
+        "epoll_pwait2",
+        "semop",
+        "semtimedop",
+        "msgrcv",
+        "msgsnd",
     ];
     let mut expected: String = functions
         .iter()

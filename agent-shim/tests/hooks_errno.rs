@@ -59,6 +59,10 @@ fn every_wrapped_call_returns_and_sets_errno_as_glibc_does() {
         "pause ret=-1 errno=4",
         "execve_missing ret=-1 errno=2",
         "atexit_handler ret=void errno=kept",
+        "semop_interrupted ret=-1 errno=4",
+        "msgrcv_interrupted ret=-1 errno=4",
+        "semtimedop_timeout ret=-1 errno=11",
+        "msgrcv ret=3 errno=kept",
     ] {
         assert!(run.stdout.lines().any(|l| l == row), "no row {row:?}");
     }

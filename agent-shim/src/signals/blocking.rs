@@ -3,7 +3,8 @@
 //! The stop signal is installed with `SA_RESTART`, but the kernel never restarts a sleep, a
 //! wait with a timeout or a wait for signals after a handler ran (signal(7)): `nanosleep`,
 //! `clock_nanosleep`, `poll`, `ppoll`, `epoll_wait`, `epoll_pwait`, `select`, `pselect`,
-//! `pause`, `sigsuspend`, `sigwaitinfo`, `sigtimedwait` return `EINTR` (and glibc's
+//! `pause`, `sigsuspend`, `sigwaitinfo`, `sigtimedwait`, `epoll_pwait2` and System V's
+//! `semop`, `semtimedop`, `msgrcv`, `msgsnd` return `EINTR` (and glibc's
 //! `sleep`/`usleep`, which call its internal `__clock_nanosleep` without going through any
 //! interposable symbol, return early). Without help, a program sleeping 2 s while a
 //! snapshot is taken would wake after a few milliseconds. The same holds for `SIGUSR2` when
@@ -24,16 +25,17 @@
 //! - When the real call fails with `EINTR`, the wrapper retries only if `BY_AGENT` is set and
 //!   `OTHER` is not; it retries with what is left of the timeout, measured against a deadline
 //!   taken before the first call on the call's own clock (`CLOCK_MONOTONIC` for the relative
-//!   sleeps and the millisecond/`timeval` timeouts, which the kernel measures that way;
-//!   absolute `clock_nanosleep` retries unchanged). errno is restored before each retry.
+//!   sleeps, the timespec waits such as `semtimedop` and the millisecond/`timeval` timeouts,
+//!   which the kernel measures that way; absolute `clock_nanosleep` retries unchanged). errno
+//!   is restored before each retry.
 //! - So a program's own signal still interrupts the call exactly as before: its handler ran,
 //!   `BY_AGENT` is not set, and the wrapper returns the `EINTR` untouched (with `nanosleep`'s
 //!   `rem`, `sleep`'s unslept seconds and `select`'s updated `timeval`, as the kernel gave them).
 //!
 //! Not covered (the call still sees `EINTR` from a stop, as before): the rest of signal(7)'s
-//! list — socket calls with `SO_RCVTIMEO`/`SO_SNDTIMEO`, System V `msgrcv`/`msgsnd`/`semop`/
-//! `semtimedop`, `io_getevents`, `epoll_pwait2` — and any call a program or runtime makes with
-//! a raw `syscall(2)` (Go's, for one), which no interposition can see.
+//! list — socket calls with `SO_RCVTIMEO`/`SO_SNDTIMEO` and libaio's `io_getevents` (not
+//! glibc's) — and any call a program or runtime makes with a raw `syscall(2)` (Go's, for one),
+//! which no interposition can see.
 //!
 //! Residual race, accepted: when a program signal and the stop signal are both pending as the
 //! call is cut short, the kernel sets up both handler frames before returning to user space:
@@ -55,7 +57,7 @@
 //! restore the outer call's byte.
 //!
 //! The signal masks these calls install for their duration (`ppoll`, `pselect`,
-//! `epoll_pwait`, `sigsuspend`) and the sets they wait for (`sigwaitinfo`, `sigtimedwait`,
+//! `epoll_pwait`, `epoll_pwait2`, `sigsuspend`) and the sets they wait for (`sigwaitinfo`, `sigtimedwait`,
 //! `sigwait`) lose the stop signal on the way, as the `pthread_sigmask` wrapper does.
 //!
 //! Must never: allocate, lock, print, or change a call's result when the agent did not cause
@@ -96,6 +98,11 @@ pub(super) static SIGSUSPEND: Real = Real::new(c"sigsuspend");
 pub(super) static SIGWAITINFO: Real = Real::new(c"sigwaitinfo");
 pub(super) static SIGTIMEDWAIT: Real = Real::new(c"sigtimedwait");
 pub(super) static SIGWAIT: Real = Real::new(c"sigwait");
+pub(super) static EPOLL_PWAIT2: Real = Real::new(c"epoll_pwait2");
+pub(super) static SEMOP: Real = Real::new(c"semop");
+pub(super) static SEMTIMEDOP: Real = Real::new(c"semtimedop");
+pub(super) static MSGRCV: Real = Real::new(c"msgrcv");
+pub(super) static MSGSND: Real = Real::new(c"msgsnd");
 
 pub(super) fn init() {
     for f in [
@@ -114,6 +121,11 @@ pub(super) fn init() {
         &SIGWAITINFO,
         &SIGTIMEDWAIT,
         &SIGWAIT,
+        &EPOLL_PWAIT2,
+        &SEMOP,
+        &SEMTIMEDOP,
+        &MSGRCV,
+        &MSGSND,
     ] {
         f.get();
     }
@@ -298,6 +310,11 @@ pub fn run<R: Copy>(
 
 /// For the functions that report failure as -1 and errno.
 pub fn eintr(r: c_int) -> bool {
+    r == -1 && errno() == libc::EINTR
+}
+
+/// [`eintr`] for the functions that return a size.
+pub fn eintr_size(r: libc::ssize_t) -> bool {
     r == -1 && errno() == libc::EINTR
 }
 
@@ -710,6 +727,108 @@ pub unsafe fn pselect(
     let mask = pick(mask, &filtered);
     // SAFETY: the caller's arguments, the timeout theirs or a local one.
     unsafe { with_timespec(tmo, &mut |ts| real(n, r, w, e, ts, mask)) }
+}
+
+/// `epoll_pwait2(2)`: `epoll_pwait` with a timespec timeout (glibc 2.35 and later; ENOSYS
+/// from an older libc, as the program would get from the kernel without it).
+///
+/// # Safety
+/// As `epoll_pwait2(2)`.
+pub unsafe fn epoll_pwait2(
+    epfd: c_int,
+    events: *mut libc::epoll_event,
+    max: c_int,
+    tmo: *const libc::timespec,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    type EpollPwait2Fn = unsafe extern "C-unwind" fn(
+        c_int,
+        *mut libc::epoll_event,
+        c_int,
+        *const libc::timespec,
+        *const libc::sigset_t,
+    ) -> c_int;
+    let real = real!(EPOLL_PWAIT2, EpollPwait2Fn, -1);
+    // SAFETY: the caller's mask, null or readable.
+    let filtered = unsafe { without_stop(mask) };
+    let mask = pick(mask, &filtered);
+    // SAFETY: the caller's arguments (the mask filtered), the timeout theirs or a local one.
+    unsafe { with_timespec(tmo, &mut |ts| real(epfd, events, max, ts, mask)) }
+}
+
+/// `semop(2)`: no timeout, so a retry passes the same operations (none of them was applied:
+/// the kernel applies a call's operations all at once or not at all).
+///
+/// # Safety
+/// As `semop(2)`.
+pub unsafe fn semop(id: c_int, ops: *mut libc::sembuf, n: libc::size_t) -> c_int {
+    type SemopFn = unsafe extern "C-unwind" fn(c_int, *mut libc::sembuf, libc::size_t) -> c_int;
+    let real = real!(SEMOP, SemopFn, -1);
+    // SAFETY: the caller's arguments.
+    run(Timeout::Same, &mut |_| unsafe { real(id, ops, n) }, &eintr)
+}
+
+/// `semtimedop(2)`: its timeout is relative, on the kernel's monotonic clock.
+///
+/// # Safety
+/// As `semtimedop(2)`.
+pub unsafe fn semtimedop(
+    id: c_int,
+    ops: *mut libc::sembuf,
+    n: libc::size_t,
+    tmo: *const libc::timespec,
+) -> c_int {
+    type SemtimedopFn = unsafe extern "C-unwind" fn(
+        c_int,
+        *mut libc::sembuf,
+        libc::size_t,
+        *const libc::timespec,
+    ) -> c_int;
+    let real = real!(SEMTIMEDOP, SemtimedopFn, -1);
+    // SAFETY: the caller's arguments, the timeout theirs or a local one.
+    unsafe { with_timespec(tmo, &mut |ts| real(id, ops, n, ts)) }
+}
+
+/// `msgrcv(2)`.
+///
+/// # Safety
+/// As `msgrcv(2)`.
+pub unsafe fn msgrcv(
+    id: c_int,
+    msg: *mut c_void,
+    size: libc::size_t,
+    kind: libc::c_long,
+    flags: c_int,
+) -> libc::ssize_t {
+    type MsgrcvFn = unsafe extern "C-unwind" fn(
+        c_int,
+        *mut c_void,
+        libc::size_t,
+        libc::c_long,
+        c_int,
+    ) -> libc::ssize_t;
+    let real = real!(MSGRCV, MsgrcvFn, -1);
+    run(
+        Timeout::Same,
+        // SAFETY: the caller's arguments.
+        &mut |_| unsafe { real(id, msg, size, kind, flags) },
+        &eintr_size,
+    )
+}
+
+/// `msgsnd(2)`.
+///
+/// # Safety
+/// As `msgsnd(2)`.
+pub unsafe fn msgsnd(id: c_int, msg: *const c_void, size: libc::size_t, flags: c_int) -> c_int {
+    type MsgsndFn = unsafe extern "C-unwind" fn(c_int, *const c_void, libc::size_t, c_int) -> c_int;
+    let real = real!(MSGSND, MsgsndFn, -1);
+    // SAFETY: the caller's arguments.
+    run(
+        Timeout::Same,
+        &mut |_| unsafe { real(id, msg, size, flags) },
+        &eintr,
+    )
 }
 
 #[cfg(test)]

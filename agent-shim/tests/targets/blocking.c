@@ -3,7 +3,10 @@
  * One worker thread per blocking function. Phase 1: each blocks for 2 s while the main thread
  * takes three snapshots (every stop signal lands in the calls); each must block the full 2 s
  * and see no EINTR (the waits without a timeout — pause, sigsuspend, sigwaitinfo — are ended
- * after 2.2 s by the program's own WAKE signal, which they must be the first to see). Phase 2: each blocks for 6 s; the main thread takes a snapshot, then
+ * after 2.2 s by the program's own WAKE signal, which they must be the first to see; the
+ * System V waits without one — semop, msgrcv, msgsnd — by the main thread posting the
+ * semaphore, sending the message or making room in the full queue, and must then succeed).
+ * Phase 2: each blocks for 6 s; the main thread takes a snapshot, then
  * sends every worker SIGUSR1, whose handler the program installed: each call must end early
  * with EINTR, exactly as without the agent. One line per function:
  * "<name> full=ok intr=eintr". */
@@ -12,22 +15,38 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/epoll.h>
+#include <sys/msg.h>
+#include <sys/sem.h>
 #include <sys/select.h>
 #include <sys/syscall.h>
 #include <time.h>
 
 enum { NANOSLEEP, CLOCK_REL, CLOCK_ABS, SLEEP, USLEEP, POLL, PPOLL, EPOLL_WAIT, EPOLL_PWAIT,
-       SELECT, PSELECT, PAUSE, SIGSUSPEND, SIGWAITINFO, SIGTIMEDWAIT, N };
+       SELECT, PSELECT, PAUSE, SIGSUSPEND, SIGWAITINFO, SIGTIMEDWAIT, EPOLL_PWAIT2, SEMOP,
+       SEMTIMEDOP, MSGRCV, MSGSND, N };
 static const char *names[N] = {"nanosleep", "clock_nanosleep", "clock_nanosleep_abs", "sleep",
                                "usleep", "poll", "ppoll", "epoll_wait", "epoll_pwait",
                                "select", "pselect", "pause", "sigsuspend", "sigwaitinfo",
-                               "sigtimedwait"};
+                               "sigtimedwait", "epoll_pwait2", "semop", "semtimedop",
+                               "msgrcv", "msgsnd"};
 #define WAKE (SIGRTMIN + 10)
 #define NEVER (SIGRTMIN + 11)
 static __thread volatile sig_atomic_t woke;
 static void on_wake(int sig) { (void)sig; woke = 1; }
 
 static int pipefd[2], epfd;
+/* Semaphores 0 (semop) and 1 (semtimedop), both at 0; a queue nothing is sent to but by
+ * main (msgrcv); a queue kept full, its room cut to one message of QUEUE_ROOM (msgsnd). */
+static int sems, inbox, full_queue;
+enum { QUEUE_ROOM = 64 };
+struct message { long kind; char text[QUEUE_ROOM]; };
+
+/* System V objects outlive the process: removed on every exit path. */
+static void remove_ipc(void) {
+    if (sems >= 0) semctl(sems, 0, IPC_RMID);
+    if (inbox >= 0) msgctl(inbox, IPC_RMID, NULL);
+    if (full_queue >= 0) msgctl(full_queue, IPC_RMID, NULL);
+}
 static pid_t tids[N];
 static atomic_int entered[N];
 static pthread_barrier_t phase;
@@ -98,6 +117,27 @@ static int block(int which, int secs) {
     case EPOLL_PWAIT:
         r = epoll_pwait(epfd, &ev, 1, secs * 1000, NULL);
         break;
+    case EPOLL_PWAIT2:
+        r = epoll_pwait2(epfd, &ev, 1, &ts, NULL);
+        break;
+    case SEMOP: {
+        struct sembuf take = {0, -1, 0};
+        return semop(sems, &take, 1) == 0 ? 0 : errno;
+    }
+    case SEMTIMEDOP: {
+        struct sembuf take = {1, -1, 0};
+        r = semtimedop(sems, &take, 1, &ts);
+        return r < 0 && errno == EAGAIN ? 0 : r < 0 ? errno : -1;
+    }
+    case MSGRCV: {
+        struct message m;
+        ssize_t got = msgrcv(inbox, &m, sizeof m.text, 0, 0);
+        return got == 5 && memcmp(m.text, "hello", 5) == 0 ? 0 : got < 0 ? errno : -1;
+    }
+    case MSGSND: {
+        struct message m = {1, {0}};
+        return msgsnd(full_queue, &m, sizeof m.text, 0) == 0 ? 0 : errno;
+    }
     case SELECT:
         r = select(pipefd[0] + 1, &rs, NULL, NULL, &tv);
         break;
@@ -156,6 +196,18 @@ int main(void) {
     epfd = epoll_create1(0);
     struct epoll_event ev = {.events = EPOLLIN};
     epoll_ctl(epfd, EPOLL_CTL_ADD, pipefd[0], &ev);
+    sems = semget(IPC_PRIVATE, 2, 0600);
+    inbox = msgget(IPC_PRIVATE, 0600);
+    full_queue = msgget(IPC_PRIVATE, 0600);
+    atexit(remove_ipc);
+    if (sems < 0 || inbox < 0 || full_queue < 0) return 4;
+    struct msqid_ds q;
+    msgctl(full_queue, IPC_STAT, &q);
+    q.msg_qbytes = QUEUE_ROOM;
+    struct message filler = {1, {0}};
+    if (msgctl(full_queue, IPC_SET, &q) != 0 ||
+        msgsnd(full_queue, &filler, sizeof filler.text, IPC_NOWAIT) != 0)
+        return 4;
     pthread_barrier_init(&phase, NULL, N + 1);
     pthread_t t[N];
     for (long i = 0; i < N; i++) pthread_create(&t[i], NULL, worker, (void *)i);
@@ -166,6 +218,11 @@ int main(void) {
     for (int n = 1; n <= 3; n++) snapshot_and_wait(n);
     while (now() - start < 2.2) usleep(10000);
     for (int i = PAUSE; i <= SIGWAITINFO; i++) pthread_kill(t[i], WAKE);
+    struct sembuf post = {0, 1, 0};
+    struct message hello = {1, "hello"}, room;
+    if (semop(sems, &post, 1) != 0 || msgsnd(inbox, &hello, 5, 0) != 0 ||
+        msgrcv(full_queue, &room, sizeof room.text, 0, 0) != QUEUE_ROOM)
+        return 6;
 
     pthread_barrier_wait(&phase);
     wait_blocked(2);

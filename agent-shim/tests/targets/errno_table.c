@@ -29,6 +29,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/msg.h>
+#include <sys/sem.h>
 #include <sys/resource.h>
 #include <sys/select.h>
 #include <sys/time.h>
@@ -262,6 +264,7 @@ static void *poker(void *arg) {
 }
 
 static void blocking(void) {
+    int sems = semget(IPC_PRIVATE, 1, 0600), queue = msgget(IPC_PRIVATE, 0600);
     struct timespec short_ts = {0, 1000}, bad_ts = {0, -1}, over_ts = {0, 2000000000};
     INT("nanosleep", nanosleep(&short_ts, NULL));
     INT("nanosleep_bad", nanosleep(&bad_ts, NULL));
@@ -290,6 +293,9 @@ static void blocking(void) {
     sigemptyset(&none);
     INT("epoll_pwait", epoll_pwait(ep, &ev, 1, 1, &none));
     INT("epoll_pwait_bad_fd", epoll_pwait(-1, &ev, 1, 0, &none));
+    INT("epoll_pwait2", epoll_pwait2(ep, &ev, 1, &short_ts, &none));
+    INT("epoll_pwait2_bad_ts", epoll_pwait2(ep, &ev, 1, &bad_ts, NULL));
+    INT("epoll_pwait2_bad_fd", epoll_pwait2(-1, &ev, 1, NULL, NULL));
     close(ep);
     struct timeval tv = {0, 1000}, bad_tv = {0, -1};
     INT("select", select(0, NULL, NULL, NULL, &tv));
@@ -297,6 +303,20 @@ static void blocking(void) {
     INT("select_bad_tv", select(0, NULL, NULL, NULL, &bad_tv));
     INT("pselect", pselect(0, NULL, NULL, NULL, &short_ts, NULL));
     INT("pselect_negative", pselect(-1, NULL, NULL, NULL, &short_ts, NULL));
+    /* System V: a semaphore at 0 and an empty queue, removed at the end of the table. */
+    struct sembuf take = {0, -1, 0}, give = {0, 1, 0}, try_take = {0, -1, IPC_NOWAIT};
+    INT("semop_bad_id", semop(-1, &give, 1));
+    INT("semop_give", semop(sems, &give, 1));
+    INT("semop_take", semop(sems, &take, 1));
+    INT("semop_would_block", semop(sems, &try_take, 1));
+    INT("semtimedop_timeout", semtimedop(sems, &take, 1, &short_ts));
+    INT("semtimedop_bad_ts", semtimedop(sems, &take, 1, &bad_ts));
+    struct { long kind; char text[8]; } msg = {1, "abc"};
+    INT("msgsnd", msgsnd(queue, &msg, 3, IPC_NOWAIT));
+    INT("msgsnd_bad_kind", msgsnd(queue, &(struct { long kind; char c; }){0, 'x'}, 1, 0));
+    INT("msgrcv", msgrcv(queue, &msg, sizeof msg.text, 0, 0));
+    INT("msgrcv_empty", msgrcv(queue, &msg, sizeof msg.text, 0, IPC_NOWAIT));
+    INT("msgrcv_bad_id", msgrcv(-1, &msg, sizeof msg.text, 0, 0));
 
     /* Waits the program's own signal ends: EINTR, whatever the agent did meanwhile. */
     struct sigaction sa;
@@ -315,6 +335,9 @@ static void blocking(void) {
     struct timespec long_ts = {10, 0};
     INT("nanosleep_interrupted", nanosleep(&long_ts, NULL));
     INT("poll_interrupted", poll(NULL, 0, 10000));
+    INT("semop_interrupted", semop(sems, &take, 1));
+    INT("semtimedop_interrupted", semtimedop(sems, &take, 1, &long_ts));
+    INT("msgrcv_interrupted", msgrcv(queue, &msg, sizeof msg.text, 0, 0));
     keep_poking = 0;
     pthread_join(t, NULL);
 
@@ -341,6 +364,8 @@ static void blocking(void) {
     struct timespec patience = {5, 0};
     INT("sigtimedwait_process_signal", sigtimedwait(&usr1, &info, &patience));
     sigprocmask(SIG_SETMASK, &prev, NULL);
+    semctl(sems, 0, IPC_RMID);
+    msgctl(queue, IPC_RMID, NULL);
 }
 
 static void processes(char **envp) {
