@@ -38,21 +38,8 @@ pub fn write(
     timing: Option<Timing>,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
-    write_analysed(graph, &Analysis::new(graph), args, timing, None, out)
-}
-
-/// [`write`] of a graph already analysed (the outside capture analyses once, for its
-/// timing and its answers).
-pub fn write_analysed(
-    graph: &HeapGraph,
-    analysis: &Analysis,
-    args: &ReportArgs,
-    timing: Option<Timing>,
-    ask: Option<&mut super::views::Ask<'_>>,
-    out: &mut impl Write,
-) -> anyhow::Result<()> {
-    let kept = Kept::new(graph, analysis);
-    write_kept(&kept, Some(graph), args, timing, ask, out)
+    let kept = Kept::new(graph, &Analysis::new(graph));
+    write_kept(&kept, Some(graph), args, timing, None, out)
 }
 
 /// Prints the report of a kept (analysed) snapshot in the format `args` asks for: the live

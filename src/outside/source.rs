@@ -1,18 +1,22 @@
 //! The outside capture as a source of answers: for the TUI (`attach pid:PID` of a process
 //! without an agent) and for `report pid:PID`.
 //!
-//! Owns [`Kept`] — a capture, its analysis and its snapshot info — and the answer to every
-//! request over it: the graph questions from the protocol's `Answerer`, as for a snapshot file;
+//! Owns [`Kept`] — a capture's analysis in kept form and its snapshot info — and the answer to
+//! every request over it: the graph questions from the protocol's `Answerer`, as for a snapshot file;
 //! a new outside capture for `TakeSnapshot` (the TUI's `r` and `a`); and, for what only the
 //! agent knows or does (allocation stacks, ages, units, growth per site, counters, policy,
 //! cancel), a refusal that says why and what to do.
+//!
+//! Like the agent's kept snapshot and a file's, everything the TUI and the report read comes
+//! from the kept form: the captured graph and its analysis are dropped once it is made, so a
+//! capture of millions of blocks does not stay in memory three times.
 //!
 //! The source answers on a thread of its own, like the offline ones (`crate::source`); a new
 //! capture stops the target for its pause only, never while the TUI waits.
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use heaptui_analysis::{Analysis, HeapGraph};
+use heaptui_analysis::{Analysis, HeapGraph, Process};
 use heaptui_protocol::answer::Answerer;
 use heaptui_protocol::message::{
     ErrorKind, ProcessInfo, Request, RequestBody, Response, SnapshotId, SnapshotInfo,
@@ -24,9 +28,7 @@ use crate::source::{SourceEvent, SourceEvents, SourceHandle};
 
 /// A capture kept for answering.
 pub struct Kept {
-    pub graph: HeapGraph,
-    pub analysis: Analysis,
-    /// The graph and analysis as the `Answerer` reads them.
+    /// The capture and its analysis as the `Answerer` reads them.
     pub columns: heaptui_analysis::Kept,
     pub info: SnapshotInfo,
     /// What the capture found partial, one line each.
@@ -34,11 +36,17 @@ pub struct Kept {
 }
 
 impl Kept {
-    /// Analyses a capture and keeps it as snapshot `id`.
+    /// Analyses a capture and keeps it as snapshot `id`; the graph and its analysis are
+    /// dropped.
     pub fn new(id: SnapshotId, capture: Capture) -> Kept {
+        Kept::with_graph(id, capture).0
+    }
+
+    /// [`Kept::new`], giving the captured graph back for the one use that reads it (the exports
+    /// by allocation stack); the analysis is dropped.
+    pub fn with_graph(id: SnapshotId, capture: Capture) -> (Kept, HeapGraph) {
         let began = Instant::now();
-        let analysis = Analysis::new(&capture.graph);
-        let columns = heaptui_analysis::Kept::new(&capture.graph, &analysis);
+        let columns = heaptui_analysis::Kept::new(&capture.graph, &Analysis::new(&capture.graph));
         let analysis_us = began.elapsed().as_micros() as u64;
         let mut info = Answerer::new(id, &columns).snapshot_info();
         info.taken_unix_ms = SystemTime::now()
@@ -47,18 +55,21 @@ impl Kept {
         info.pause_us = capture.pause.as_micros() as u64;
         info.capture_us = capture.total.as_micros() as u64;
         info.analysis_us = analysis_us;
-        Kept {
-            graph: capture.graph,
-            analysis,
+        let kept = Kept {
             columns,
             info,
             warnings: capture.warnings,
-        }
+        };
+        (kept, capture.graph)
+    }
+
+    pub fn process(&self) -> &Process {
+        self.columns.process()
     }
 
     /// The answer to `body` (a `TakeSnapshot` is the caller's: it needs a new capture).
     pub fn answer(&self, body: &RequestBody) -> Response {
-        let pid = self.graph.process.pid;
+        let pid = self.process().pid;
         let refuse = |why: &str| -> Response {
             Response::error(
                 ErrorKind::Refused,
@@ -78,10 +89,10 @@ impl Kept {
         match body {
             RequestBody::ProcessInfo => Response::ProcessInfo(ProcessInfo {
                 pid,
-                command: self.graph.process.command.clone(),
+                command: self.process().command.clone(),
                 agent_version: String::new(),
                 counters: Default::default(),
-                threads: self.graph.threads.len() as u32,
+                threads: self.columns.threads().len() as u32,
                 snapshot: Some(self.info.clone()),
                 policy_loaded: false,
                 peak_snapshot: None,
@@ -125,7 +136,7 @@ pub fn source(pid: u32, first: Capture) -> (SourceHandle, SourceEvents) {
             let mut kept = Kept::new(id, first);
             let description = format!(
                 "pid {pid} {} (no agent: captured from outside)",
-                kept.graph.process.command
+                kept.process().command
             );
             if event_tx
                 .send(SourceEvent::Connected { description })
