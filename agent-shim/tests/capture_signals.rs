@@ -1,8 +1,10 @@
 //! The agent's signals as the program sees them (none of it should show): blocking calls
-//! under snapshots, threads that cannot be stopped, and a program's own `SIGUSR2` handler
-//! beside the `HEAPTUI_DUMP` trigger. Targets compiled here, run under the real preload.
+//! under snapshots (System V waits among them, also under snapshots taken over the protocol),
+//! threads that cannot be stopped, and a program's own `SIGUSR2` handler beside the
+//! `HEAPTUI_DUMP` trigger. Targets compiled here, run under the real preload.
 
 mod common;
+mod policy_support;
 
 use std::path::{Path, PathBuf};
 
@@ -127,6 +129,55 @@ fn blocking_calls_sleep_their_full_time_under_snapshots_and_program_signals_stil
             );
         }
     }
+}
+
+#[test]
+fn system_v_waits_survive_snapshots_taken_over_the_protocol_and_program_signals_still_end_them() {
+    let dir = TempDir::new("sig-sysv");
+    let exe = c_target(&dir, "sysv_waits", include_str!("targets/sysv_waits.c"));
+    // "ready": one thread asleep in semop, one in msgrcv, neither with anything to take.
+    let mut target = policy_support::Target::start(&dir, &exe, &[], None);
+    let mut client = target.client();
+    for n in 1..=3 {
+        let graph = client.graph();
+        assert_eq!(graph.threads.len(), 3, "snapshot {n}");
+        for t in &graph.threads {
+            assert_eq!(
+                t.state,
+                ThreadState::Stopped,
+                "snapshot {n}, thread {}",
+                t.tid
+            );
+        }
+    }
+    // Every snapshot cut both calls short; each was resumed, so each still waits for what
+    // the program gives it now.
+    target.ask("release", "blocked again");
+    client.snapshot();
+    target.ask("interrupt", "usr1 handled");
+    let log_path = target.log.clone();
+    let lines = target.quit();
+    assert_eq!(
+        lines,
+        [
+            "ready",
+            "semop 1: 0",
+            "msgrcv 1: 5 hello",
+            "blocked again",
+            "semop 2: EINTR",
+            "msgrcv 2: EINTR",
+            "usr1 handled: 2",
+        ]
+    );
+    // The three snapshots taken during round 1 interrupted both calls: so the test cannot
+    // pass without the retry path running.
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    let retries: u64 = log
+        .split("blocking_retries=")
+        .nth(1)
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no blocking_retries in the log:\n{log}"));
+    assert!(retries >= 6, "blocking_retries={retries}:\n{log}");
 }
 
 #[test]
