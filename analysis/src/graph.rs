@@ -417,59 +417,14 @@ impl HeapGraph {
                 return Err(GraphError::EdgeOffsets(i));
             }
         }
-        let dangling = |holder: &dyn Fn() -> String, refs: &[ObjectIndex]| match refs
-            .iter()
-            .find(|&&t| t as usize >= n)
-        {
-            Some(&target) => Err(GraphError::DanglingRef {
-                holder: holder(),
-                target,
-                objects: n,
-            }),
-            None => Ok(()),
-        };
-        dangling(&|| "an object".to_string(), &self.edges.targets)?;
+        dangling(n, &|| "an object".to_string(), &self.edges.targets)?;
         if self.edges.interior.len() * 64 > self.edges.targets.len()
             && let Some(k) = (self.edges.targets.len()..self.edges.interior.len() * 64)
                 .find(|&k| self.edges.is_interior(k))
         {
             return Err(GraphError::InteriorBits(k));
         }
-        dangling(&|| "globals".to_string(), &self.globals)?;
-        let subset =
-            |holder: &dyn Fn() -> String, interior: &[ObjectIndex], refs: &[ObjectIndex]| {
-                if interior.is_empty() {
-                    return Ok(());
-                }
-                let mut sorted = refs.to_vec();
-                sorted.sort_unstable();
-                match interior.iter().find(|t| sorted.binary_search(t).is_err()) {
-                    Some(&target) => Err(GraphError::InteriorNotReferred {
-                        holder: holder(),
-                        target,
-                    }),
-                    None => Ok(()),
-                }
-            };
-        subset(
-            &|| "globals".to_string(),
-            &self.globals_interior,
-            &self.globals,
-        )?;
-        let mut tids = std::collections::HashSet::with_capacity(self.threads.len());
-        for t in &self.threads {
-            if !tids.insert(t.tid) {
-                return Err(GraphError::DuplicateThread(t.tid));
-            }
-            for (i, f) in t.frames.iter().enumerate() {
-                dangling(&|| format!("thread {} frame {i}", t.tid), &f.refs)?;
-                subset(
-                    &|| format!("thread {} frame {i}", t.tid),
-                    &f.interior,
-                    &f.refs,
-                )?;
-            }
-        }
+        validate_roots(n, &self.globals, &self.globals_interior, &self.threads)?;
         if let Some((object, &site)) = o
             .site
             .iter()
@@ -526,6 +481,61 @@ impl HeapGraph {
             (start..end).contains(&addr).then_some(i as ObjectIndex)
         })
     }
+}
+
+/// A reference of `holder` past the `n` objects, if any.
+fn dangling(n: usize, holder: &dyn Fn() -> String, refs: &[ObjectIndex]) -> Result<(), GraphError> {
+    match refs.iter().find(|&&t| t as usize >= n) {
+        Some(&target) => Err(GraphError::DanglingRef {
+            holder: holder(),
+            target,
+            objects: n,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// The invariants of a graph of `n` objects that concern its roots: the globals and the
+/// threads' frames refer to objects, their interior references are among their references,
+/// thread ids are unique. [`HeapGraph::validate`] checks them, and so does the binary codec's
+/// check of a file without building its graph.
+pub(crate) fn validate_roots(
+    n: usize,
+    globals: &[ObjectIndex],
+    globals_interior: &[ObjectIndex],
+    threads: &[Thread],
+) -> Result<(), GraphError> {
+    dangling(n, &|| "globals".to_string(), globals)?;
+    let subset = |holder: &dyn Fn() -> String, interior: &[ObjectIndex], refs: &[ObjectIndex]| {
+        if interior.is_empty() {
+            return Ok(());
+        }
+        let mut sorted = refs.to_vec();
+        sorted.sort_unstable();
+        match interior.iter().find(|t| sorted.binary_search(t).is_err()) {
+            Some(&target) => Err(GraphError::InteriorNotReferred {
+                holder: holder(),
+                target,
+            }),
+            None => Ok(()),
+        }
+    };
+    subset(&|| "globals".to_string(), globals_interior, globals)?;
+    let mut tids = std::collections::HashSet::with_capacity(threads.len());
+    for t in threads {
+        if !tids.insert(t.tid) {
+            return Err(GraphError::DuplicateThread(t.tid));
+        }
+        for (i, f) in t.frames.iter().enumerate() {
+            dangling(n, &|| format!("thread {} frame {i}", t.tid), &f.refs)?;
+            subset(
+                &|| format!("thread {} frame {i}", t.tid),
+                &f.interior,
+                &f.refs,
+            )?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

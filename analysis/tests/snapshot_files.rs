@@ -359,6 +359,7 @@ fn a_version_1_binary_file_still_reads() {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data/binary-v1.hsnap");
     let bytes = std::fs::read(path).unwrap();
     assert_eq!(u32::from_le_bytes(bytes[12..16].try_into().unwrap()), 1);
+    snapshot::check_bytes(&bytes).unwrap();
     let g = snapshot::read_bytes(&bytes).unwrap();
     assert_eq!(g.object_count(), 5);
     assert_eq!(g.edges().interior_count(), 0);
@@ -613,6 +614,29 @@ proptest! {
         bin[i] = byte;
         if let Ok(read) = snapshot::read_bytes(&bin) {
             prop_assert!(read.validate().is_ok());
+        }
+    }
+
+    /// The check that builds no graph accepts exactly the files that read back, damaged or
+    /// cut anywhere.
+    #[test]
+    fn the_check_of_a_binary_file_agrees_with_reading_it(
+        g in arb_graph(),
+        at in any::<Index>(),
+        byte in any::<u8>(),
+        cut in any::<Index>(),
+    ) {
+        let bin = binary_of(&g);
+        prop_assert!(snapshot::check_bytes(&bin).is_ok());
+        let mut damaged = bin.clone();
+        let i = at.index(damaged.len());
+        damaged[i] = byte;
+        let cut = &bin[..cut.index(bin.len())];
+        for bytes in [&damaged[..], cut] {
+            prop_assert_eq!(
+                snapshot::check_bytes(bytes).is_ok(),
+                snapshot::read_bytes(bytes).is_ok()
+            );
         }
     }
 }

@@ -18,7 +18,8 @@ use serde::{Deserialize, Serialize};
 
 use super::SnapshotError;
 use crate::graph::{
-    Edges, Frame, HeapGraph, ObjectIndex, Objects, Process, Site, Thread, ThreadState,
+    Edges, Frame, GraphError, HeapGraph, NO_SITE, ObjectIndex, Objects, Process, Site, Thread,
+    ThreadState, validate_roots,
 };
 use crate::kept::Kept;
 
@@ -359,14 +360,25 @@ impl PackedOut {
 }
 
 impl Packed<'_> {
-    /// Decodes every value through `convert` (which refuses values out of its range). The
-    /// count is checked against the bytes before anything is allocated: each value takes
-    /// at least one byte.
+    /// Decodes every value through `convert` (which refuses values out of its range).
     fn unpack<T>(
         &self,
         column: &str,
         mut convert: impl FnMut(u64) -> Option<T>,
     ) -> Result<Vec<T>, SnapshotError> {
+        let mut out = Vec::with_capacity(self.count as usize);
+        self.each(column, |v| convert(v).map(|t| out.push(t)))?;
+        Ok(out)
+    }
+
+    /// Hands every value to `take` (which refuses values out of its range), in place: nothing
+    /// is allocated. The count is checked against the bytes first: each value takes at least
+    /// one byte.
+    fn each(
+        &self,
+        column: &str,
+        mut take: impl FnMut(u64) -> Option<()>,
+    ) -> Result<(), SnapshotError> {
         let damaged =
             |what: String| SnapshotError::Decode(format!("column {column}: {what} (file damaged)"));
         if self.count > self.bytes.len() as u64 {
@@ -376,7 +388,6 @@ impl Packed<'_> {
                 self.bytes.len()
             )));
         }
-        let mut out = Vec::with_capacity(self.count as usize);
         let mut bytes = self.bytes.iter();
         for i in 0..self.count {
             let mut v = 0u64;
@@ -395,7 +406,7 @@ impl Packed<'_> {
                 }
                 shift += 7;
             }
-            out.push(convert(v).ok_or_else(|| damaged(format!("value {i} is out of range")))?);
+            take(v).ok_or_else(|| damaged(format!("value {i} is out of range")))?;
         }
         if bytes.len() != 0 {
             return Err(damaged(format!(
@@ -403,7 +414,7 @@ impl Packed<'_> {
                 bytes.len()
             )));
         }
-        Ok(out)
+        Ok(())
     }
 
     fn unpack_u64(&self, column: &str) -> Result<Vec<u64>, SnapshotError> {
@@ -427,6 +438,18 @@ impl Packed<'_> {
 impl WireIn<'_> {
     /// Rebuilds the graph; [`HeapGraph::new`] checks every invariant.
     fn into_graph(self) -> Result<HeapGraph, SnapshotError> {
+        let bits = self.interior_bits()?;
+        self.v1.into_graph(bits, self.globals_interior)
+    }
+
+    /// What [`WireIn::into_graph`] would refuse, without building the graph.
+    fn check(self) -> Result<(), SnapshotError> {
+        self.interior_bits()?;
+        self.v1.check(self.globals_interior)
+    }
+
+    /// The interior edges as one bit per edge position.
+    fn interior_bits(&self) -> Result<Vec<u64>, SnapshotError> {
         let mut previous = 0u64;
         let mut first = true;
         let interior = self.interior_edges.unpack("interior_edges", |d| {
@@ -450,7 +473,7 @@ impl WireIn<'_> {
         for k in interior {
             bits[k / 64] |= 1 << (k % 64);
         }
-        self.v1.into_graph(bits, self.globals_interior)
+        Ok(bits)
     }
 }
 
@@ -492,19 +515,7 @@ impl<F: Into<Frame>> WireInV1<'_, F> {
             thread: self.object_threads.unpack_u32("threads")?,
             seq: self.seqs.unpack_deltas("seqs")?,
         };
-        let threads = self
-            .threads
-            .into_iter()
-            .map(|t| Thread {
-                tid: t.tid,
-                name: t.name,
-                state: match t.state {
-                    WireState::Stopped => ThreadState::Stopped,
-                    WireState::NotStoppable(r) => ThreadState::NotStoppable(r),
-                },
-                frames: t.frames.into_iter().map(Into::into).collect(),
-            })
-            .collect();
+        let threads = threads_of(self.threads);
         Ok(HeapGraph::new(
             self.process,
             self.sites,
@@ -515,6 +526,107 @@ impl<F: Into<Frame>> WireInV1<'_, F> {
         )?
         .with_globals_interior(globals_interior)?)
     }
+
+    /// What [`WireInV1::into_graph`] would refuse, the columns walked where they lie in the
+    /// file: only the roots (threads, frames, globals, sites) are decoded, and they are few.
+    fn check(self, globals_interior: Vec<ObjectIndex>) -> Result<(), SnapshotError> {
+        // Each value takes a byte at least (`Packed::each` checks it), so counts fit a usize.
+        let n = self.degrees.count as usize;
+        if n >= u32::MAX as usize {
+            return Err(GraphError::TooManyObjects.into());
+        }
+        let mut listed = 0u64;
+        self.degrees.each("degrees", |d| {
+            listed += u64::from(u32::try_from(d).ok()?);
+            Some(())
+        })?;
+        let mut dangling = None;
+        self.targets.each("targets", |t| {
+            let t = u32::try_from(t).ok()?;
+            if t as usize >= n {
+                dangling.get_or_insert(t);
+            }
+            Some(())
+        })?;
+        if listed != self.targets.count {
+            return Err(SnapshotError::Decode(format!(
+                "the edge degrees add up to {listed} but there are {} edge targets (file damaged)",
+                self.targets.count
+            )));
+        }
+        let columns = [
+            &self.ids,
+            &self.addrs,
+            &self.sizes,
+            &self.object_sites,
+            &self.object_threads,
+            &self.seqs,
+        ];
+        if columns.iter().any(|c| c.count != n as u64) {
+            return Err(GraphError::ColumnLengths(format!(
+                "id {}, addr {}, size {}, site {}, thread {}, seq {}, edge sources {n}",
+                columns[0].count,
+                columns[1].count,
+                columns[2].count,
+                columns[3].count,
+                columns[4].count,
+                columns[5].count
+            ))
+            .into());
+        }
+        if let Some(target) = dangling {
+            return Err(GraphError::DanglingRef {
+                holder: "an object".to_string(),
+                target,
+                objects: n,
+            }
+            .into());
+        }
+        let any = |_| Some(());
+        self.ids.each("ids", any)?;
+        self.addrs.each("addrs", any)?;
+        self.sizes.each("sizes", any)?;
+        self.seqs.each("seqs", any)?;
+        self.object_threads
+            .each("threads", |t| u32::try_from(t).ok().map(drop))?;
+        let mut unknown_site = None;
+        let mut object = 0;
+        self.object_sites.each("sites", |s| {
+            let site = u32::try_from(s).ok()?.wrapping_sub(1);
+            if site != NO_SITE && site as usize >= self.sites.len() {
+                unknown_site.get_or_insert((object, site));
+            }
+            object += 1;
+            Some(())
+        })?;
+        let threads = threads_of(self.threads);
+        validate_roots(n, &self.globals, &globals_interior, &threads)?;
+        if let Some((object, site)) = unknown_site {
+            return Err(GraphError::DanglingSite {
+                object,
+                site,
+                sites: self.sites.len(),
+            }
+            .into());
+        }
+        Ok(())
+    }
+}
+
+/// The threads of a payload as the graph holds them.
+fn threads_of<F: Into<Frame>>(threads: Vec<WireThread<String, Vec<F>>>) -> Vec<Thread> {
+    threads
+        .into_iter()
+        .map(|t| Thread {
+            tid: t.tid,
+            name: t.name,
+            state: match t.state {
+                WireState::Stopped => ThreadState::Stopped,
+                WireState::NotStoppable(r) => ThreadState::NotStoppable(r),
+            },
+            frames: t.frames.into_iter().map(Into::into).collect(),
+        })
+        .collect()
 }
 
 /// Whether `bytes` were meant to be a binary snapshot (they start like [`MAGIC`]), so that a
@@ -525,6 +637,31 @@ pub(crate) fn looks_like_binary(bytes: &[u8]) -> bool {
 
 /// Reads a binary snapshot: header, payload, then the graph's invariants.
 pub fn read_binary(bytes: &[u8]) -> Result<HeapGraph, SnapshotError> {
+    match read_wire(bytes)? {
+        Wire::V2(wire) => wire.into_graph(),
+        Wire::V1(wire) => wire.into_graph(Vec::new(), Vec::new()),
+    }
+}
+
+/// Checks that [`read_binary`] would read `bytes` back, without building the graph: the
+/// columns are walked where they lie in `bytes` and only the roots are decoded, so checking a
+/// file of millions of blocks costs little more memory than the file (the graph costs about
+/// five times as much). The invariants are [`HeapGraph::validate`]'s.
+pub fn check_binary(bytes: &[u8]) -> Result<(), SnapshotError> {
+    match read_wire(bytes)? {
+        Wire::V2(wire) => wire.check(),
+        Wire::V1(wire) => wire.check(Vec::new()),
+    }
+}
+
+/// A payload as decoded, its columns still in the file's bytes.
+enum Wire<'a> {
+    V2(WireIn<'a>),
+    V1(WireInV1<'a, FrameV1>),
+}
+
+/// Checks the header and decodes the payload, refusing trailing bytes.
+fn read_wire(bytes: &[u8]) -> Result<Wire<'_>, SnapshotError> {
     if bytes.len() < MAGIC.len() && MAGIC.starts_with(bytes) {
         return Err(SnapshotError::Truncated {
             what: format!("header ({} of {HEADER_LEN} bytes)", bytes.len()),
@@ -557,13 +694,13 @@ pub fn read_binary(bytes: &[u8]) -> Result<HeapGraph, SnapshotError> {
             let (wire, used) = decode_limited::<WireIn<'_>>(payload)
                 .map_err(|e| decode_error(e, payload.len()))?;
             whole(used)?;
-            wire.into_graph()
+            Ok(Wire::V2(wire))
         }
         OLDEST_BINARY_VERSION => {
             let (wire, used) = decode_limited::<WireInV1<'_, FrameV1>>(payload)
                 .map_err(|e| decode_error(e, payload.len()))?;
             whole(used)?;
-            wire.into_graph(Vec::new(), Vec::new())
+            Ok(Wire::V1(wire))
         }
         found => Err(SnapshotError::BinaryVersion { found }),
     }
@@ -673,6 +810,45 @@ mod tests {
             "the snapshot's graph is inconsistent: thread 7 frame 0 refers to object index 2, \
              but there are only 2 objects"
         );
+        assert_eq!(check_binary(&forged).unwrap_err().to_string(), e);
+    }
+
+    /// Forges `graph()`'s payload with `forge` applied to it.
+    fn forged(forge: impl FnOnce(&mut WireOut<'_>)) -> Vec<u8> {
+        let g = graph();
+        let mut wire = WireOut::of(&g);
+        forge(&mut wire);
+        let mut forged = MAGIC.to_vec();
+        forged.extend_from_slice(&BINARY_VERSION.to_le_bytes());
+        forged.extend(bincode::serde::encode_to_vec(wire, encoding()).unwrap());
+        forged
+    }
+
+    /// The check without a graph refuses what reading refuses, with the same words.
+    #[test]
+    fn the_check_refuses_each_broken_column_as_reading_does() {
+        let untouched = forged(|_| ());
+        check_binary(&untouched).unwrap();
+        assert_eq!(read_binary(&untouched).unwrap(), graph());
+        let cases = [
+            forged(|w| w.targets = PackedOut::new([0, 2].into_iter())),
+            forged(|w| w.targets = PackedOut::new([0, 1, 1].into_iter())),
+            forged(|w| w.object_sites = PackedOut::new([1, 2].into_iter())),
+            forged(|w| w.object_threads = PackedOut::new([7, 1 << 40].into_iter())),
+            forged(|w| w.sizes = PackedOut::new([48].into_iter())),
+            forged(|w| w.interior_edges = PackedOut::new([2].into_iter())),
+            forged(|w| w.globals = &[3]),
+        ];
+        for (i, bytes) in cases.iter().enumerate() {
+            let read = read_binary(bytes).unwrap_err().to_string();
+            let checked = check_binary(bytes).unwrap_err().to_string();
+            if i == 4 {
+                // Reading names every column's length, the check the edge sources too.
+                assert!(checked.contains("size 1"), "{checked}");
+            } else {
+                assert_eq!(checked, read, "case {i}");
+            }
+        }
     }
 
     /// Graphs whose payloads fall just under and over each of the smaller limit tiers read
@@ -748,17 +924,11 @@ mod tests {
 
     #[test]
     fn forged_degrees_are_refused() {
-        let g = graph();
-        let mut wire = WireOut::of(&g);
-        wire.targets = PackedOut::new([0, 0, 0].into_iter());
-        let mut forged = MAGIC.to_vec();
-        forged.extend_from_slice(&BINARY_VERSION.to_le_bytes());
-        forged.extend(bincode::serde::encode_to_vec(wire, encoding()).unwrap());
-        assert_eq!(
-            read_binary(&forged).unwrap_err().to_string(),
-            "binary snapshot: the edge degrees add up to 2 but there are 3 edge targets \
-             (file damaged)"
-        );
+        let forged = forged(|w| w.targets = PackedOut::new([0, 0, 0].into_iter()));
+        let e = "binary snapshot: the edge degrees add up to 2 but there are 3 edge targets \
+                 (file damaged)";
+        assert_eq!(read_binary(&forged).unwrap_err().to_string(), e);
+        assert_eq!(check_binary(&forged).unwrap_err().to_string(), e);
     }
 
     #[test]

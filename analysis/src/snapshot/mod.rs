@@ -23,7 +23,9 @@ use thiserror::Error;
 
 use crate::graph::{GraphError, HeapGraph};
 
-pub use binary::{BINARY_VERSION, MAGIC, OLDEST_BINARY_VERSION, write_binary, write_binary_kept};
+pub use binary::{
+    BINARY_VERSION, MAGIC, OLDEST_BINARY_VERSION, check_binary, write_binary, write_binary_kept,
+};
 pub use json::{JSON_FORMAT, JSON_VERSION, write_json};
 
 /// Why a snapshot could not be read or written. Each variant is one clear line; paths such as
@@ -127,6 +129,15 @@ pub fn read_bytes(bytes: &[u8]) -> Result<HeapGraph, SnapshotError> {
         }),
         None => Err(SnapshotError::Empty),
     }
+}
+
+/// Checks that [`read_bytes`] would read `bytes` back. A binary snapshot is checked without
+/// building its graph ([`binary::check_binary`]); JSON, which no agent sends, is read whole.
+pub fn check_bytes(bytes: &[u8]) -> Result<(), SnapshotError> {
+    if bytes.starts_with(&MAGIC) || binary::looks_like_binary(bytes) {
+        return binary::check_binary(bytes);
+    }
+    read_bytes(bytes).map(drop)
 }
 
 /// Reads a snapshot file in either encoding; errors name the path.
