@@ -120,15 +120,28 @@ pub fn check() {
     // word of its data, mapped for good; the loader writes it under its own lock, so it is
     // read atomically.
     let now = unsafe { AtomicU64::from_ptr(counter) }.load(Ordering::Relaxed);
-    if now != SEEN.load(Ordering::Relaxed) {
-        loaded(now);
+    let seen = SEEN.load(Ordering::Relaxed);
+    if now != seen {
+        loaded(seen, now);
     }
 }
 
+/// The counter moved from `seen` to `now`: clears the caches and counts the change, once.
+/// Every busy thread may notice the same move; only the one whose compare-exchange moves
+/// `SEEN` from `seen` to `now` clears and counts it, so `CHANGES` counts moves of the
+/// counter, not moves times threads. The others go on at once, without waiting for the
+/// winner's clear (waiting inside a hook could wait on a thread stopped for good); a walk in
+/// that short window may still meet the old caches, as it could before the claim. Returns
+/// whether this thread claimed the change.
 #[cold]
 #[inline(never)]
-fn loaded(now: u64) {
-    SEEN.store(now, Ordering::Relaxed);
+fn loaded(seen: u64, now: u64) -> bool {
+    if SEEN
+        .compare_exchange(seen, now, Ordering::Relaxed, Ordering::Relaxed)
+        .is_err()
+    {
+        return false;
+    }
     cache::clear();
     walks::clear();
     // The word was found by its pattern: were it the wrong one, it could change far more
@@ -141,6 +154,7 @@ fn loaded(now: u64) {
             "the loader's load counter changed {MOST_LOADS} times: unwind caches are now cleared at dlclose only"
         );
     }
+    true
 }
 
 /// Loads a process may make before the counter is distrusted (see [`loaded`]).
@@ -217,5 +231,32 @@ mod tests {
         unsafe { libc::dlclose(h) };
         verify();
         assert!(found(), "the counter agrees with dl_iterate_phdr");
+    }
+
+    #[test]
+    fn a_change_seen_by_many_threads_is_cleared_and_counted_once() {
+        const THREADS: usize = 8;
+        let seen = SEEN.load(Ordering::Relaxed);
+        let changes = CHANGES.load(Ordering::Relaxed);
+        let before = walks::generation();
+        let start = std::sync::Barrier::new(THREADS);
+        let claimed = std::thread::scope(|s| {
+            let runs: Vec<_> = (0..THREADS)
+                .map(|_| {
+                    s.spawn(|| {
+                        start.wait();
+                        loaded(seen, seen + 1)
+                    })
+                })
+                .collect();
+            runs.into_iter()
+                .map(|r| r.join().unwrap())
+                .filter(|&won| won)
+                .count()
+        });
+        assert_eq!(claimed, 1, "one thread claims the change");
+        assert_eq!(CHANGES.load(Ordering::Relaxed), changes + 1);
+        assert_eq!(SEEN.load(Ordering::Relaxed), seen + 1);
+        assert!(walks::generation() > before, "the claim cleared the walks");
     }
 }
