@@ -326,13 +326,14 @@ fn run<H: Heap>(
     // the scan runs while the threads are stopped and the rest after the resume, here.
     // The program's MADV_DONTFORK mappings are lifted for the clone only.
     let lift_mark = Instant::now();
-    let hidden = if any_hidden_from_fork {
+    let hidden = if any_hidden_from_fork && every_program_thread_stopped(&world) {
         dontfork::hidden_now()
     } else {
         Vec::new()
     };
-    // SAFETY: read while every thread of the program is stopped (the agent's never mark a
-    // mapping); put back in the parent right after the clone, before any of them runs.
+    // SAFETY: read while every thread of the program is stopped (checked just above; the
+    // agent's never mark a mapping); put back in the parent right after the clone, before
+    // any of them runs.
     let lifted = unsafe { dontfork::Lifted::lift(&hidden) };
     let dontfork_mappings = lifted.len() as u64;
     let mut dontfork_time = lift_mark.elapsed();
@@ -657,6 +658,30 @@ enum Fork {
     Parent(libc::pid_t, i32),
     /// No child could be made.
     Failed,
+}
+
+/// Whether every thread of the process is stopped in `world`, the calling thread or the
+/// agent's own, so that none can remap a mapping while `MADV_DONTFORK` is lifted (see
+/// `dontfork`). When not, says once in the log that such mappings are left out.
+fn every_program_thread_stopped(world: &stop::World) -> bool {
+    // SAFETY: gettid has no arguments.
+    let me = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
+    let quiet = dontfork::only_quiet_threads(|tid| {
+        tid == me
+            || threads::is_agent_thread(tid)
+            || world
+                .threads
+                .iter()
+                .any(|(t, o)| *t == tid && matches!(o, Outcome::Stopped(_)))
+    });
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !quiet && !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        crate::agent_log!(
+            "a thread of the program runs during the capture (not stoppable, or started \
+             after the stop): its MADV_DONTFORK mappings are left out of this capture's roots"
+        );
+    }
+    quiet
 }
 
 /// Makes a copy-on-write child of this process (only the calling thread runs in it), with

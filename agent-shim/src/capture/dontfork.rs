@@ -15,12 +15,16 @@
 //! What lifting must never do, and how it is kept from it:
 //! - Change a mapping that did not have the flag: the mappings are read from
 //!   `/proc/self/smaps` while the world is stopped, so they are the ones the flag is on at the
-//!   fork; the agent's own threads, which run, never mark a mapping.
+//!   fork; the agent's own threads, which run, never mark a mapping. A program thread that
+//!   could not be stopped, or that started after the thread list was taken, runs on and
+//!   could remap such a range between the read and the put-back: then nothing is lifted
+//!   ([`only_quiet_threads`]), and the child misses those mappings as it did before.
 //! - Leave the host changed: the flag is put back, on exactly the lifted ranges, in the parent
 //!   right after the clone and before the threads run again, whether the clone succeeded or
 //!   not, and by [`Lifted`]'s drop on any other way out. A range whose lift failed
 //!   (`madvise` refuses `VM_IO`/`VM_PFNMAP` device mappings, the only ones it refuses here) is
-//!   not lifted, so not put back.
+//!   marked again at once, since a lift can fail part way (on a range that is no longer one
+//!   mapping) with part of it lifted; it is then not counted as lifted.
 //! - Break what the flag is for: it keeps pages under DMA from being shared copy-on-write
 //!   (RDMA, device drivers), since a parent's write after a fork would move its page away from
 //!   the device. Linux 5.9 and later copy such pinned pages at fork time instead of sharing
@@ -112,6 +116,15 @@ fn release_at_least(release: &str, (major, minor): (u32, u32)) -> bool {
     }
 }
 
+/// Whether every thread of this process is `quiet` (stopped, the caller or the agent's own:
+/// none of them remaps anything until the put-back); false when `/proc/self/task` cannot be
+/// read. Checked while the world is stopped, before the smaps read: a thread that runs could
+/// remap a lifted range, and only a running program thread can start a new one.
+pub fn only_quiet_threads(quiet: impl Fn(u32) -> bool) -> bool {
+    let mut all = true;
+    crate::sys::for_each_task(|tid| all &= quiet(tid)) && all
+}
+
 /// Mappings whose `MADV_DONTFORK` is lifted; putting it back is [`Lifted::restore`], or the
 /// drop.
 pub struct Lifted {
@@ -120,7 +133,8 @@ pub struct Lifted {
 
 impl Lifted {
     /// Lifts `MADV_DONTFORK` from each of `ranges`, which must be mappings that have it now;
-    /// the ones `madvise` refuses are skipped.
+    /// the ones `madvise` refuses are marked again (a refusal may come part way through a
+    /// range) and skipped.
     ///
     /// # Safety
     /// `ranges` must be exactly the mappings of this process marked `MADV_DONTFORK` now (read
@@ -131,6 +145,8 @@ impl Lifted {
         for r in ranges {
             if advise(r, libc::MADV_DOFORK) {
                 lifted.push(r.clone());
+            } else if !advise(r, libc::MADV_DONTFORK) {
+                crate::log::note_problem();
             }
         }
         Lifted { ranges: lifted }
@@ -268,5 +284,38 @@ VmFlags: rd wr mr mw me dc
         assert!(hidden_now().contains(&middle));
         // SAFETY: our own mapping, no longer used.
         unsafe { crate::sys::unmap(p, len) };
+    }
+
+    /// A lift that fails part way (a range running past its mapping into a hole) marks the
+    /// part it had lifted again, and counts nothing as lifted.
+    #[test]
+    fn a_range_whose_lift_fails_part_way_is_marked_again() {
+        if !kernel_copies_pinned_pages() {
+            return;
+        }
+        let len = 3 * 4096usize;
+        let p = crate::sys::map_anon(len, false).expect("map");
+        let base = p as u64;
+        let marked = base..base + 2 * 4096;
+        assert!(advise(&marked, libc::MADV_DONTFORK));
+        // SAFETY: the last page of our own fresh mapping: a hole after the marked pages.
+        unsafe { crate::sys::unmap((base + 2 * 4096) as *mut u8, 4096) };
+        let past_the_end = base..base + 3 * 4096;
+        // SAFETY: the range covers only our own mapping (and a hole), put back below.
+        let lifted = unsafe { Lifted::lift(std::slice::from_ref(&past_the_end)) };
+        assert!(lifted.is_empty());
+        assert!(hidden_now().contains(&marked), "{:x?}", hidden_now());
+        drop(lifted);
+        // SAFETY: our own mapping, no longer used.
+        unsafe { crate::sys::unmap(p, 2 * 4096) };
+    }
+
+    /// The thread check sees every thread of the process: this one at least.
+    #[test]
+    fn the_thread_check_sees_the_calling_thread() {
+        // SAFETY: gettid has no arguments.
+        let me = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
+        assert!(!only_quiet_threads(|tid| tid != me));
+        assert!(only_quiet_threads(|_| true));
     }
 }
