@@ -80,6 +80,33 @@ pub(super) static NEW: [NewSlot; SLOTS] = [const {
     }
 }; SLOTS];
 
+/// Slots whose `len` is not 0, so that a free, lookup or mark of an address the table does
+/// not hold (a block allocated before the constructor, or not tracked once the table is
+/// full) skips reading every thread's slot when no new block waits anywhere
+/// ([`any_waiting`]).
+///
+/// Only a slot's owner changes it: +1 in [`NewSlot::push`] when `len` leaves 0, before the
+/// entry is written, and −1 in [`NewSlot::clear`] after `len` is back at 0. So at every
+/// moment it is at least the number of non-empty slots (a fork child may inherit it higher,
+/// from a thread stopped between the two steps: then it only searches for nothing).
+///
+/// Why a reader that reads 0 misses no entry it must see: the reader names the block's
+/// address, so its call happens after the `malloc` that returned it, and so after the +1
+/// that preceded the entry (the same happens-before edge by which it sees `len` with
+/// Acquire); by coherence it reads that +1 or a later value. A later value can be 0 only
+/// after this slot's −1, which follows its entries being taken, each under its shard's
+/// lock: the reader holds the lock of the block's shard, so either the entry was taken
+/// before (into the table the reader looked in, or as freed) or it cannot be taken before the
+/// reader unlocks, and then the −1 comes after the read (read-write coherence).
+static FILLED: AtomicU32 = AtomicU32::new(0);
+
+/// Whether any slot may hold new blocks (see [`FILLED`]). The caller holds the lock of the
+/// shard of the block it looks for; the Acquire keeps its reads of the slots after this.
+#[inline]
+pub(super) fn any_waiting() -> bool {
+    FILLED.load(Ordering::Acquire) != 0
+}
+
 impl NewSlot {
     /// Adds an entry (its owner, inside a hook): whether the slot is full now and must be
     /// applied; None (nothing added) when it was full already.
@@ -87,6 +114,10 @@ impl NewSlot {
     pub(super) fn push(&self, addr: u64, words: [u64; 3], op: Op) -> Option<bool> {
         let n = self.len.load(Ordering::Relaxed) as usize;
         let at = self.addrs.get(n)?;
+        if n == 0 {
+            // Counted before the entry is written: the Release stores below publish it too.
+            FILLED.fetch_add(1, Ordering::Relaxed);
+        }
         for (w, v) in self.words[n].iter().zip(words) {
             w.store(v, Ordering::Relaxed);
         }
@@ -96,6 +127,16 @@ impl NewSlot {
         at.store(addr, Ordering::Release);
         self.len.store(n as u32 + 1, Ordering::Release);
         Some(n + 1 >= BATCH)
+    }
+
+    /// Empties the slot (its owner, once every entry was taken; or a fork child for a
+    /// thread it did not inherit) and uncounts it in [`FILLED`].
+    pub(super) fn clear(&self) {
+        if self.len.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        self.len.store(0, Ordering::Release);
+        FILLED.fetch_sub(1, Ordering::Release);
     }
 
     /// The entries written so far.
