@@ -706,6 +706,8 @@ fn fork_child() -> Fork {
     // own threads (not stopped: the recording writer, the server) may hold at the clone; a
     // lock copied held would never be released in the child. Held across the clone, as the
     // fork handlers do, they are free on both sides.
+    // SAFETY: getpid has no preconditions.
+    let parent = unsafe { libc::getpid() };
     crate::alloc::AGENT_ALLOC.lock_all();
     // SAFETY: a raw clone without CLONE_VM and without a new stack is a fork whose child
     // gets a copy of this thread's stack; glibc's fork handlers are deliberately skipped
@@ -714,6 +716,7 @@ fn fork_child() -> Fork {
     crate::alloc::AGENT_ALLOC.unlock_all();
     match pid {
         0 => {
+            detach_from_program(parent);
             // SAFETY: our own descriptor.
             unsafe { libc::close(fds[0]) };
             Fork::Child(fds[1])
@@ -730,6 +733,96 @@ fn fork_child() -> Fork {
                 libc::close(fds[1]);
             }
             Fork::Failed
+        }
+    }
+}
+
+/// The signals whose disposition the scan child puts back to the default: every one but
+/// `SIGKILL` and `SIGSTOP` (which cannot be changed), the real-time ones included.
+const LAST_SIGNAL: libc::c_int = 64;
+
+/// First thing in the scan child, before it allocates: makes it a process of the agent's
+/// rather than a copy of the program. The child builds the whole graph (some 320 bytes an
+/// object) and can run out of memory; Rust's allocation-error handler then writes "memory
+/// allocation of N bytes failed" on fd 2 and aborts. Without this, that line would land on
+/// the program's standard error, the abort would run the program's own `SIGABRT` handler
+/// (inherited across the clone: a crash reporter of the program's, say, reporting a crash the
+/// program never had), a core could be dumped under the program's name, and a child whose
+/// parent died would scan on. So: fds 0, 1 and 2 become `/dev/null` (the agent's log keeps
+/// its own descriptor), every signal disposition goes back to the default, no core file, and
+/// the child dies with the thread that cloned it. Raw system calls only: nothing here
+/// allocates, and the agent's `sigaction` and `signal` wrappers are not in the way.
+fn detach_from_program(parent: libc::pid_t) {
+    // SAFETY: a NUL-terminated path; dup2 and close on descriptors of this process only.
+    unsafe {
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+        if null >= 0 {
+            for fd in 0..3 {
+                libc::dup2(null, fd);
+            }
+            if null > 2 {
+                libc::close(null);
+            }
+        }
+    }
+    // The kernel's `struct sigaction` (x86-64, aarch64): handler, flags, restorer, mask.
+    #[repr(C)]
+    struct KernelSigaction {
+        handler: usize,
+        flags: u64,
+        restorer: usize,
+        mask: u64,
+    }
+    let default = KernelSigaction {
+        handler: libc::SIG_DFL,
+        flags: 0,
+        restorer: 0,
+        mask: 0,
+    };
+    // SIGPIPE is ignored instead: a log on a pipe whose reader is gone must not kill the
+    // child (its socket to the parent is written with MSG_NOSIGNAL).
+    let ignore = KernelSigaction {
+        handler: libc::SIG_IGN,
+        ..default
+    };
+    for sig in 1..=LAST_SIGNAL {
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+            continue;
+        }
+        let action = if sig == libc::SIGPIPE {
+            &ignore
+        } else {
+            &default
+        };
+        // SAFETY: rt_sigaction reads a kernel sigaction of 8-byte mask from a live struct.
+        unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                sig,
+                action as *const KernelSigaction,
+                std::ptr::null_mut::<KernelSigaction>(),
+                8usize,
+            );
+        }
+    }
+    let no_core = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: prlimit64 on this process reads a live rlimit; prctl and getppid take no
+    // pointers; _exit ends only this child.
+    unsafe {
+        libc::syscall(
+            libc::SYS_prlimit64,
+            0,
+            libc::RLIMIT_CORE,
+            &no_core as *const libc::rlimit,
+            std::ptr::null_mut::<libc::rlimit>(),
+        );
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+        // The parent may have ended before the line above: nothing would kill the child then.
+        if libc::getppid() != parent {
+            libc::_exit(1);
         }
     }
 }
@@ -1286,6 +1379,74 @@ fn receive_from_child<H: Heap>(
 mod tests {
     use super::*;
     use std::sync::mpsc;
+
+    /// Where the program's `SIGABRT` handler of the test below writes.
+    static PROGRAM_HANDLER_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
+    extern "C" fn programs_abort_handler(_: libc::c_int) {
+        let fd = PROGRAM_HANDLER_FD.load(std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: writes a static string to a descriptor of this process.
+        unsafe { libc::write(fd, c"handler ran".as_ptr().cast(), 11) };
+    }
+
+    /// A scan child that aborts (as Rust's allocation-error handler does) writes nothing on
+    /// the program's standard error, runs none of its signal handlers and dumps no core.
+    #[test]
+    fn a_detached_child_that_aborts_leaves_no_trace_on_the_program() {
+        let mut pipe = [0i32; 2];
+        // SAFETY: pipe writes two descriptors.
+        assert_eq!(unsafe { libc::pipe(pipe.as_mut_ptr()) }, 0);
+        // SAFETY: getpid has no preconditions.
+        let parent = unsafe { libc::getpid() };
+        // SAFETY: the child only makes raw system calls and ends by abort or _exit.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: the program's setup in the child: its stderr is the pipe, its SIGABRT
+            // handler writes to the pipe; then the detach, a write on fd 2 and an abort.
+            unsafe {
+                libc::dup2(pipe[1], 2);
+                PROGRAM_HANDLER_FD.store(pipe[1], std::sync::atomic::Ordering::Relaxed);
+                libc::signal(
+                    libc::SIGABRT,
+                    programs_abort_handler as *const () as libc::sighandler_t,
+                );
+                detach_from_program(parent);
+                libc::write(2, c"memory allocation failed".as_ptr().cast(), 24);
+                let mut core = libc::rlimit {
+                    rlim_cur: 1,
+                    rlim_max: 1,
+                };
+                if libc::getrlimit(libc::RLIMIT_CORE, &mut core) != 0 || core.rlim_cur != 0 {
+                    libc::_exit(3);
+                }
+                libc::abort();
+            }
+        }
+        // SAFETY: our own descriptor.
+        unsafe { libc::close(pipe[1]) };
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 256];
+        loop {
+            // SAFETY: reads into a live buffer.
+            let n = unsafe { libc::read(pipe[0], buf.as_mut_ptr().cast(), buf.len()) };
+            if n <= 0 {
+                break;
+            }
+            seen.extend_from_slice(&buf[..n as usize]);
+        }
+        let mut status = 0;
+        // SAFETY: our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        // SAFETY: our own descriptor.
+        unsafe { libc::close(pipe[0]) };
+        assert_eq!(String::from_utf8_lossy(&seen), "");
+        assert!(
+            libc::WIFSIGNALED(status)
+                && libc::WTERMSIG(status) == libc::SIGABRT
+                && !libc::WCOREDUMP(status),
+            "status {status:#x}"
+        );
+    }
 
     /// Blocks given by hand: real memory owned by the test.
     struct Fixed(Vec<BlockInfo>);
