@@ -283,8 +283,8 @@ fn run<H: Heap>(
         .filter_map(|&tid| Some((tid, kernel_call(tid)?)))
         .collect();
     // Whether the program has mappings a fork leaves out (read again inside the pause only
-    // then: see `dontfork`).
-    let any_hidden_from_fork = !dontfork::hidden_now().is_empty();
+    // then: see `dontfork`), and may have them lifted (no device that DMAs into its memory).
+    let any_hidden_from_fork = !dontfork::hidden_now().is_empty() && !dontfork::holds_dma_device();
 
     // ---- stop window ----
     let frozen = heap.freeze();

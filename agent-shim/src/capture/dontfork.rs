@@ -29,6 +29,12 @@
 //!   (RDMA, device drivers), since a parent's write after a fork would move its page away from
 //!   the device. Linux 5.9 and later copy such pinned pages at fork time instead of sharing
 //!   them, so the parent keeps the page the device uses; before 5.9, nothing is lifted.
+//!   That copy covers only pages pinned the modern way (`FOLL_PIN`); a driver that still
+//!   holds pages by a plain reference is not seen by it. So a process with a descriptor open
+//!   on a device that does DMA into user memory (RDMA, VFIO, GPUs, accelerators, UIO, DMA
+//!   heaps: [`DMA_DEVICES`]) gets nothing lifted: its mappings stay hidden from the child,
+//!   as they were before this module. It is checked before the stop; a device opened between
+//!   that check and the pause is the one window left.
 //!   Device (`io`, `pf`) and hugetlb (`ht`) mappings are left alone, and only readable,
 //!   writable mappings are lifted (the only ones the scan reads).
 //!
@@ -90,6 +96,36 @@ pub fn hidden_now() -> Vec<Range<u64>> {
     std::fs::read_to_string("/proc/self/smaps")
         .map(|t| hidden_from_fork(&t))
         .unwrap_or_default()
+}
+
+/// Device paths under which a descriptor may let a driver DMA into the process's memory.
+pub const DMA_DEVICES: [&str; 9] = [
+    "/dev/infiniband/",
+    "/dev/vfio/",
+    "/dev/nvidia",
+    "/dev/dri/",
+    "/dev/kfd",
+    "/dev/accel/",
+    "/dev/dma_heap/",
+    "/dev/uio",
+    "/dev/vhost-",
+];
+
+/// Whether a descriptor's target (as `/proc/self/fd/N` links read) is such a device.
+pub fn is_dma_device(target: &[u8]) -> bool {
+    DMA_DEVICES.iter().any(|d| target.starts_with(d.as_bytes()))
+}
+
+/// Whether this process has a descriptor open on a device that may DMA into its memory (see
+/// the module doc); true when the descriptors cannot be listed, so that nothing is lifted.
+pub fn holds_dma_device() -> bool {
+    let Ok(fds) = std::fs::read_dir("/proc/self/fd") else {
+        return true;
+    };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path())
+            .is_ok_and(|t| is_dma_device(std::os::unix::ffi::OsStrExt::as_bytes(t.as_os_str())))
+    })
 }
 
 /// Whether the running kernel copies DMA-pinned pages at fork (Linux 5.9 and later).
@@ -232,6 +268,36 @@ VmFlags: rd wr mr mw me dc
             hidden_from_fork(SMAPS),
             vec![0x35508c0000..0x3550900000, 0x7f0000400000..0x7f0000401000]
         );
+    }
+
+    #[test]
+    fn descriptors_on_dma_capable_devices_are_told_apart() {
+        for dma in [
+            "/dev/infiniband/uverbs0",
+            "/dev/vfio/12",
+            "/dev/nvidia0",
+            "/dev/nvidiactl",
+            "/dev/dri/renderD128",
+            "/dev/kfd",
+            "/dev/accel/accel0",
+            "/dev/dma_heap/system",
+            "/dev/uio0",
+            "/dev/vhost-net",
+        ] {
+            assert!(is_dma_device(dma.as_bytes()), "{dma}");
+        }
+        for plain in [
+            "/dev/null",
+            "/dev/pts/3",
+            "/tmp/x",
+            "socket:[123]",
+            "anon_inode:[eventfd]",
+        ] {
+            assert!(!is_dma_device(plain.as_bytes()), "{plain}");
+        }
+        // This test process holds none (the machines that run the suite have no such device
+        // open in a test).
+        assert!(!holds_dma_device());
     }
 
     #[test]
