@@ -634,7 +634,7 @@ fn scan_stopped<H: Heap>(
         .map(|i| i as ObjectIndex)
         .collect();
     checked.sort_unstable();
-    let edges = scan_blocks(&index, space, &mut collector, &checked);
+    let edges = scan_blocks(&index, &maps, &mut collector, &checked);
     phases.blocks = mark.elapsed();
     Scanned {
         blocks: std::mem::take(blocks),
@@ -1466,6 +1466,75 @@ mod tests {
         fn glibc_blocks(&self) -> bool {
             false
         }
+    }
+
+    /// A heap that grows between the capture's first look at the memory map and the stop (as
+    /// an arena grows by `mprotect` under a thread allocating right then): its freeze maps
+    /// fresh memory holding two blocks, the first pointing at the second.
+    struct GrowsBeforeTheStop;
+
+    const GROWN: usize = 2 * 4096;
+
+    impl Heap for GrowsBeforeTheStop {
+        type Frozen = u64;
+        fn freeze(&self) -> u64 {
+            // SAFETY: a fresh anonymous private mapping; the test unmaps it.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    GROWN,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            assert_ne!(p, libc::MAP_FAILED);
+            let base = p as u64;
+            // SAFETY: inside the mapping just made.
+            unsafe { *((base + 16) as *mut u64) = base + 4096 + 16 };
+            base
+        }
+        fn blocks(&self, &base: &u64, out: &mut Vec<BlockInfo>) {
+            for (seq, addr) in [(1, base + 16), (2, base + 4096 + 16)] {
+                out.push(BlockInfo {
+                    addr,
+                    size: 64,
+                    seq,
+                    tid: 0,
+                    stack: 0,
+                });
+            }
+        }
+        fn len_hint(&self, _: &u64) -> usize {
+            2
+        }
+        fn stack(&self, _: u32) -> Vec<u64> {
+            Vec::new()
+        }
+        fn glibc_blocks(&self) -> bool {
+            false
+        }
+    }
+
+    #[test]
+    fn blocks_in_memory_mapped_after_the_first_look_at_the_map_are_scanned() {
+        stop::install().unwrap();
+        let cap = capture(&GrowsBeforeTheStop, &[], Timeouts::default()).unwrap();
+        let k = &cap.kept;
+        let first = (0..k.object_count() as ObjectIndex)
+            .find(|&o| k.seq(o) == 1)
+            .expect("the first block");
+        let second = (0..k.object_count() as ObjectIndex)
+            .find(|&o| k.seq(o) == 2)
+            .expect("the second block");
+        assert_eq!(
+            k.edges_of(first).collect::<Vec<_>>(),
+            vec![second],
+            "the first block's pointer to the second is an edge"
+        );
+        // SAFETY: the mapping `freeze` made, no longer used.
+        unsafe { libc::munmap((k.addr(first) - 16) as *mut libc::c_void, GROWN) };
     }
 
     #[test]

@@ -168,7 +168,7 @@ impl Exclusions {
 }
 
 /// The mapping of `maps` (sorted) containing `addr`.
-fn mapping_of(maps: &[Mapping], addr: u64) -> Option<&Mapping> {
+pub fn mapping_of(maps: &[Mapping], addr: u64) -> Option<&Mapping> {
     let i = maps.partition_point(|m| m.end <= addr);
     maps.get(i).filter(|m| m.start <= addr)
 }

@@ -13,7 +13,8 @@ use std::ops::Range;
 use heaptui_analysis::{Edges, ObjectIndex};
 pub use heaptui_capture::BlockIndex;
 
-use super::modules::AddressSpace;
+use super::mapped::mapping_of;
+use super::modules::{Mapping, clamp_to};
 
 /// Collects deduplicated references for one holder at a time, each with its kind: a start
 /// reference when some word of the holder points at the block's first byte, else interior.
@@ -175,12 +176,15 @@ pub fn checked_range(index: &BlockIndex, range: Range<u64>, c: &mut Collector) {
 }
 
 /// Scans every live block for references to live blocks (self-references dropped), giving
-/// the outgoing edges in block order. Blocks outside readable mappings are skipped. The
-/// blocks of `checked` (sorted; blocks a realloc in progress may have just unmapped, which
-/// the memory map read before the stop still shows) are read with a checked copy.
+/// the outgoing edges in block order. Blocks outside the readable mappings of `maps` are
+/// skipped: `maps` must be the memory map read after the stop, since a heap grows while the
+/// program runs (an arena's `mprotect`, `brk`), and a map read before the stop would leave
+/// the newest blocks unread, cutting a list the program has just grown at its head. The
+/// blocks of `checked` (sorted; blocks a realloc in progress may have just unmapped) are read
+/// with a checked copy.
 pub fn scan_blocks(
     index: &BlockIndex,
-    space: &AddressSpace,
+    maps: &[Mapping],
     c: &mut Collector,
     checked: &[ObjectIndex],
 ) -> Edges {
@@ -202,11 +206,11 @@ pub fn scan_blocks(
         // A block's words up to its size rounded up to 8: malloc's usable size always covers it.
         let r = r.start..r.start + (r.end - r.start).next_multiple_of(8);
         if !(mapping.start <= r.start && r.end <= mapping.end) {
-            mapping = match space.mapping(r.start) {
+            mapping = match mapping_of(maps, r.start) {
                 Some(m) if m.readable && r.end <= m.end => m.start..m.end,
                 _ => {
                     // Straddles mappings or unmapped: scan the readable parts only.
-                    for part in space.clamp(r.clone()) {
+                    for part in clamp_to(maps, r.clone()) {
                         // SAFETY: clamped to readable mappings.
                         unsafe { c.range(index, part, &[]) };
                     }
@@ -238,16 +242,16 @@ mod tests {
         buf[4] = base + 72; // block 1 -> block 2 (interior only)
         buf[5] = 12345;
         let index = BlockIndex::new(blocks.iter().copied());
-        let space = AddressSpace::load();
+        let maps = super::super::mapped::current_maps();
         let mut c = Collector::new(3);
-        let edges = scan_blocks(&index, &space, &mut c, &[]);
+        let edges = scan_blocks(&index, &maps, &mut c, &[]);
         assert_eq!(edges.of(0), &[1]);
         assert_eq!(edges.of(1), &[2]);
         assert_eq!(edges.of(2), &[] as &[u32]);
         assert!(edges.of_with_kinds(0).eq([(1, false)]));
         assert!(edges.of_with_kinds(1).eq([(2, true)]));
         // A checked read finds the same.
-        let edges = scan_blocks(&index, &space, &mut c, &[0, 1, 2]);
+        let edges = scan_blocks(&index, &maps, &mut c, &[0, 1, 2]);
         assert_eq!(edges.of(0), &[1]);
         assert_eq!(edges.of(1), &[2]);
         assert_eq!(edges.of(2), &[] as &[u32]);
