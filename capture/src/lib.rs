@@ -15,6 +15,7 @@
 //! - [`symbols`]: the function names of a module file.
 
 pub mod blocks;
+pub mod files;
 pub mod registers;
 pub mod symbols;
 pub mod unwind;

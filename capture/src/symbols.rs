@@ -108,7 +108,10 @@ pub fn debug_file_in(root: &str, path: &str, elf: &[u8]) -> Option<String> {
     ]
     .into_iter()
     .filter(|candidate| *candidate != format!("{root}{path}"))
-    .find(|candidate| std::fs::read(candidate).is_ok_and(|bytes| crc32fast::hash(&bytes) == crc))
+    .find(|candidate| {
+        crate::files::read_regular(candidate, crate::files::MAX_MODULE_FILE)
+            .is_ok_and(|bytes| crc32fast::hash(&bytes) == crc)
+    })
 }
 
 impl SymbolTable {
@@ -244,7 +247,10 @@ pub fn module_symbols(path: &str, elf: &[u8]) -> (SymbolTable, Option<String>) {
 pub fn module_symbols_in(root: &str, path: &str, elf: &[u8]) -> (SymbolTable, Option<String>) {
     let debug = debug_file_in(root, path, elf);
     let own = SymbolTable::parse(elf);
-    let symbols = match debug.as_deref().map(std::fs::read) {
+    let symbols = match debug
+        .as_deref()
+        .map(|d| crate::files::read_regular(d, crate::files::MAX_MODULE_FILE))
+    {
         Some(Ok(debug_bytes)) => own.merged(SymbolTable::parse(&debug_bytes)),
         _ => own,
     };

@@ -12,6 +12,7 @@
 //!
 //! Reads the agent's file and the copy; never the live process.
 
+use heaptui_capture::files::{MAX_MODULE_FILE, read_regular};
 use std::ops::Range;
 
 use nix::unistd::Pid;
@@ -46,7 +47,7 @@ pub fn locate(pid: Pid, maps: &Maps) -> Option<Agent> {
         .maps
         .iter()
         .find(|m| m.offset == 0 && glibc::is_agent(m.path.rsplit('/').next().unwrap_or(&m.path)))?;
-    let data_of_file = std::fs::read(glibc::in_target(pid, &first.path)).ok()?;
+    let data_of_file = read_regular(glibc::in_target(pid, &first.path), MAX_MODULE_FILE).ok()?;
     let file = object::File::parse(&*data_of_file).ok()?;
     let find = |what: &str| {
         file.symbols()

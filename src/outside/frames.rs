@@ -15,6 +15,7 @@
 //!
 //! Runs after the process was resumed: it reads files and the copy, never the live stacks.
 
+use heaptui_capture::files::{MAX_MODULE_FILE, read_regular};
 use std::ops::Range;
 
 use heaptui_analysis::FrameKind;
@@ -91,7 +92,7 @@ impl ModuleFiles {
             let bytes = if vdso {
                 memory::read_exact(pid, m.start, (m.end - m.start) as usize)
             } else {
-                std::fs::read(glibc::in_target(pid, &m.path)).ok()
+                read_regular(glibc::in_target(pid, &m.path), MAX_MODULE_FILE).ok()
             };
             let Some(bytes) = bytes else { continue };
             if let Some(mut f) = module_file(&m.path, bytes, first.start, first.offset) {

@@ -28,6 +28,7 @@
 //! Reads files and the target's read-only memory; never its writable memory (that is the
 //! stop's), never writes.
 
+use heaptui_capture::files::{MAX_MODULE_FILE, read_regular};
 use std::path::PathBuf;
 
 use nix::unistd::Pid;
@@ -227,7 +228,7 @@ pub fn check_allocator(pid: Pid, maps: &Maps) -> Result<(), GlibcError> {
         if is_libc(name) || name.starts_with("ld-linux") || is_agent(name) {
             continue;
         }
-        let Ok(data) = std::fs::read(in_target(pid, &m.path)) else {
+        let Ok(data) = read_regular(in_target(pid, &m.path), MAX_MODULE_FILE) else {
             continue;
         };
         let Ok(file) = object::File::parse(&*data) else {
@@ -303,7 +304,7 @@ pub fn locate(pid: Pid, maps: &Maps) -> Result<Glibc, GlibcError> {
     let bias = libc.start;
     let unreadable =
         |e: &dyn std::fmt::Display| GlibcError::Unreadable(path.clone(), e.to_string());
-    let data = std::fs::read(in_target(pid, &path)).map_err(|e| unreadable(&e))?;
+    let data = read_regular(in_target(pid, &path), MAX_MODULE_FILE).map_err(|e| unreadable(&e))?;
     let file = object::File::parse(&*data).map_err(|e| unreadable(&e))?;
     let build_id = file.build_id().ok().flatten().unwrap_or_default().to_vec();
     let id_hex: String = build_id.iter().map(|b| format!("{b:02x}")).collect();
@@ -311,7 +312,7 @@ pub fn locate(pid: Pid, maps: &Maps) -> Result<Glibc, GlibcError> {
     if syms[0].is_none() {
         let debug = debug_file(pid, &build_id)
             .ok_or_else(|| GlibcError::NoSymbols(path.clone(), id_hex.clone()))?;
-        let debug_data = std::fs::read(&debug).map_err(|e| unreadable(&e))?;
+        let debug_data = read_regular(&debug, MAX_MODULE_FILE).map_err(|e| unreadable(&e))?;
         let debug_file = object::File::parse(&*debug_data).map_err(|e| unreadable(&e))?;
         syms = find_symbols(&debug_file);
     }
@@ -370,7 +371,7 @@ pub fn static_tls(pid: Pid, maps: &Maps) -> u64 {
             continue;
         }
         seen.push(&m.path);
-        let Ok(data) = std::fs::read(in_target(pid, &m.path)) else {
+        let Ok(data) = read_regular(in_target(pid, &m.path), MAX_MODULE_FILE) else {
             continue;
         };
         let Ok(elf) = ElfFile64::<object::Endianness>::parse(&*data) else {
