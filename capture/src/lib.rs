@@ -16,6 +16,7 @@
 
 pub mod blocks;
 pub mod files;
+pub mod ranges;
 pub mod registers;
 pub mod symbols;
 pub mod unwind;

@@ -675,7 +675,7 @@ impl<'a, S: Space> Unwinder<'a, S> {
             pc: 0,
             sp: outer,
             cfa: stack_end,
-            ranges: merge(thread_ranges),
+            ranges: crate::ranges::merge(thread_ranges),
             values: thread_values,
             context: Vec::new(),
         });
@@ -686,28 +686,9 @@ impl<'a, S: Space> Unwinder<'a, S> {
     }
 }
 
-/// Sorts and merges overlapping ranges.
-fn merge(mut ranges: Vec<Range<u64>>) -> Vec<Range<u64>> {
-    ranges.sort_by_key(|r| r.start);
-    let mut out: Vec<Range<u64>> = Vec::with_capacity(ranges.len());
-    for r in ranges {
-        match out.last_mut() {
-            Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
-            _ => out.push(r),
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ranges_merge() {
-        assert_eq!(merge(vec![5..9, 0..4, 3..6]), vec![0..9]);
-        assert_eq!(merge(vec![0..1, 2..3]), vec![0..1, 2..3]);
-    }
 
     #[test]
     fn system_modules_are_known_by_name() {

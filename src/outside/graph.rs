@@ -116,18 +116,6 @@ fn subtract(range: Range<u64>, holes: &[Range<u64>]) -> Vec<Range<u64>> {
     out
 }
 
-fn merge(mut ranges: Vec<Range<u64>>) -> Vec<Range<u64>> {
-    ranges.sort_by_key(|r| r.start);
-    let mut out: Vec<Range<u64>> = Vec::with_capacity(ranges.len());
-    for r in ranges {
-        match out.last_mut() {
-            Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
-            _ => out.push(r),
-        }
-    }
-    out
-}
-
 fn command_line(pid: u32) -> String {
     std::fs::read(format!("/proc/{pid}/cmdline"))
         .map(|b| {
@@ -238,7 +226,7 @@ pub(super) fn build(
                     .map_or(0..0, |m| registers::frame_low(regs.rsp, at)..m.end);
                 let tls =
                     regs.fs_base.saturating_sub(glibc.static_tls)..regs.fs_base + THREAD_DESCRIPTOR;
-                let owned = merge(vec![stack, tls]);
+                let owned = heaptui_capture::ranges::merge(vec![stack, tls]);
                 not_globals.extend(owned.iter().cloned());
                 // The dead part of its stack, below the stack pointer, is no root at all (as
                 // in the agent's capture): it holds what finished calls left there.
@@ -295,7 +283,7 @@ pub(super) fn build(
             frames,
         });
     }
-    let not_globals = merge(not_globals);
+    let not_globals = heaptui_capture::ranges::merge(not_globals);
     let globals_ranges: Vec<Range<u64>> = image
         .ranges()
         .flat_map(|r| subtract(r, &not_globals))
@@ -346,7 +334,10 @@ mod tests {
         let whole = vec![0..50u64, 50..100];
         assert_eq!(subtract(0..100, &whole), Vec::<Range<u64>>::new());
         assert_eq!(subtract(50..60, &[0..10, 55..70]), vec![50..55]);
-        assert_eq!(merge(vec![5..9, 0..4, 3..6]), vec![0..9]);
+        assert_eq!(
+            heaptui_capture::ranges::merge(vec![5..9, 0..4, 3..6]),
+            vec![0..9]
+        );
     }
 
     #[test]

@@ -391,28 +391,7 @@ impl Space for AddressSpace {
 
 /// The parts of `range` that lie in readable mappings of `maps` (sorted), as 8-aligned ranges.
 pub fn clamp_to(maps: &[Mapping], range: Range<u64>) -> Vec<Range<u64>> {
-    let start = range.start.next_multiple_of(8);
-    let end = range.end & !7;
-    let mut out: Vec<Range<u64>> = Vec::new();
-    if start >= end {
-        return out;
-    }
-    let mut i = maps.partition_point(|m| m.end <= start);
-    while let Some(m) = maps.get(i) {
-        if m.start >= end {
-            break;
-        }
-        if m.readable {
-            let s = m.start.max(start);
-            let e = m.end.min(end);
-            match out.last_mut() {
-                Some(last) if last.end == s => last.end = e,
-                _ => out.push(s..e),
-            }
-        }
-        i += 1;
-    }
-    out
+    heaptui_capture::ranges::readable_parts(maps, |m| (m.start..m.end, m.readable), range)
 }
 
 #[cfg(test)]
