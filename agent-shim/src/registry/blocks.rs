@@ -465,7 +465,13 @@ fn newer(a: u64, b: u64) -> bool {
 /// counts it) when it could not be tracked.
 #[inline]
 pub fn insert_new(addr: u64, size: u64, tid: u32, stack: u32, op: Op, k: usize) -> bool {
-    let Some(slot) = NEW.get(k).filter(|_| size < super::new_blocks::DIRECT_FROM) else {
+    if size >= super::new_blocks::DIRECT_FROM {
+        // A big block goes straight in, after the thread's waiting ones: the live bytes
+        // published with it (the moments that make a peak) then count them too.
+        apply_new(k);
+        return insert(addr, size, tid, stack, op);
+    }
+    let Some(slot) = NEW.get(k) else {
         return insert(addr, size, tid, stack, op);
     };
     if !trackable(addr, size, op) {

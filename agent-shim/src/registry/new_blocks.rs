@@ -30,9 +30,10 @@
 //! - The live counters count the blocks in slots as allocated ([`account`]): exact whenever
 //!   no hook runs, like held frees; a reading taken while a batch is applied can count a
 //!   block twice or not at all for that moment. The peak is published by the shards, so it
-//!   can miss what waits in slots: blocks of [`DIRECT_FROM`] bytes or more never wait, so
-//!   that is less than `BATCH` × 4 KiB per thread; every reading of the counters also raises
-//!   the peak to the live bytes it found.
+//!   can miss what waits in slots: blocks of [`DIRECT_FROM`] bytes or more never wait, and
+//!   the thread's waiting blocks are applied before such a block goes in, so that is less
+//!   than `BATCH` × 4 KiB per thread and none of the allocating thread's own at a big block;
+//!   every reading of the counters also raises the peak to the live bytes it found.
 //! - A fork child applies the slots of the parent's other threads (`held_frees::
 //!   adopt_in_child`); a thread's batch is applied when it ends (thread-exit destructor) and
 //!   for the main thread by the exit summary. A thread that ends without the destructor
