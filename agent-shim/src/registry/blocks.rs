@@ -70,6 +70,21 @@ pub struct BlockRecord {
     pub moving: bool,
 }
 
+impl BlockRecord {
+    /// A block the program just got, with the next sequence number (allocation order).
+    #[inline]
+    fn new_block(addr: u64, size: u64, tid: u32, stack: u32) -> BlockRecord {
+        BlockRecord {
+            addr,
+            size,
+            seq: SEQ.fetch_add(1, Ordering::Relaxed) + 1,
+            tid,
+            stack,
+            moving: false,
+        }
+    }
+}
+
 /// 24 bytes: `w0 = addr | tid[0..16] << 48`, `w1 = size | tid[16..24] << 48 | stack[0..8] << 56`,
 /// `w2 = seq | moving << 47 | stack[8..24] << 48`. Addresses and sizes below 2^48 (x86-64
 /// user space), seq wraps at 2^47, tid and stack ids below 2^24. `w0 == 0` marks an empty
@@ -477,15 +492,7 @@ pub fn insert_new(addr: u64, size: u64, tid: u32, stack: u32, op: Op, k: usize) 
     if !trackable(addr, size, op) {
         return false;
     }
-    let seq = SEQ.fetch_add(1, Ordering::Relaxed) + 1;
-    let e = Entry::pack(&BlockRecord {
-        addr,
-        size,
-        seq,
-        tid,
-        stack,
-        moving: false,
-    });
+    let e = Entry::pack(&BlockRecord::new_block(addr, size, tid, stack));
     let full = match slot.push(addr, e.w, op) {
         Some(full) => full,
         None => {
@@ -654,15 +661,7 @@ pub fn insert(addr: u64, size: u64, tid: u32, stack: u32, op: Op) -> bool {
     }
     let h = hash(addr);
     shard_of(addr).prefetch(h);
-    let seq = SEQ.fetch_add(1, Ordering::Relaxed) + 1;
-    let rec = BlockRecord {
-        addr,
-        size,
-        seq,
-        tid,
-        stack,
-        moving: false,
-    };
+    let rec = BlockRecord::new_block(addr, size, tid, stack);
     let mut round = 0;
     loop {
         let mut shard = Locked::new(shard_of(addr));
@@ -885,15 +884,7 @@ pub fn finish_move(old: &BlockRecord, addr: u64, size: u64, tid: u32, stack: u32
         remove(old.addr, None);
         return false;
     }
-    let seq = SEQ.fetch_add(1, Ordering::Relaxed) + 1;
-    let rec = BlockRecord {
-        addr,
-        size,
-        seq,
-        tid,
-        stack,
-        moving: false,
-    };
+    let rec = BlockRecord::new_block(addr, size, tid, stack);
     let (h_old, h_new) = (hash(old.addr), hash(addr));
     let (s_old, s_new) = (shard_of(old.addr), shard_of(addr));
     let same = std::ptr::eq(s_old, s_new);
