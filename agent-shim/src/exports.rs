@@ -430,6 +430,165 @@ pub unsafe extern "C-unwind" fn msgsnd(
     unsafe { crate::signals::blocking::msgsnd(id, msg, size, flags) }
 }
 
+// Socket calls under SO_RCVTIMEO/SO_SNDTIMEO, which the kernel ends with EINTR after any
+// handler (signals::sockets); cancellation points, so "C-unwind" as above.
+
+/// # Safety
+/// As `recv(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn recv(
+    fd: c_int,
+    buf: *mut c_void,
+    len: usize,
+    flags: c_int,
+) -> libc::ssize_t {
+    crate::signals::blocking::scrub_stack();
+    // SAFETY: the caller's arguments.
+    unsafe { crate::signals::sockets::recv(fd, buf, len, flags) }
+}
+
+/// # Safety
+/// As `recvfrom(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn recvfrom(
+    fd: c_int,
+    buf: *mut c_void,
+    len: usize,
+    flags: c_int,
+    addr: *mut libc::sockaddr,
+    addr_len: *mut libc::socklen_t,
+) -> libc::ssize_t {
+    crate::signals::blocking::scrub_stack();
+    // SAFETY: the caller's arguments.
+    unsafe { crate::signals::sockets::recvfrom(fd, buf, len, flags, addr, addr_len) }
+}
+
+/// # Safety
+/// As `recvmsg(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn recvmsg(
+    fd: c_int,
+    msg: *mut libc::msghdr,
+    flags: c_int,
+) -> libc::ssize_t {
+    crate::signals::blocking::scrub_stack();
+    // SAFETY: the caller's arguments.
+    unsafe { crate::signals::sockets::recvmsg(fd, msg, flags) }
+}
+
+/// # Safety
+/// As `send(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn send(
+    fd: c_int,
+    buf: *const c_void,
+    len: usize,
+    flags: c_int,
+) -> libc::ssize_t {
+    crate::signals::blocking::scrub_stack();
+    // SAFETY: the caller's arguments.
+    unsafe { crate::signals::sockets::send(fd, buf, len, flags) }
+}
+
+/// # Safety
+/// As `sendto(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn sendto(
+    fd: c_int,
+    buf: *const c_void,
+    len: usize,
+    flags: c_int,
+    addr: *const libc::sockaddr,
+    addr_len: libc::socklen_t,
+) -> libc::ssize_t {
+    crate::signals::blocking::scrub_stack();
+    // SAFETY: the caller's arguments.
+    unsafe { crate::signals::sockets::sendto(fd, buf, len, flags, addr, addr_len) }
+}
+
+/// # Safety
+/// As `sendmsg(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn sendmsg(
+    fd: c_int,
+    msg: *const libc::msghdr,
+    flags: c_int,
+) -> libc::ssize_t {
+    crate::signals::blocking::scrub_stack();
+    // SAFETY: the caller's arguments.
+    unsafe { crate::signals::sockets::sendmsg(fd, msg, flags) }
+}
+
+/// # Safety
+/// As `accept(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn accept(
+    fd: c_int,
+    addr: *mut libc::sockaddr,
+    addr_len: *mut libc::socklen_t,
+) -> c_int {
+    crate::signals::blocking::scrub_stack();
+    // SAFETY: the caller's arguments.
+    unsafe { crate::signals::sockets::accept(fd, addr, addr_len) }
+}
+
+/// # Safety
+/// As `accept4(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn accept4(
+    fd: c_int,
+    addr: *mut libc::sockaddr,
+    addr_len: *mut libc::socklen_t,
+    flags: c_int,
+) -> c_int {
+    crate::signals::blocking::scrub_stack();
+    // SAFETY: the caller's arguments.
+    unsafe { crate::signals::sockets::accept4(fd, addr, addr_len, flags) }
+}
+
+/// # Safety
+/// As `connect(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn connect(
+    fd: c_int,
+    addr: *const libc::sockaddr,
+    len: libc::socklen_t,
+) -> c_int {
+    crate::signals::blocking::scrub_stack();
+    // SAFETY: the caller's arguments.
+    unsafe { crate::signals::sockets::connect(fd, addr, len) }
+}
+
+/// `syscall(3)`, variadic in C: on x86-64 a variadic call passes its integer arguments as a
+/// fixed one does (registers, the sixth on the stack), so the six that any system call can
+/// take are read as parameters, as glibc's own `syscall` reads them; the ones the caller did
+/// not pass are whatever its registers and stack slot held, which the kernel ignores
+/// (signals::raw_syscall).
+///
+/// # Safety
+/// As `syscall(2)` for call `n`.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C-unwind" fn syscall(
+    n: libc::c_long,
+    a1: libc::c_long,
+    a2: libc::c_long,
+    a3: libc::c_long,
+    a4: libc::c_long,
+    a5: libc::c_long,
+    a6: libc::c_long,
+) -> libc::c_long {
+    let args = [a1, a2, a3, a4, a5, a6];
+    if crate::signals::raw_syscall::resumed(n) {
+        crate::signals::blocking::scrub_stack();
+        // SAFETY: the caller's call.
+        unsafe { crate::signals::raw_syscall::blocking_call(n, args) }
+    } else {
+        // SAFETY: the caller's call.
+        unsafe { crate::signals::raw_syscall::pass(n, args) }
+    }
+}
+
 // `SIGUSR2` kept for both the program and HEAPTUI_DUMP (signals::chain).
 
 /// # Safety

@@ -120,6 +120,36 @@ pub fn current_tid() -> u32 {
     tid
 }
 
+/// A system call made with the `syscall` instruction: the kernel's result, a negative error
+/// number on failure, errno untouched. The agent exports `syscall(3)` itself
+/// (`signals::raw_syscall`), so `libc::syscall` from inside the agent reaches that wrapper.
+///
+/// # Safety
+/// As the system call `n` with arguments `args` (unused ones are ignored by the kernel).
+#[inline]
+pub unsafe fn raw_syscall(n: libc::c_long, args: [libc::c_long; 6]) -> libc::c_long {
+    let ret: libc::c_long;
+    // SAFETY: the x86-64 system call convention: number in rax, arguments in rdi, rsi, rdx,
+    // r10, r8, r9; the kernel clobbers rcx and r11 and returns in rax. What the call does with
+    // memory is the caller's contract.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            inlateout("rax") n => ret,
+            in("rdi") args[0],
+            in("rsi") args[1],
+            in("rdx") args[2],
+            in("r10") args[3],
+            in("r8") args[4],
+            in("r9") args[5],
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    ret
+}
+
 /// `gettid()` straight from the kernel (the cache is wrong in a fork child until reset).
 pub fn raw_gettid() -> u32 {
     // SAFETY: gettid has no arguments and cannot fail.

@@ -99,6 +99,21 @@ fn blocking_calls_sleep_their_full_time_under_snapshots_and_program_signals_stil
         "semtimedop",
         "msgrcv",
         "msgsnd",
+        "recv",
+        "recvfrom",
+        "recvmsg",
+        "send",
+        "sendto",
+        "sendmsg",
+        "accept",
+        "accept4",
+        "connect_tcp",
+        "connect_unix",
+        "raw_nanosleep",
+        "raw_ppoll",
+        "raw_recvfrom",
+        "raw_io_getevents",
+        "libaio_io_getevents",
     ];
     let mut expected: String = functions
         .iter()

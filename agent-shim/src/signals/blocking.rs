@@ -32,9 +32,10 @@
 //!   `BY_AGENT` is not set, and the wrapper returns the `EINTR` untouched (with `nanosleep`'s
 //!   `rem`, `sleep`'s unslept seconds and `select`'s updated `timeval`, as the kernel gave them).
 //!
-//! Not covered (the call still sees `EINTR` from a stop, as before): the rest of signal(7)'s
-//! list — socket calls with `SO_RCVTIMEO`/`SO_SNDTIMEO` and libaio's `io_getevents` (not
-//! glibc's) — and any call a program or runtime makes with a raw `syscall(2)` (Go's, for one),
+//! The rest of signal(7)'s list goes through [`run`] too: the socket calls under
+//! `SO_RCVTIMEO`/`SO_SNDTIMEO` (`signals::sockets`), and every blocking call made by number
+//! through libc's `syscall(3)`, libaio's `io_getevents` among them (`signals::raw_syscall`).
+//! Not covered: a call made with the `syscall` instruction itself (Go's runtime, for one),
 //! which no interposition can see.
 //!
 //! Residual race, accepted: when a program signal and the stop signal are both pending as the
@@ -375,7 +376,7 @@ type PselectFn = unsafe extern "C-unwind" fn(
 
 /// A relative timeout of `ns` on CLOCK_MONOTONIC, or [`Timeout::Same`] when there is nothing
 /// to count down (no timeout, or zero: the call cannot block).
-fn monotonic(ns: Option<i128>) -> Timeout {
+pub(super) fn monotonic(ns: Option<i128>) -> Timeout {
     match ns {
         Some(ns) if ns > 0 => Timeout::Relative {
             clock: libc::CLOCK_MONOTONIC,
@@ -389,7 +390,7 @@ fn monotonic(ns: Option<i128>) -> Timeout {
 ///
 /// # Safety
 /// `ts` is null or readable.
-unsafe fn read_ts(ts: *const libc::timespec) -> Option<libc::timespec> {
+pub(super) unsafe fn read_ts(ts: *const libc::timespec) -> Option<libc::timespec> {
     // SAFETY: guaranteed by the caller.
     (!ts.is_null()).then(|| unsafe { *ts })
 }

@@ -2,7 +2,8 @@
 //!
 //! Owns: the real libc functions behind the agent's signal-related wrappers (resolved with
 //! `dlsym(RTLD_NEXT)` in the constructor, before any program thread exists), the blocking-call
-//! wrappers that hide the stop signal's `EINTR` ([`blocking`]), and the `SIGUSR2` chaining
+//! wrappers that hide the stop signal's `EINTR` ([`blocking`], [`sockets`] for the socket calls
+//! under a timeout, [`raw_syscall`] for the calls made through `syscall(3)`), and the `SIGUSR2` chaining
 //! that keeps both the program's handler and the `HEAPTUI_DUMP` trigger ([`chain`]).
 //!
 //! The agent's own code must install its handlers through [`chain::real_sigaction`], never
@@ -13,6 +14,8 @@
 
 pub mod blocking;
 pub mod chain;
+pub mod raw_syscall;
+pub mod sockets;
 
 use std::ffi::{CStr, c_int, c_void};
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -82,6 +85,7 @@ pub fn has_signal(set: &libc::sigset_t, sig: c_int) -> bool {
 /// Resolves every wrapped function (the agent's constructor).
 pub fn init() {
     blocking::init();
+    sockets::init();
     chain::init();
 }
 

@@ -9,7 +9,16 @@
  * Phase 2: each blocks for 6 s; the main thread takes a snapshot, then
  * sends every worker SIGUSR1, whose handler the program installed: each call must end early
  * with EINTR, exactly as without the agent. One line per function:
- * "<name> full=ok intr=eintr". */
+ * "<name> full=ok intr=eintr".
+ *
+ * The socket calls wait on sockets with a receive or send timeout (SO_RCVTIMEO/SO_SNDTIMEO of
+ * the round's length), which the kernel ends with EINTR after any handler: each must end at
+ * its timeout with the call's own timeout error (EAGAIN; EINPROGRESS for a TCP connect). recv*
+ * wait on an empty stream socket pair, send* on one whose send buffer is full, accept on a
+ * Unix listener nobody connects to, connect on listeners whose backlog (0) one connection
+ * already fills. The raw_* calls are made by number through syscall(3); libaio's io_getevents
+ * (loaded with dlopen: the target needs no libaio headers) makes its call that way too and
+ * returns -errno. */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -20,15 +29,26 @@
 #include <sys/select.h>
 #include <sys/syscall.h>
 #include <time.h>
+#include <dlfcn.h>
+#include <stddef.h>
+#include <linux/aio_abi.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 
 enum { NANOSLEEP, CLOCK_REL, CLOCK_ABS, SLEEP, USLEEP, POLL, PPOLL, EPOLL_WAIT, EPOLL_PWAIT,
        SELECT, PSELECT, PAUSE, SIGSUSPEND, SIGWAITINFO, SIGTIMEDWAIT, EPOLL_PWAIT2, SEMOP,
-       SEMTIMEDOP, MSGRCV, MSGSND, N };
+       SEMTIMEDOP, MSGRCV, MSGSND, RECV, RECVFROM, RECVMSG, SEND, SENDTO, SENDMSG, ACCEPT,
+       ACCEPT4, CONNECT_TCP, CONNECT_UNIX, RAW_NANOSLEEP, RAW_PPOLL, RAW_RECVFROM,
+       RAW_IO_GETEVENTS, LIBAIO_IO_GETEVENTS, N };
 static const char *names[N] = {"nanosleep", "clock_nanosleep", "clock_nanosleep_abs", "sleep",
                                "usleep", "poll", "ppoll", "epoll_wait", "epoll_pwait",
                                "select", "pselect", "pause", "sigsuspend", "sigwaitinfo",
                                "sigtimedwait", "epoll_pwait2", "semop", "semtimedop",
-                               "msgrcv", "msgsnd"};
+                               "msgrcv", "msgsnd", "recv", "recvfrom", "recvmsg", "send",
+                               "sendto", "sendmsg", "accept", "accept4", "connect_tcp",
+                               "connect_unix", "raw_nanosleep", "raw_ppoll", "raw_recvfrom",
+                               "raw_io_getevents", "libaio_io_getevents"};
 #define WAKE (SIGRTMIN + 10)
 #define NEVER (SIGRTMIN + 11)
 static __thread volatile sig_atomic_t woke;
@@ -47,6 +67,143 @@ static void remove_ipc(void) {
     if (inbox >= 0) msgctl(inbox, IPC_RMID, NULL);
     if (full_queue >= 0) msgctl(full_queue, IPC_RMID, NULL);
 }
+/* One socket per socket call (recv* and send*: one end of a stream pair, send*'s with its send
+ * buffer filled); the listeners of accept and of the two connects. */
+static int sock_of[N], unix_listener, tcp_full_listener, unix_full_listener;
+static struct sockaddr_in tcp_full_addr;
+static struct sockaddr_un unix_full_addr;
+static aio_context_t aio_ctx;
+static int (*libaio_setup)(int, unsigned long *);
+static int (*libaio_getevents)(unsigned long, long, long, struct io_event *, struct timespec *);
+static unsigned long libaio_ctx;
+
+/* A Unix socket address in the abstract namespace, unique to this process and `tag`. */
+static socklen_t unix_addr(struct sockaddr_un *a, const char *tag) {
+    memset(a, 0, sizeof *a);
+    a->sun_family = AF_UNIX;
+    int n = snprintf(a->sun_path + 1, sizeof a->sun_path - 1, "heaptui-blocking-%d-%s",
+                     (int)getpid(), tag);
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+}
+
+static void set_timeout(int fd, int option, int secs) {
+    struct timeval tv = {secs, 0};
+    if (setsockopt(fd, SOL_SOCKET, option, &tv, sizeof tv) != 0) {
+        perror("setsockopt");
+        exit(4);
+    }
+}
+
+/* Waits until listener `fd` holds a connection nobody accepted (its backlog is then full). */
+static void wait_pending(int fd) {
+    struct pollfd p = {fd, POLLIN, 0};
+    if (poll(&p, 1, 10000) != 1) {
+        fprintf(stderr, "the backlog's connection never arrived\n");
+        exit(4);
+    }
+}
+
+static void open_sockets(void) {
+    for (int i = RECV; i <= RAW_RECVFROM; i++) {
+        if (i == ACCEPT || i == ACCEPT4 || i == CONNECT_TCP || i == CONNECT_UNIX ||
+            i == RAW_NANOSLEEP || i == RAW_PPOLL)
+            continue;
+        int sv[2];
+        if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) exit(4);
+        sock_of[i] = sv[0];
+        if (i >= SEND && i <= SENDMSG) {
+            char chunk[4096] = {0};
+            while (send(sv[0], chunk, sizeof chunk, MSG_DONTWAIT) > 0) {}
+            if (errno != EAGAIN) exit(4);
+        }
+    }
+    struct sockaddr_un a;
+    unix_listener = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (bind(unix_listener, (struct sockaddr *)&a, unix_addr(&a, "accept")) != 0 ||
+        listen(unix_listener, 8) != 0)
+        exit(4);
+    unix_full_listener = socket(AF_UNIX, SOCK_STREAM, 0);
+    socklen_t len = unix_addr(&unix_full_addr, "full");
+    if (bind(unix_full_listener, (struct sockaddr *)&unix_full_addr, len) != 0 ||
+        listen(unix_full_listener, 0) != 0)
+        exit(4);
+    int filler = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (connect(filler, (struct sockaddr *)&unix_full_addr, len) != 0) exit(4);
+    wait_pending(unix_full_listener);
+    tcp_full_listener = socket(AF_INET, SOCK_STREAM, 0);
+    tcp_full_addr.sin_family = AF_INET;
+    tcp_full_addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    len = sizeof tcp_full_addr;
+    if (bind(tcp_full_listener, (struct sockaddr *)&tcp_full_addr, len) != 0 ||
+        listen(tcp_full_listener, 0) != 0 ||
+        getsockname(tcp_full_listener, (struct sockaddr *)&tcp_full_addr, &len) != 0)
+        exit(4);
+    filler = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(filler, (struct sockaddr *)&tcp_full_addr, sizeof tcp_full_addr) != 0) exit(4);
+    wait_pending(tcp_full_listener);
+    if (syscall(SYS_io_setup, 4, &aio_ctx) != 0) {
+        perror("io_setup");
+        exit(4);
+    }
+    void *aio = dlopen("libaio.so.1", RTLD_NOW);
+    if (!aio) {
+        fprintf(stderr, "libaio is not installed (libaio.so.1: %s)\n", dlerror());
+        exit(7);
+    }
+    libaio_setup = (int (*)(int, unsigned long *))dlsym(aio, "io_setup");
+    libaio_getevents = (int (*)(unsigned long, long, long, struct io_event *,
+                                struct timespec *))dlsym(aio, "io_getevents");
+    if (!libaio_setup || !libaio_getevents || libaio_setup(4, &libaio_ctx) != 0) exit(4);
+}
+
+/* A socket call's result: 0 when it ended at its timeout with `timed_out` in errno, else the
+ * errno (-1 when it succeeded). */
+static int timed_out(long r, int expected) { return r < 0 ? (errno == expected ? 0 : errno) : -1; }
+
+/* Blocks in socket call `which` for `secs` (the socket's timeout). */
+static int block_socket(int which, int secs) {
+    char byte = 0;
+    struct iovec iov = {&byte, 1};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+    int fd = sock_of[which], e;
+    switch (which) {
+    case RECV: case RECVFROM: case RECVMSG: case RAW_RECVFROM:
+        set_timeout(fd, SO_RCVTIMEO, secs);
+        break;
+    case SEND: case SENDTO: case SENDMSG:
+        set_timeout(fd, SO_SNDTIMEO, secs);
+        break;
+    }
+    switch (which) {
+    case RECV: return timed_out(recv(fd, &byte, 1, 0), EAGAIN);
+    case RECVFROM: return timed_out(recvfrom(fd, &byte, 1, 0, NULL, NULL), EAGAIN);
+    case RECVMSG: return timed_out(recvmsg(fd, &msg, 0), EAGAIN);
+    case RAW_RECVFROM:
+        return timed_out(syscall(SYS_recvfrom, fd, &byte, 1, 0, NULL, NULL), EAGAIN);
+    case SEND: return timed_out(send(fd, &byte, 1, 0), EAGAIN);
+    case SENDTO: return timed_out(sendto(fd, &byte, 1, 0, NULL, 0), EAGAIN);
+    case SENDMSG: return timed_out(sendmsg(fd, &msg, 0), EAGAIN);
+    case ACCEPT:
+    case ACCEPT4:
+        set_timeout(unix_listener, SO_RCVTIMEO, secs);
+        return timed_out(which == ACCEPT ? accept(unix_listener, NULL, NULL)
+                                         : accept4(unix_listener, NULL, NULL, SOCK_CLOEXEC),
+                         EAGAIN);
+    default: { /* the connects: a fresh socket each round, closed after */
+        int tcp = which == CONNECT_TCP;
+        fd = socket(tcp ? AF_INET : AF_UNIX, SOCK_STREAM, 0);
+        set_timeout(fd, SO_SNDTIMEO, secs);
+        long r = tcp ? connect(fd, (struct sockaddr *)&tcp_full_addr, sizeof tcp_full_addr)
+                     : connect(fd, (struct sockaddr *)&unix_full_addr,
+                               (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
+                                           strlen(unix_full_addr.sun_path + 1)));
+        e = timed_out(r, tcp ? EINPROGRESS : EAGAIN);
+        close(fd);
+        return e;
+    }
+    }
+}
+
 static pid_t tids[N];
 static atomic_int entered[N];
 static pthread_barrier_t phase;
@@ -138,12 +295,29 @@ static int block(int which, int secs) {
         struct message m = {1, {0}};
         return msgsnd(full_queue, &m, sizeof m.text, 0) == 0 ? 0 : errno;
     }
+    case RAW_NANOSLEEP:
+        return syscall(SYS_nanosleep, &ts, &rem) == 0 ? 0 : errno;
+    case RAW_PPOLL:
+        r = (int)syscall(SYS_ppoll, &p, 1, &ts, NULL, 8);
+        break;
+    case RAW_IO_GETEVENTS: {
+        struct io_event events[1];
+        long got = syscall(SYS_io_getevents, aio_ctx, 1, 1, events, &ts);
+        return got == 0 ? 0 : got < 0 ? errno : -1;
+    }
+    case LIBAIO_IO_GETEVENTS: {
+        struct io_event events[1];
+        int got = libaio_getevents(libaio_ctx, 1, 1, events, &ts);
+        return got == 0 ? 0 : got < 0 ? -got : -1;
+    }
     case SELECT:
         r = select(pipefd[0] + 1, &rs, NULL, NULL, &tv);
         break;
-    default:
+    case PSELECT:
         r = pselect(pipefd[0] + 1, &rs, NULL, NULL, &ts, NULL);
         break;
+    default:
+        return block_socket(which, secs);
     }
     return r == 0 ? 0 : r < 0 ? errno : -1;
 }
@@ -208,6 +382,7 @@ int main(void) {
     if (msgctl(full_queue, IPC_SET, &q) != 0 ||
         msgsnd(full_queue, &filler, sizeof filler.text, IPC_NOWAIT) != 0)
         return 4;
+    open_sockets();
     pthread_barrier_init(&phase, NULL, N + 1);
     pthread_t t[N];
     for (long i = 0; i < N; i++) pthread_create(&t[i], NULL, worker, (void *)i);

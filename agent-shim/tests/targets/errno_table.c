@@ -24,6 +24,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,9 @@
 #include <sys/epoll.h>
 #include <sys/msg.h>
 #include <sys/sem.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/resource.h>
 #include <sys/select.h>
 #include <sys/time.h>
@@ -317,6 +321,40 @@ static void blocking(void) {
     INT("msgrcv", msgrcv(queue, &msg, sizeof msg.text, 0, 0));
     INT("msgrcv_empty", msgrcv(queue, &msg, sizeof msg.text, 0, IPC_NOWAIT));
     INT("msgrcv_bad_id", msgrcv(-1, &msg, sizeof msg.text, 0, 0));
+    /* Sockets, a receive and a send timeout on one end of a pair (signals::sockets). */
+    int sp[2], not_socket[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sp) != 0 || pipe(not_socket) != 0) exit(1);
+    struct timeval short_tv = {0, 10000}, long_tv = {10, 0};
+    setsockopt(sp[0], SOL_SOCKET, SO_RCVTIMEO, &short_tv, sizeof short_tv);
+    setsockopt(sp[0], SOL_SOCKET, SO_SNDTIMEO, &short_tv, sizeof short_tv);
+    char byte = 'x';
+    struct iovec iov = {&byte, 1};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    struct sockaddr_un nobody = {.sun_family = AF_UNIX, .sun_path = "\0heaptui-nobody-listens"};
+    INT("send", send(sp[1], &byte, 1, 0));
+    INT("recv", recv(sp[0], &byte, 1, 0));
+    INT("recv_timeout", recv(sp[0], &byte, 1, 0));
+    INT("recv_bad_fd", recv(-1, &byte, 1, 0));
+    INT("sendto", sendto(sp[1], &byte, 1, 0, NULL, 0));
+    INT("recvfrom", recvfrom(sp[0], &byte, 1, 0, NULL, NULL));
+    INT("recvfrom_not_socket", recvfrom(not_socket[0], &byte, 1, 0, NULL, NULL));
+    INT("sendmsg", sendmsg(sp[1], &mh, 0));
+    INT("recvmsg", recvmsg(sp[0], &mh, 0));
+    INT("recvmsg_timeout", recvmsg(sp[0], &mh, 0));
+    INT("sendmsg_bad_fd", sendmsg(-1, &mh, 0));
+    INT("accept_not_listening", accept(sp[0], NULL, NULL));
+    INT("accept4_bad_flags", accept4(sp[0], NULL, NULL, -1));
+    int lone = socket(AF_UNIX, SOCK_STREAM, 0);
+    INT("connect_refused", connect(lone, (struct sockaddr *)&nobody,
+                                   offsetof(struct sockaddr_un, sun_path) + 23));
+    close(lone);
+    /* Calls by number through syscall(3) (signals::raw_syscall). */
+    INT("syscall_close_bad_fd", syscall(SYS_close, -1));
+    INT("syscall_nanosleep", syscall(SYS_nanosleep, &short_ts, NULL));
+    INT("syscall_nanosleep_bad_ts", syscall(SYS_nanosleep, &bad_ts, NULL));
+    INT("syscall_io_getevents_bad_ctx", syscall(SYS_io_getevents, 0, 1, 1, NULL, &short_ts));
+    INT("syscall_recvfrom_timeout", syscall(SYS_recvfrom, sp[0], &byte, 1, 0, NULL, NULL));
+    INT("syscall_getppid_kept", syscall(SYS_getppid) > 0);
 
     /* Waits the program's own signal ends: EINTR, whatever the agent did meanwhile. */
     struct sigaction sa;
@@ -338,6 +376,10 @@ static void blocking(void) {
     INT("semop_interrupted", semop(sems, &take, 1));
     INT("semtimedop_interrupted", semtimedop(sems, &take, 1, &long_ts));
     INT("msgrcv_interrupted", msgrcv(queue, &msg, sizeof msg.text, 0, 0));
+    setsockopt(sp[0], SOL_SOCKET, SO_RCVTIMEO, &long_tv, sizeof long_tv);
+    INT("recv_interrupted", recv(sp[0], &byte, 1, 0));
+    INT("syscall_recvfrom_interrupted", syscall(SYS_recvfrom, sp[0], &byte, 1, 0, NULL, NULL));
+    INT("syscall_nanosleep_interrupted", syscall(SYS_nanosleep, &long_ts, NULL));
     keep_poking = 0;
     pthread_join(t, NULL);
 

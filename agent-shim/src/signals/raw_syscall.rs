@@ -1,0 +1,254 @@
+//! `syscall(3)`: blocking calls made by number, which the agent's signals must not cut short.
+//!
+//! A program (or a library: libaio calls `syscall(SYS_io_getevents, …)` for its
+//! `io_getevents`) can make any system call through libc's `syscall(3)`; the named wrappers of
+//! `signals::blocking` and `signals::sockets` never see those. So the agent exports `syscall`
+//! too. Every number but the ones below goes straight to the kernel with the `syscall`
+//! instruction and comes back as glibc's `syscall` returns it (the result, or -1 with errno
+//! set from a result in -4095..-1): no lookup, no frame on the stack beyond this function's.
+//!
+//! Resumed when only the agent's signal cut them short (`signals::blocking::run`), with what
+//! is left of their timeout:
+//! - the waits that take a relative timespec the kernel leaves alone: `nanosleep`,
+//!   `clock_nanosleep` (absolute ones retried unchanged), `rt_sigtimedwait`, `semtimedop`,
+//!   `epoll_pwait2`, and the asynchronous I/O waits `io_getevents` and `io_pgetevents` (an
+//!   `EINTR` from them means no event was taken: the kernel returns the count otherwise);
+//! - the ones with a millisecond timeout: `poll`, `epoll_wait`, `epoll_pwait`;
+//! - the ones whose timeout the kernel updates in place on `EINTR` (`ppoll`, `select`,
+//!   `pselect6`), and those with none (`pause`, `rt_sigsuspend`, `semop`, `msgrcv`,
+//!   `msgsnd`): retried with the same arguments;
+//! - the socket calls (`recvfrom`, `recvmsg`, `accept`, `accept4`, `sendto`, `sendmsg`,
+//!   `connect`), as `signals::sockets` resumes them.
+//!
+//! The signal masks that `ppoll`, `epoll_pwait`, `epoll_pwait2` and `rt_sigsuspend` install,
+//! and the set `rt_sigtimedwait` waits for, lose the stop signal as the named wrappers' do;
+//! those `pselect6` and `io_pgetevents` pass inside a structure are passed unchanged (a mask
+//! holding the stop signal makes the thread unstoppable for the call, which a capture waits
+//! out or reports; the program's call is unharmed).
+//!
+//! Not covered: `futex` (a timed `FUTEX_WAIT` ends with `EINTR` after any handler; every
+//! futex user loops on the word's value and takes `EINTR` as the spurious wake-up futex(2)
+//! allows, glibc and Rust's standard library among them, so it is passed unchanged), and any
+//! system call made without libc's `syscall` (the instruction itself: Go's runtime, static
+//! binaries, inline assembly), which no interposition can see.
+//!
+//! Must never: allocate, lock, print, or change a call's result when the agent did not cause
+//! its `EINTR`.
+
+use std::ffi::{c_int, c_long};
+
+use super::blocking::{Timeout, monotonic, ns_ms, ns_ts, read_ts, run};
+use super::sockets::{Way, resume};
+use crate::sys::{self, errno, set_errno, ts_ns};
+
+/// `io_pgetevents` on x86-64 (the libc crate does not name it).
+const SYS_IO_PGETEVENTS: c_long = 333;
+
+/// Whether call `n` may block in a way the agent's signal would cut short (and so goes
+/// through [`blocking_call`]).
+pub fn resumed(n: c_long) -> bool {
+    matches!(
+        n,
+        libc::SYS_nanosleep
+            | libc::SYS_clock_nanosleep
+            | libc::SYS_rt_sigtimedwait
+            | libc::SYS_semtimedop
+            | libc::SYS_epoll_pwait2
+            | libc::SYS_io_getevents
+            | SYS_IO_PGETEVENTS
+            | libc::SYS_poll
+            | libc::SYS_epoll_wait
+            | libc::SYS_epoll_pwait
+            | libc::SYS_ppoll
+            | libc::SYS_select
+            | libc::SYS_pselect6
+            | libc::SYS_pause
+            | libc::SYS_rt_sigsuspend
+            | libc::SYS_semop
+            | libc::SYS_msgrcv
+            | libc::SYS_msgsnd
+            | libc::SYS_recvfrom
+            | libc::SYS_recvmsg
+            | libc::SYS_accept
+            | libc::SYS_accept4
+            | libc::SYS_sendto
+            | libc::SYS_sendmsg
+            | libc::SYS_connect
+    )
+}
+
+/// System call `n` as glibc's `syscall(3)` makes it: the result, or -1 with errno.
+///
+/// # Safety
+/// As the system call `n` with arguments `args`.
+#[inline]
+pub unsafe fn pass(n: c_long, args: [c_long; 6]) -> c_long {
+    // SAFETY: guaranteed by the caller.
+    let r = unsafe { sys::raw_syscall(n, args) };
+    if (-4095..0).contains(&r) {
+        set_errno(-r as c_int);
+        -1
+    } else {
+        r
+    }
+}
+
+fn eintr_long(r: c_long) -> bool {
+    r == -1 && errno() == libc::EINTR
+}
+
+/// When argument `at` points at a kernel signal set (`size_at` holding its size, 8) that holds
+/// the stop signal: a copy without it in `copy`, and the argument pointed there.
+///
+/// # Safety
+/// `args[at]` is null or points at a readable set of `args[size_at]` bytes.
+unsafe fn without_stop(args: &mut [c_long; 6], at: usize, size_at: usize, copy: &mut u64) {
+    if args[at] == 0 || args[size_at] != 8 {
+        return;
+    }
+    // SAFETY: a readable set of 8 bytes, per the contract (unaligned: the kernel allows it).
+    let set = unsafe { std::ptr::read_unaligned(args[at] as *const u64) };
+    let Ok(bit) = u32::try_from(crate::capture::stop::stop_signal() - 1) else {
+        return;
+    };
+    let mask = 1u64.checked_shl(bit).unwrap_or(0);
+    if set & mask != 0 {
+        *copy = set & !mask;
+        args[at] = copy as *mut u64 as c_long;
+    }
+}
+
+/// Runs call `n` whose argument `at` is a relative timeout timespec (null: none).
+///
+/// # Safety
+/// As the call; `args[at]` is null or readable.
+unsafe fn with_timespec_at(n: c_long, args: [c_long; 6], at: usize) -> c_long {
+    // SAFETY: guaranteed by the caller.
+    let req = unsafe { read_ts(args[at] as *const libc::timespec) };
+    // SAFETY: guaranteed by the caller.
+    unsafe { with_timeout_at(n, args, at, monotonic(req.map(|t| ts_ns(&t)))) }
+}
+
+/// Runs call `n`, whose argument `at` is a timespec, until the agent's signal is not what
+/// ended it; a retry passes what is left of `timeout` there.
+///
+/// # Safety
+/// As the call.
+unsafe fn with_timeout_at(n: c_long, args: [c_long; 6], at: usize, timeout: Timeout) -> c_long {
+    run(
+        timeout,
+        &mut |left| {
+            let local = left.map(ns_ts);
+            let mut args = args;
+            if let Some(ts) = &local {
+                args[at] = ts as *const libc::timespec as c_long;
+            }
+            // SAFETY: the caller's arguments, the timeout theirs or a live local.
+            unsafe { pass(n, args) }
+        },
+        &eintr_long,
+    )
+}
+
+/// Runs call `n` whose argument `at` is a timeout in milliseconds (negative: none).
+///
+/// # Safety
+/// As the call.
+unsafe fn with_millis_at(n: c_long, args: [c_long; 6], at: usize) -> c_long {
+    let ms = args[at] as c_int;
+    run(
+        monotonic((ms >= 0).then(|| i128::from(ms) * 1_000_000)),
+        &mut |left| {
+            let mut args = args;
+            if let Some(ns) = left {
+                args[at] = c_long::from(ns_ms(ns));
+            }
+            // SAFETY: the caller's arguments, with what is left of the timeout.
+            unsafe { pass(n, args) }
+        },
+        &eintr_long,
+    )
+}
+
+/// Runs call `n` again with the same arguments after the agent's interruptions.
+///
+/// # Safety
+/// As the call.
+unsafe fn same(n: c_long, args: [c_long; 6]) -> c_long {
+    // SAFETY: the caller's arguments.
+    run(
+        Timeout::Same,
+        &mut |_| unsafe { pass(n, args) },
+        &eintr_long,
+    )
+}
+
+/// One of the calls [`resumed`] names, resumed after the agent's signal (module docs).
+///
+/// # Safety
+/// As the system call `n` with arguments `args`.
+pub unsafe fn blocking_call(n: c_long, args: [c_long; 6]) -> c_long {
+    let mut args = args;
+    let mut mask_copy = 0u64;
+    // SAFETY: every call below gets the caller's arguments, which the kernel would read as the
+    // call's contract says; the masks and timeouts replaced by live locals.
+    unsafe {
+        match n {
+            libc::SYS_ppoll => without_stop(&mut args, 3, 4, &mut mask_copy),
+            libc::SYS_epoll_pwait | libc::SYS_epoll_pwait2 => {
+                without_stop(&mut args, 4, 5, &mut mask_copy)
+            }
+            libc::SYS_rt_sigsuspend => without_stop(&mut args, 0, 1, &mut mask_copy),
+            libc::SYS_rt_sigtimedwait => without_stop(&mut args, 0, 3, &mut mask_copy),
+            _ => {}
+        }
+        match n {
+            libc::SYS_nanosleep => with_timespec_at(n, args, 0),
+            libc::SYS_clock_nanosleep if args[1] as c_int & libc::TIMER_ABSTIME == 0 => {
+                let req = read_ts(args[2] as *const libc::timespec).map(|t| ts_ns(&t));
+                let timeout = match req {
+                    Some(ns) if ns > 0 => Timeout::Relative {
+                        clock: args[0] as libc::clockid_t,
+                        ns,
+                    },
+                    _ => Timeout::Same,
+                };
+                with_timeout_at(n, args, 2, timeout)
+            }
+            libc::SYS_rt_sigtimedwait => with_timespec_at(n, args, 2),
+            libc::SYS_semtimedop | libc::SYS_epoll_pwait2 => with_timespec_at(n, args, 3),
+            libc::SYS_io_getevents | SYS_IO_PGETEVENTS => with_timespec_at(n, args, 4),
+            libc::SYS_poll => with_millis_at(n, args, 2),
+            libc::SYS_epoll_wait | libc::SYS_epoll_pwait => with_millis_at(n, args, 3),
+            libc::SYS_recvfrom | libc::SYS_recvmsg | libc::SYS_accept | libc::SYS_accept4 => {
+                resume(args[0] as c_int, Way::Receive, &mut || {
+                    pass(n, args) as isize
+                }) as c_long
+            }
+            libc::SYS_sendto | libc::SYS_sendmsg => {
+                resume(args[0] as c_int, Way::Send, &mut || pass(n, args) as isize) as c_long
+            }
+            libc::SYS_connect => resume(args[0] as c_int, Way::Connect, &mut || {
+                pass(n, args) as isize
+            }) as c_long,
+            _ => same(n, args),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passes_results_and_errno_as_glibc_does() {
+        set_errno(1234);
+        // SAFETY: getpid has no arguments.
+        let pid = unsafe { pass(libc::SYS_getpid, [0; 6]) };
+        assert_eq!((pid, errno()), (i64::from(std::process::id()), 1234));
+        // SAFETY: closing a descriptor that cannot be open fails with EBADF and touches nothing.
+        let r = unsafe { pass(libc::SYS_close, [-1, 0, 0, 0, 0, 0]) };
+        assert_eq!((r, errno()), (-1, libc::EBADF));
+        assert!(resumed(libc::SYS_io_getevents) && !resumed(libc::SYS_futex));
+    }
+}
