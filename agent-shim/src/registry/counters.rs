@@ -13,7 +13,8 @@
 //! Peak: each shard publishes its live bytes into one global atomic ([`ShardStats::settle`],
 //! under the shard lock) once they moved by at least the shard's *quantum* since it last did,
 //! and the peak is the highest value that global total ever held (`fetch_add`, then
-//! `fetch_max` only when higher), raised on read to the exact live bytes if those are higher.
+//! `fetch_max` only when higher), or that total plus the new blocks waiting in slots at a
+//! reading of the counters (below).
 //! A quantum is 0 while the published total is below 1 MiB — every change is published and
 //! the peak is exact, as it was when every hook updated the global counter — and 1/4096 of
 //! the published total above that. So the global total is off the true live bytes by less
@@ -30,9 +31,21 @@
 //! include blocks held then, up to 15 per thread above the true peak.
 //!
 //! New blocks (`new_blocks`) enter their shard's statistics only when their thread's batch
-//! is applied; [`counters`] counts those waiting as allocated and live, and raises the peak
-//! to the live bytes it reads. The published peak can miss what waits in slots (blocks under
-//! 4 KiB, fewer than 16 per thread) when it is freed before its batch is applied.
+//! is applied; [`counters`] counts those waiting as allocated and live. The shards never
+//! publish those, so a reading records a peak itself: the live bytes it computed, but no more
+//! than the published total (read last) plus the bytes it found waiting in slots. The bound
+//! is there because those live bytes can come out too high: they subtract the held frees
+//! read after the shards were summed, so a batch of held frees applied in between is
+//! subtracted by neither, and recorded, that excess would stay in the peak for good. The
+//! published total read after the batch was applied no longer counts it (below 1 MiB it is
+//! exact; above, within the quanta), while what it still counts of held frees is what the
+//! shards' own peak may count anyway. (The published total plus the waiting bytes can count
+//! a batch of new blocks twice, when it is published between the two reads; the live bytes,
+//! which count it at most once, bound that too.) So a reading adds to the peak only the new
+//! blocks waiting, never held frees in flight. The peak a reading reports is never below the live
+//! bytes it reports, but only what it recorded stays. The peak can miss what waits in slots
+//! (blocks under 4 KiB, fewer than 16 per thread) when it is freed before its batch is
+//! applied and no reading fell in between.
 //!
 //! Never allocates or prints, and what the hooks call never locks; [`counters`] (never
 //! called from a hook) takes a shard lock per held block to learn its size.
@@ -291,14 +304,20 @@ pub fn counters() -> Counters {
     c.agent.freed_bytes = AGENT_BYTES_OUT.load(Ordering::Relaxed);
     c.agent.blocks_in = AGENT_BLOCKS_IN.load(Ordering::Relaxed);
     c.agent.blocks_out = AGENT_BLOCKS_OUT.load(Ordering::Relaxed);
+    let before_waiting = c.allocated_bytes;
     super::new_blocks::account(&mut c);
+    let waiting = c.allocated_bytes.wrapping_sub(before_waiting);
     super::held_frees::account(&mut c);
     c.live_bytes = (c.allocated_bytes.wrapping_sub(c.freed_bytes) as i64).max(0) as u64;
-    // What waits in `new_blocks` slots is not published yet: a reading that finds more live
-    // bytes than the peak raises it.
+    // What this reading may record as a peak: its live bytes, but never more than what the
+    // shards published plus what waits in `new_blocks` slots (module docs).
+    let published = PUBLISHED.load(Ordering::Acquire);
     let live = i64::try_from(c.live_bytes).unwrap_or(i64::MAX);
-    let peak = PEAK_BYTES.fetch_max(live, Ordering::Relaxed).max(live);
-    c.peak_live_bytes = peak.max(0) as u64;
+    let reached = live.min(published.saturating_add(i64::try_from(waiting).unwrap_or(i64::MAX)));
+    let peak = PEAK_BYTES
+        .fetch_max(reached, Ordering::Relaxed)
+        .max(reached);
+    c.peak_live_bytes = (peak.max(0) as u64).max(c.live_bytes);
     c
 }
 
