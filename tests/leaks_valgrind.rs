@@ -23,14 +23,14 @@
 //! callee-saved ones (docs/reference.md §3). A pointer only in a dead caller-saved register of
 //! a blocked thread would be reachable for memcheck only: the programs keep none.
 //!
-//! Two things the programs do so that the two tools see the same roots, and why:
-//! - they build their structures in functions that return, then wipe the stack below main's
-//!   frame and the caller-saved registers (`leak.h`), as valgrind's own leak tests do: a stale
-//!   copy of a pointer in a dead stack slot is a root for both tools, but where it lands differs
-//!   (the agent's hooks and valgrind's allocator run different code on the program's stack);
-//! - a thread wipes its stack before it ends: glibc keeps a finished thread's stack in a cache
-//!   (an mmap), which is mapped memory and so a root for heaptui, while memcheck no longer scans
-//!   a finished thread's stack.
+//! What the programs do so that the two tools see the same roots, and why: they build their
+//! structures in functions that return, then wipe the stack below main's frame and the
+//! caller-saved registers (`leak.h`), as valgrind's own leak tests do: a stale copy of a
+//! pointer in a dead stack slot is a root for both tools, but where it lands differs (the
+//! agent's hooks and valgrind's allocator run different code on the program's stack).
+//! A thread that ends need not wipe its stack: glibc keeps a finished thread's stack in a cache
+//! (an mmap), of which both tools scan only the TLS and the thread descriptor, so `threads.c`'s
+//! workers leave copies of their leaked blocks' addresses in frames they returned from.
 //!
 //! glibc's and libstdc++'s own allocations (stdio buffers, the exception pool) are reachable
 //! for both tools with `--run-libc-freeres=no --run-cxx-freeres=no`; with valgrind's defaults

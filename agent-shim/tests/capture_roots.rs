@@ -1,7 +1,8 @@
 //! Roots as docs/reference.md §3 lists them, on real targets under the real preload: mapped
-//! memory is a root (anonymous, shared, a page of a huge reservation, glibc's cache of
-//! finished threads' stacks), while heap memory (freed blocks of every arena, a freed mmapped
-//! chunk) and the agent's own memory never are.
+//! memory is a root (anonymous, shared, a page of a huge reservation, the TLS and descriptors
+//! in glibc's cache of finished threads' stacks), while heap memory (freed blocks of every
+//! arena, a freed mmapped chunk), the agent's own memory and the frames a finished thread
+//! returned from never are.
 
 mod common;
 
@@ -65,6 +66,50 @@ fn mapped_memory_is_a_root_and_heap_and_agent_memory_are_not() {
     assert_eq!(
         (leaks.objects, leaks.definitely_lost),
         (4, 2222 + 3333 + 4444 + 5555),
+        "nothing else is lost"
+    );
+}
+
+#[test]
+fn a_finished_threads_stale_stack_words_are_not_roots() {
+    let dir = TempDir::new("roots-finished-stack");
+    let exe = compile_c(
+        &dir,
+        "finished_stack",
+        &format!("{SYNC}\n{}", include_str!("targets/finished_stack.c")),
+        &[],
+    );
+    let c = run(&dir, &exe, "joined", 0);
+    let held = c.object(8888);
+    let main = c.thread_running("main");
+    assert_eq!(
+        c.analysis.class_of(held),
+        ObjectClass::FrameProprietary {
+            thread: main,
+            frame: c.frame(main, "main"),
+        },
+        "main's block is main's own: the copies in the finished worker's stack are no root"
+    );
+    assert_eq!(
+        c.analysis.class_of(c.object(9999)),
+        ObjectClass::DefinitelyLost,
+        "the worker's block left only in its finished stack is lost"
+    );
+    let dtvs = allocated_by(&c, "_dl_allocate_tls");
+    assert!(!dtvs.is_empty(), "the worker's DTV is tracked");
+    for o in dtvs {
+        assert!(
+            !matches!(
+                c.analysis.class_of(o),
+                ObjectClass::DefinitelyLost | ObjectClass::IndirectlyLost
+            ),
+            "the finished worker's DTV is reachable from its cached descriptor"
+        );
+    }
+    let leaks = c.analysis.leaks();
+    assert_eq!(
+        (leaks.objects, leaks.definitely_lost),
+        (1, 9999),
         "nothing else is lost"
     );
 }

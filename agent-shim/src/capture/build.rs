@@ -519,6 +519,8 @@ fn scan_stopped<H: Heap>(
         }
     }
     exclude.add_modules(space);
+    // SAFETY: the map was read after the stop.
+    unsafe { exclude.add_finished_stacks(&maps, space.static_tls) };
     let mut agent_threads = Vec::with_capacity(threads::MAX_AGENT_THREADS);
     threads::agent_thread_pointers(&mut agent_threads);
     for tp in agent_threads {

@@ -2,7 +2,8 @@
 //! §3): every readable, writable mapping that is neither heap-block memory, nor a live
 //! thread's stack, TLS or descriptor, nor the agent's own memory — anonymous mmaps of
 //! language runtimes and custom allocators (pymalloc arenas, V8 pages), shared memory, the
-//! loader's own allocations, and glibc's cache of finished threads' stacks.
+//! loader's own allocations, and the TLS and descriptors in glibc's cache of finished
+//! threads' stacks.
 //!
 //! Owns: which ranges those are ([`MappedRoots`]: the mappings, as the scanning process sees
 //! them, minus [`Exclusions`]) and reading only their pages that are present, so a process
@@ -14,6 +15,38 @@
 //! Heap memory is recognised without trusting the program: `[heap]` (the main arena), glibc's
 //! other arenas by their `heap_info` header at each 64 MiB boundary, and mmapped chunks by the
 //! chunk header of every tracked block (live or held back) big enough to be one.
+//!
+//! A thread stack glibc allocated that no live thread runs on (glibc's cache of finished
+//! threads' stacks, [`Exclusions::add_finished_stacks`]) is a root only from its static TLS
+//! up: its TLS and thread descriptor (which points at the thread's TLS vector), not the
+//! frames the thread returned from. Why, from evidence:
+//! - The agent's own code runs on every program stack and leaves words there, below the
+//!   program's frames. In the failing runs of `policy_cancel` (1 in 12 under load, an idle
+//!   thread's 32-block list cut in half, its lower half held by `globals`), every word that
+//!   held the list lay in the stack of a cancelled thread, 17–21 KiB below its top, among
+//!   return addresses of gimli's CFI evaluation: the hooks' unwinder (`hooks::unwind::cfi`),
+//!   which runs on the program's stack at a rule-cache miss. The same words sat at the same
+//!   depths in every thread's stack, the agent's included. They were not even addresses the
+//!   agent held: a small number under the high half of a `0x7fxx…` address (as a 32-bit store
+//!   into a slot that held an address leaves), which lands in a block whenever an arena heap
+//!   starts at a 4 GiB boundary, as the list's did in both failing runs looked at.
+//! - memcheck does not scan them either: it never scans stack memory below a thread's stack
+//!   pointer, so a finished thread's popped frames are not roots for it. A thread that leaves
+//!   copies of a block's address in a frame it returned from and is joined: memcheck calls
+//!   the block definitely lost (with `--run-libc-freeres=no`, the cached stack still mapped),
+//!   and it calls the thread's TLS vector possibly lost (its cached descriptor scanned).
+//!   So the program's own stale words there are not roots either, and heaptui agrees.
+//!
+//! Wiping what the agent used instead (a volatile wipe after each hook, an alternate signal
+//! stack for the stop handler) would cost the hot path and still leave the program's own
+//! stale words, which memcheck does not count.
+//!
+//! A finished stack is recognised by its shape (no table kept at thread exit, so it covers
+//! every stack glibc allocated, whoever started the thread): an anonymous private mapping
+//! right above an inaccessible guard, whose top pages are resident and hold a thread
+//! descriptor (a word equal to its own address, the same 16 bytes further: `tcbhead_t`'s
+//! `tcb` and `self`). A stack without a guard page, or whose top was swapped out, stays a
+//! root whole.
 //!
 //! Runs while the world is stopped or in its copy-on-write child, after the stop: the map it
 //! reads is that of the frozen process. Never reads a page the kernel does not call present
@@ -81,6 +114,34 @@ impl Exclusions {
         }
         if let Some(tp) = tp.filter(|&tp| tp != 0) {
             self.add(tp.saturating_sub(static_tls)..tp + THREAD_DESCRIPTOR);
+        }
+    }
+
+    /// The stack part of every finished thread's stack that glibc keeps in its cache (and of
+    /// every other thread stack glibc allocated, live ones included, which are excluded
+    /// anyway): from the mapping's start up to the thread's static TLS. What stays a root of
+    /// such a mapping is its TLS and thread descriptor. See the module docs for why.
+    ///
+    /// # Safety
+    /// `maps` must describe this process's memory as it is now (read after the stop).
+    pub unsafe fn add_finished_stacks(&mut self, maps: &[Mapping], static_tls: u64) {
+        for pair in maps.windows(2) {
+            let (guard, m) = (&pair[0], &pair[1]);
+            let stack_shaped = guard.end == m.start
+                && !guard.readable
+                && !guard.writable
+                && m.readable
+                && m.writable
+                && !m.shared
+                && m.path.is_empty()
+                && m.end - m.start >= 4 * PAGE;
+            if !stack_shaped {
+                continue;
+            }
+            // SAFETY: `m` is a readable mapping as it is now (per the contract).
+            if let Some(tp) = unsafe { thread_descriptor_at_top(m) } {
+                self.add(m.start..tp.saturating_sub(static_tls).max(m.start));
+            }
         }
     }
 
@@ -165,6 +226,51 @@ impl Exclusions {
         }
         self.ranges = merged;
     }
+}
+
+/// How far below the end of a thread's stack mapping glibc puts the thread descriptor:
+/// at `(end − sizeof(struct pthread))`, rounded down to the static TLS alignment (2304 bytes
+/// and 64 in glibc 2.35 to 2.41, unless a module's TLS asks for a larger alignment).
+const DESCRIPTOR_WINDOW: u64 = 2 * PAGE;
+/// Candidate descriptors are this aligned (glibc's `TCB_ALIGNMENT`).
+const DESCRIPTOR_ALIGN: u64 = 64;
+
+/// The thread descriptor glibc put at the top of `m`, if `m` is a thread stack glibc
+/// allocated: a word in the last [`DESCRIPTOR_WINDOW`] that holds its own address, as does
+/// the word 16 bytes further (`tcbhead_t`'s `tcb` and `self`, both the thread pointer). Only
+/// resident pages are read; a mapping whose top pages are not (swapped out, or never touched:
+/// no thread ran there) is not recognised and stays a root whole.
+///
+/// # Safety
+/// `m` must be a readable mapping of this process as it is now.
+unsafe fn thread_descriptor_at_top(m: &Mapping) -> Option<u64> {
+    let window = m.end.saturating_sub(DESCRIPTOR_WINDOW).max(m.start);
+    let mut resident = [0u8; (DESCRIPTOR_WINDOW / PAGE) as usize];
+    let pages = ((m.end - window) / PAGE) as usize;
+    // SAFETY: mincore on whole pages of a mapping, into a buffer of `pages` bytes.
+    let failed = unsafe {
+        libc::mincore(
+            window as *mut libc::c_void,
+            pages * PAGE as usize,
+            resident.as_mut_ptr(),
+        )
+    } != 0;
+    if failed {
+        return None;
+    }
+    let mut tp = (m.end - 24) & !(DESCRIPTOR_ALIGN - 1);
+    while tp >= window {
+        if resident[((tp - window) / PAGE) as usize] & 1 != 0 {
+            // SAFETY: three words inside a resident page of a readable mapping (the window
+            // ends at the mapping's end, and `tp + 24 <= m.end`).
+            let [tcb, _dtv, own] = unsafe { std::ptr::read_volatile(tp as *const [u64; 3]) };
+            if tcb == tp && own == tp {
+                return Some(tp);
+            }
+        }
+        tp -= DESCRIPTOR_ALIGN;
+    }
+    None
 }
 
 /// The mapping of `maps` (sorted) containing `addr`.
