@@ -244,6 +244,8 @@ unsafe fn resize(p: *mut c_void, size: usize, op: Op, entry_sp: usize, fp: usize
     let Some(busy) = Busy::enter() else {
         agent_share(op, None, None);
         untracked(op);
+        // libc may free p: its entry stays (registry::blocks::missed_free).
+        blocks::missed_free();
         // SAFETY: forwarding.
         return unsafe { __libc_realloc(p, size) };
     };
@@ -356,6 +358,7 @@ pub(crate) unsafe extern "C" fn free(p: *mut c_void, entry_sp: usize, fp: usize)
         }
         None => {
             untracked(Op::Free);
+            blocks::missed_free();
             agent_share(Op::Free, None, None);
         }
     }

@@ -208,6 +208,11 @@ static SEQ: CacheLine<AtomicU64> = CacheLine(AtomicU64::new(0));
 /// Tid of the thread that holds every shard lock (freeze or fork), 0 if none: its own hooks
 /// must not try to lock a shard again.
 static HOLDER: CacheLine<AtomicU32> = CacheLine(AtomicU32::new(0));
+/// Frees (and reallocs) of tracked-looking blocks the hooks passed to libc without seeing
+/// them ([`missed_free`]). Only such a free can leave an address in the table and in a slot,
+/// or in two slots, at once (see `new_blocks`): while it is 0, the table's entry of an
+/// address is the only one and nobody needs to look for another.
+static MISSED_FREES: CacheLine<AtomicU64> = CacheLine(AtomicU64::new(0));
 /// Bytes mapped by all shard tables (for the agent-memory figure).
 static TABLE_BYTES: AtomicU64 = AtomicU64::new(0);
 /// Cleared when a table could not grow, or broke an invariant ([`broken`]): the agent stops
@@ -351,8 +356,9 @@ impl Table {
                 break;
             }
             let h = home(hash(e.addr()), cap);
-            // Move e into the hole if the hole lies on its probe path [h, j].
-            if (j + cap - h) % cap >= (j + cap - hole) % cap {
+            // Move e into the hole if the hole lies on its probe path [h, j] (distances
+            // back from j, wrapping; every index is below cap, so no division is needed).
+            if back(j, h, cap) >= back(j, hole, cap) {
                 self.set(hole, e);
                 hole = j;
             }
@@ -362,6 +368,17 @@ impl Table {
             Some(len) => self.len = len,
             None => broken("more deletions than entries"),
         }
+    }
+}
+
+/// How far index `from` lies back from index `to` in a table of `cap` slots (both below cap),
+/// going backwards and wrapping: `(to − from) mod cap`.
+#[inline]
+fn back(to: usize, from: usize, cap: usize) -> usize {
+    if to >= from {
+        to - from
+    } else {
+        to + cap - from
     }
 }
 
@@ -391,6 +408,23 @@ impl Drop for Locked {
 #[inline]
 pub fn usable_by(tid: u32) -> bool {
     HOLDER.load(Ordering::Relaxed) != tid
+}
+
+/// A hook passed a free or realloc to libc without removing its block (a re-entrant call, or
+/// on the thread holding the whole table): the block's entry may outlive it, and the address
+/// come back as a new block beside it. From now on every removal looks for the newest entry
+/// of its address ([`MISSED_FREES`]). Called before the block goes to libc, so before any
+/// thread can get its address again.
+#[cold]
+pub fn missed_free() {
+    MISSED_FREES.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Whether an address may have two entries (see [`MISSED_FREES`]): a reader that names an
+/// address was given it after libc handed it out again, so after the missed free's count.
+#[inline]
+fn duplicates_possible() -> bool {
+    MISSED_FREES.load(Ordering::Relaxed) != 0
 }
 
 /// Whether a new block can be recorded at all (counts it as untracked when not).
@@ -596,62 +630,181 @@ fn apply_entry(
     let (words, op) = slot.entry(i);
     let rec = Entry { w: words }.unpack();
     let placed = place(table, stats, &rec, hash(rec.addr), take_moving);
-    match placed {
-        Placed::Stored { stale } => {
-            stats.tracked(op, rec.size);
-            if stale != 0 {
-                counters::count_rare(Rare::StaleEntry);
-            }
-        }
-        Placed::Full => {
-            TRACKING.store(false, Ordering::Relaxed);
-            counters::count_call(op);
-            counters::count_rare(Rare::Untracked);
-        }
-        Placed::Busy => return placed,
+    if let Placed::Busy = placed {
+        return placed;
     }
+    count_placed(&placed, stats, op, rec.size);
     slot.addrs[i].store(0, Ordering::Release);
     placed
 }
 
-/// The slot entry that holds the new block at `addr`, the calling thread's slot searched
+/// Counts a new block `place` stored (or could not store) in a locked shard.
+fn count_placed(placed: &Placed, stats: &ShardStats, op: Op, size: u64) {
+    match placed {
+        Placed::Stored { stale } => {
+            stats.tracked(op, size);
+            if *stale != 0 {
+                counters::count_rare(Rare::StaleEntry);
+            }
+        }
+        Placed::Full | Placed::Busy => {
+            TRACKING.store(false, Ordering::Relaxed);
+            counters::count_call(op);
+            counters::count_rare(Rare::Untracked);
+        }
+    }
+}
+
+/// A new block found waiting in a slot (by a holder of its shard's lock, so it stays there
+/// until taken).
+struct Waiting {
+    slot: &'static NewSlot,
+    i: usize,
+    rec: BlockRecord,
+    op: Op,
+}
+
+impl Waiting {
+    /// Takes it out of its slot; the caller accounts for it in its locked shard.
+    fn take(&self) {
+        self.slot.addrs[self.i].store(0, Ordering::Release);
+    }
+
+    /// Takes it as a stale entry (an older block at an address that was allocated again,
+    /// its free unseen): counted as allocated and released in the caller's locked shard.
+    fn drop_stale(&self, stats: &ShardStats) {
+        self.take();
+        stats.tracked(self.op, self.rec.size);
+        stats.released(None, self.rec.size);
+        counters::count_rare(Rare::StaleEntry);
+    }
+}
+
+/// The newest new block at `addr` waiting in any slot, the calling thread's slot searched
 /// first. The caller holds the lock of `addr`'s shard, so the entry stays as found. When no
-/// slot holds anything (`new_blocks::any_waiting`), no slot is read.
-fn find_new(addr: u64) -> Option<(&'static NewSlot, usize)> {
+/// slot holds anything (`new_blocks::any_waiting`), no slot is read; unless a free was missed
+/// ([`duplicates_possible`]) the first entry found is the only one.
+fn find_new(addr: u64) -> Option<Waiting> {
     if !super::new_blocks::any_waiting() {
         return None;
     }
+    let all = duplicates_possible();
     let used = used_slots();
     let own = (sys::thread_state().held() as usize).wrapping_sub(1);
-    let search = |slot: &'static NewSlot| {
-        (0..slot.written())
-            .find(|&i| slot.addrs[i].load(Ordering::Acquire) == addr)
-            .map(|i| (slot, i))
-    };
-    if own < used
-        && let Some(found) = search(&NEW[own])
-    {
-        return Some(found);
+    let order = (own < used)
+        .then_some(own)
+        .into_iter()
+        .chain((0..used).filter(|&k| k != own));
+    let mut newest: Option<Waiting> = None;
+    for k in order {
+        let slot = &NEW[k];
+        let Some(i) = (0..slot.written()).find(|&i| slot.addrs[i].load(Ordering::Acquire) == addr)
+        else {
+            continue;
+        };
+        let (words, op) = slot.entry(i);
+        let rec = Entry { w: words }.unpack();
+        // Two slots hold an address only after a missed free: the entry with the higher
+        // sequence number is the live block (see `new_blocks`).
+        if newest.as_ref().is_none_or(|n| newer(rec.seq, n.rec.seq)) {
+            newest = Some(Waiting { slot, i, rec, op });
+        }
+        if !all {
+            break;
+        }
     }
-    (0..used)
-        .filter(|&k| k != own)
-        .find_map(|k| search(&NEW[k]))
+    newest
+}
+
+/// Drops every block at `addr` still waiting in a slot as stale: the caller (holding the
+/// lock of `addr`'s shard) has just taken the address's newest entry, so the rest are older.
+fn drop_waiting(addr: u64, stats: &ShardStats) {
+    if duplicates_possible() {
+        while let Some(w) = find_new(addr) {
+            w.drop_stale(stats);
+        }
+    }
 }
 
 /// The record of the new block at `addr` waiting in a slot, if one does. Caller holds
 /// `addr`'s shard lock.
 fn peek_new(addr: u64) -> Option<BlockRecord> {
-    let (slot, i) = find_new(addr)?;
-    Some(Entry { w: slot.entry(i).0 }.unpack())
+    find_new(addr).map(|w| w.rec)
 }
 
-/// Takes the new block at `addr` out of the slot that holds it: its record and call. Caller
-/// holds `addr`'s shard lock and accounts for the block in that shard.
-fn take_new(addr: u64) -> Option<(BlockRecord, Op)> {
-    let (slot, i) = find_new(addr)?;
-    let (words, op) = slot.entry(i);
-    slot.addrs[i].store(0, Ordering::Release);
-    Some((Entry { w: words }.unpack(), op))
+/// Where the live block at `addr` is, in a locked shard: a table slot, or taken out of a
+/// `new_blocks` slot (its record and call; the caller accounts it in this shard).
+enum Live {
+    Table(usize),
+    Taken(BlockRecord, Op),
+}
+
+/// Finds the live block at `addr` for a free (`own_move` false) or for a realloc removing its
+/// own moving entry (`own_move`). The newest block wins: when the table and a slot both hold
+/// the address (only after a free the agent did not see), the one with the higher sequence
+/// number is the live block and the other is dropped as stale (counted, `StaleEntry`). A
+/// free prefers a block waiting in a slot to a realloc in progress at the address (a new
+/// block there supersedes it), and takes the moving entry only when no slot holds one. A
+/// realloc's own moving entry is taken from the table as it is.
+fn live_at(
+    table: &mut Table,
+    stats: &ShardStats,
+    addr: u64,
+    h: u64,
+    own_move: bool,
+) -> Option<Live> {
+    let found = table.find(addr, h);
+    if own_move {
+        return found.map(Live::Table);
+    }
+    let settled = found.filter(|&i| !table.slot(i).moving());
+    // A settled table entry is the only one unless a free was missed.
+    let waiting = if settled.is_some() && !duplicates_possible() {
+        None
+    } else {
+        find_new(addr)
+    };
+    match (settled, waiting) {
+        (Some(i), None) => Some(Live::Table(i)),
+        (Some(i), Some(w)) => {
+            if !newer(w.rec.seq, table.slot(i).seq()) {
+                w.drop_stale(stats);
+                drop_waiting(addr, stats);
+                return Some(Live::Table(i));
+            }
+            w.take();
+            drop_waiting(addr, stats);
+            let stale = table.slot(i).size();
+            table.delete(i);
+            stats.released(None, stale);
+            counters::count_rare(Rare::StaleEntry);
+            Some(Live::Taken(w.rec, w.op))
+        }
+        (None, Some(w)) => {
+            w.take();
+            drop_waiting(addr, stats);
+            Some(Live::Taken(w.rec, w.op))
+        }
+        (None, None) => found.map(Live::Table),
+    }
+}
+
+/// Removes the live block at `addr` from a locked shard as released by `op` (see
+/// [`live_at`]); its record, None when not tracked.
+fn remove_locked(
+    table: &mut Table,
+    stats: &ShardStats,
+    addr: u64,
+    op: Option<Op>,
+) -> Option<BlockRecord> {
+    match live_at(table, stats, addr, hash(addr), op.is_none())? {
+        Live::Table(i) => Some(delete_at(table, stats, i, op)),
+        Live::Taken(rec, made) => {
+            stats.tracked(made, rec.size);
+            stats.released(op, rec.size);
+            Some(rec)
+        }
+    }
 }
 
 /// Records a new block. Returns false (and counts it) when it could not be tracked.
@@ -717,13 +870,18 @@ pub fn peek_size(addr: u64) -> Option<u64> {
     current(found, addr).map(|r| r.size)
 }
 
-/// The live block at `addr` given its table entry (found under the shard lock): the entry,
-/// unless a new block at that address waits in a slot and supersedes a realloc in progress
-/// there, or the table has none (see `new_blocks`).
+/// The live block at `addr` given its table entry (found under the shard lock): the newer of
+/// the entry and a new block at that address waiting in a slot (which also supersedes a
+/// realloc in progress there; see `new_blocks`).
 fn current(found: Option<Entry>, addr: u64) -> Option<BlockRecord> {
-    match found {
-        Some(e) if !e.moving() => Some(e.unpack()),
-        _ => peek_new(addr).or(found.map(|e| e.unpack())),
+    let waiting = match found {
+        Some(e) if !e.moving() && !duplicates_possible() => None,
+        _ => peek_new(addr),
+    };
+    match (found, waiting) {
+        (Some(e), Some(w)) if !e.moving() && !newer(w.seq, e.seq()) => Some(e.unpack()),
+        (_, Some(w)) => Some(w),
+        (found, None) => found.map(|e| e.unpack()),
     }
 }
 
@@ -734,25 +892,10 @@ pub fn remove(addr: u64, op: Option<Op>) -> Option<BlockRecord> {
     shard_of(addr).prefetch(h);
     let mut shard = Locked::new(shard_of(addr));
     let stats = &shard.0.stats;
-    let table = shard.table();
-    let found = table.find(addr, h);
-    // A free (not a realloc removing its own moving entry) prefers a new block waiting in a
-    // slot to a realloc in progress at the address (see `new_blocks`).
-    let own_move = op.is_none();
-    let rec = match found.filter(|&i| own_move || !table.slot(i).moving()) {
-        Some(i) => delete_at(table, stats, i, op),
-        None => match take_new(addr) {
-            Some((rec, made)) => {
-                stats.tracked(made, rec.size);
-                stats.released(op, rec.size);
-                rec
-            }
-            None => delete_at(table, stats, found?, op),
-        },
-    };
+    let rec = remove_locked(shard.table(), stats, addr, op);
     stats.settle();
     drop(shard);
-    Some(rec)
+    rec
 }
 
 /// Deletes table slot `i` (locked), counting its block as released by `op`.
@@ -777,23 +920,8 @@ pub fn remove_freed(addrs: &[u64]) -> usize {
         let mut locked = Locked::new(shard);
         let table = locked.table();
         for &addr in &rest[..run] {
-            let found = table.find(addr, hash(addr));
-            match found.filter(|&i| !table.slot(i).moving()) {
-                Some(i) => {
-                    delete_at(table, &shard.stats, i, Some(Op::Free));
-                }
-                None => match take_new(addr) {
-                    Some((rec, made)) => {
-                        shard.stats.tracked(made, rec.size);
-                        shard.stats.released(Some(Op::Free), rec.size);
-                    }
-                    None => match found {
-                        Some(i) => {
-                            delete_at(table, &shard.stats, i, Some(Op::Free));
-                        }
-                        None => unknown += 1,
-                    },
-                },
+            if remove_locked(table, &shard.stats, addr, Some(Op::Free)).is_none() {
+                unknown += 1;
             }
         }
         shard.stats.settle();
@@ -824,32 +952,48 @@ fn mark(addr: u64, moving: bool) -> Option<BlockRecord> {
         let stats = &shard.0.stats;
         let table = shard.table();
         let found = table.find(addr, h);
-        let i = match found.filter(|&i| !moving || !table.slot(i).moving()) {
-            Some(i) => i,
-            None if find_new(addr).is_none() => found?,
-            None if found.is_some() && round < MOVE_WAIT_LIMIT => {
+        // Clearing the mark: the realloc's own moving entry, in the table. A settled table
+        // entry is the only one unless a free was missed.
+        let settled = found.is_some_and(|i| !table.slot(i).moving());
+        let waiting = if moving && (!settled || duplicates_possible()) {
+            find_new(addr)
+        } else {
+            None
+        };
+        let i = match (found, waiting) {
+            (found, None) => found?,
+            (Some(i), Some(w)) if !table.slot(i).moving() => {
+                if newer(w.rec.seq, table.slot(i).seq()) {
+                    // The table's entry is stale (its free unseen): the waiting block is
+                    // the one reallocated.
+                    let stale = table.slot(i).size();
+                    table.delete(i);
+                    stats.released(None, stale);
+                    counters::count_rare(Rare::StaleEntry);
+                    stats.settle();
+                    continue;
+                }
+                w.drop_stale(stats);
+                drop_waiting(addr, stats);
+                stats.settle();
+                i
+            }
+            (Some(_), Some(_)) if round < MOVE_WAIT_LIMIT => {
+                // Another thread's realloc in progress holds the address in the table.
                 drop(shard);
                 round += 1;
                 wait_for_mover(round);
                 continue;
             }
-            None => {
-                let (rec, made) = take_new(addr)?;
-                match place(table, stats, &rec, h, true) {
-                    Placed::Stored { stale } => {
-                        stats.tracked(made, rec.size);
-                        if stale != 0 {
-                            counters::count_rare(Rare::StaleEntry);
-                        }
-                    }
-                    Placed::Busy | Placed::Full => {
-                        TRACKING.store(false, Ordering::Relaxed);
-                        counters::count_call(made);
-                        counters::count_rare(Rare::Untracked);
-                        return None;
-                    }
-                }
+            (_, Some(w)) => {
+                w.take();
+                drop_waiting(addr, stats);
+                let placed = place(table, stats, &w.rec, h, true);
+                count_placed(&placed, stats, w.op, w.rec.size);
                 stats.settle();
+                if !matches!(placed, Placed::Stored { .. }) {
+                    return None;
+                }
                 table.find(addr, h)?
             }
         };
@@ -1250,6 +1394,78 @@ mod tests {
         assert_eq!(lookup(ADDR).map(|r| (r.size, r.tid)), Some((7, 99)));
         assert_eq!(remove(ADDR, Some(Op::Free)).map(|r| r.size), Some(7));
         assert_eq!(lookup(ADDR), None);
+    }
+
+    #[test]
+    fn after_a_missed_free_the_newest_block_at_an_address_wins() {
+        // Addresses of this test only. In each case the agent missed the free of the first
+        // block at the address (`missed_free`, as the hooks count a re-entrant free), so two
+        // entries hold it; the free, realloc or lookup must get the newer one, and the older
+        // must go with it (counted stale), not come back when its batch is applied.
+        const TABLE_OLDER: u64 = 0x5900_0000_0000;
+        const SLOT_OLDER: u64 = 0x5900_0000_1000;
+        const TWO_SLOTS: u64 = 0x5900_0000_2000;
+        const REALLOCATED: u64 = 0x5900_0000_3000;
+        const MOVED_TO: u64 = 0x5900_0000_4000;
+        let st = sys::thread_state();
+        let tid = sys::current_tid();
+        let k = super::super::held_frees::own_index(st, tid).expect("a batch slot");
+        super::apply_new(k);
+        let stale_before = counters::counters().stale_entries;
+        missed_free();
+        assert!(duplicates_possible());
+
+        // The table's entry is the older: the waiting block is freed, the stale entry dropped.
+        assert!(insert(TABLE_OLDER, 5, tid, 0, Op::Malloc));
+        assert!(insert_new(TABLE_OLDER, 50, tid, 0, Op::Malloc, k));
+        assert_eq!(lookup(TABLE_OLDER).map(|r| r.size), Some(50));
+        assert_eq!(
+            remove(TABLE_OLDER, Some(Op::Free)).map(|r| r.size),
+            Some(50)
+        );
+        assert_eq!(lookup(TABLE_OLDER), None);
+
+        // The waiting block is the older (another thread's insert reached the table): a
+        // held-free batch frees the table's, and the stale one does not come back.
+        assert!(insert_new(SLOT_OLDER, 6, tid, 0, Op::Malloc, k));
+        let other = std::thread::spawn(|| insert(SLOT_OLDER, 60, 99, 0, Op::Malloc));
+        assert!(other.join().unwrap());
+        assert_eq!(lookup(SLOT_OLDER).map(|r| (r.size, r.tid)), Some((60, 99)));
+        assert_eq!(remove_freed(&[SLOT_OLDER]), 0);
+        assert_eq!(lookup(SLOT_OLDER), None);
+
+        // Waiting in two slots: this thread's (older) and another thread's (newer).
+        assert!(insert_new(TWO_SLOTS, 7, tid, 0, Op::Malloc, k));
+        let other = std::thread::spawn(|| {
+            let st = sys::thread_state();
+            let tid = sys::current_tid();
+            let k = super::super::held_frees::own_index(st, tid).expect("a batch slot");
+            // Its slot keeps the block after the thread ends (no exit destructor here).
+            insert_new(TWO_SLOTS, 70, tid, 0, Op::Malloc, k)
+        });
+        assert!(other.join().unwrap());
+        assert_eq!(lookup(TWO_SLOTS).map(|r| r.size), Some(70));
+        assert_eq!(remove(TWO_SLOTS, Some(Op::Free)).map(|r| r.size), Some(70));
+        assert_eq!(lookup(TWO_SLOTS), None);
+
+        // A realloc of a waiting block beside an older table entry moves the waiting one.
+        assert!(insert(REALLOCATED, 8, tid, 0, Op::Malloc));
+        assert!(insert_new(REALLOCATED, 80, tid, 0, Op::Malloc, k));
+        let old = begin_move(REALLOCATED).expect("a tracked block");
+        assert_eq!((old.size, old.moving), (80, true));
+        assert!(finish_move(&old, MOVED_TO, 90, tid, 0, Op::Realloc));
+        assert_eq!(lookup(REALLOCATED), None);
+        assert_eq!(lookup(MOVED_TO).map(|r| r.size), Some(90));
+
+        // This thread's batch is applied: none of the stale entries comes back.
+        super::apply_new(k);
+        for addr in [TABLE_OLDER, SLOT_OLDER, TWO_SLOTS, REALLOCATED] {
+            assert_eq!(lookup(addr), None, "{addr:#x}");
+        }
+        assert_eq!(frozen_in(0x5900_0000_0000..0x5900_0000_4000), []);
+        assert_eq!(remove(MOVED_TO, Some(Op::Free)).map(|r| r.size), Some(90));
+        // One stale entry per case (other tests of the process may add theirs).
+        assert!(counters::counters().stale_entries >= stale_before + 4);
     }
 
     #[test]

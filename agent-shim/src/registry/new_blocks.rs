@@ -39,8 +39,11 @@
 //!   for the main thread by the exit summary. A thread that ends without the destructor
 //!   keeps its blocks in its slot: still seen by every reader above.
 //! - An address can be in a slot and in the table (or in two slots) only when the agent did
-//!   not see a free of it (a free inside a signal handler's re-entrant call): the entry with
-//!   the higher sequence number is the live one, and the other is dropped as stale.
+//!   not see a free of it (a free inside a signal handler's re-entrant call, or on the thread
+//!   holding the whole table): the entry with the higher sequence number is the live one, for
+//!   a batch being applied as for a free, realloc or lookup, and the others are dropped as
+//!   stale. The hooks count such frees (`blocks::missed_free`); until the first, a free that
+//!   finds its address in the table looks in no slot.
 //! - The agent's own threads insert directly (their share of the counters stays exact), and
 //!   so do reallocs (their swap of old and new entries is one step under both shard locks).
 //!
