@@ -358,13 +358,27 @@ impl Probe for Disk<'_> {
     }
 }
 
-/// The listening sockets now, from `/proc/net` (a file that cannot be read lists none).
-pub fn listening() -> Listening {
-    let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
-    Listening::parse(
-        &read("/proc/net/unix"),
-        &[&read("/proc/net/tcp"), &read("/proc/net/tcp6")],
-    )
+/// The listening sockets that the files `names` of a token directory may ask about, read
+/// with `read` (a path's text, empty when it cannot be read): `/proc/net/tcp` and `tcp6` only
+/// when a record or token file may name a TCP port, `/proc/net/unix` only when a record,
+/// token or socket file may name a socket. Why: reading `/proc/net/tcp` walks every TCP
+/// connection of the machine (milliseconds of CPU, paid by every agent's start-up sweep),
+/// and a directory holding none of these files needs neither.
+fn listening_for(names: &[String], read: impl Fn(&str) -> String) -> Listening {
+    let kinds = || names.iter().map(|n| kind(n));
+    let tcp_named = kinds().any(|k| matches!(k, Kind::Record(_) | Kind::Token));
+    let unix_named = tcp_named || kinds().any(|k| matches!(k, Kind::Socket));
+    let unix = if unix_named {
+        read("/proc/net/unix")
+    } else {
+        String::new()
+    };
+    let tcp = if tcp_named {
+        [read("/proc/net/tcp"), read("/proc/net/tcp6")]
+    } else {
+        Default::default()
+    };
+    Listening::parse(&unix, &[&tcp[0], &tcp[1]])
 }
 
 /// The names of the files of `dir` (none when it cannot be read).
@@ -380,7 +394,11 @@ fn names(dir: &Path) -> Vec<String> {
 
 /// The live agents of `dir`, and the files [`sweep`] would remove; reads only.
 pub fn survey(dir: &Path) -> Plan {
-    plan(dir, &names(dir), &listening(), &mut Disk { dir })
+    let names = names(dir);
+    let listening = listening_for(&names, |path| {
+        std::fs::read_to_string(path).unwrap_or_default()
+    });
+    plan(dir, &names, &listening, &mut Disk { dir })
 }
 
 /// [`survey`], then removes the files of the gone; the caller holds [`lock`]. Returns the
@@ -503,6 +521,48 @@ mod tests {
         assert!(l.has(&Endpoint::Tcp(8000)));
         assert!(l.has(&Endpoint::Tcp(9000)));
         assert!(!l.has(&Endpoint::Tcp(8001)));
+    }
+
+    #[test]
+    fn proc_net_is_read_only_when_a_file_may_name_a_socket() {
+        let names = |list: &[&str]| list.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        let reads = |list: &[String]| {
+            let read = std::cell::RefCell::new(Vec::new());
+            let l = listening_for(list, |path| {
+                read.borrow_mut().push(path.to_string());
+                match path {
+                    "/proc/net/unix" => "Num RefCount Protocol Flags Type St Inode Path\n\
+                        0000000000000000: 00000002 00000000 00010000 0001 01 1001 /t/pid-5.sock\n"
+                        .to_string(),
+                    "/proc/net/tcp" => "  sl  local_address rem_address   st\n\
+                        0: 0100007F:1F40 00000000:0000 0A\n"
+                        .to_string(),
+                    _ => String::new(),
+                }
+            });
+            (read.into_inner(), l)
+        };
+        // Logs, policy files, temporary files: nothing to ask /proc/net about.
+        let (read, _) = reads(&names(&[
+            "demo-1.log",
+            "demo-policy.toml",
+            ".pid-3.agent.3.tmp",
+        ]));
+        assert!(read.is_empty(), "{read:?}");
+        // A socket file: only Unix sockets are asked about.
+        let (read, l) = reads(&names(&["pid-5.sock", "demo-1.log"]));
+        assert_eq!(read, ["/proc/net/unix"]);
+        assert!(l.has(&Endpoint::Unix("/t/pid-5.sock".into())));
+        // A record or a token file may name a TCP port: all three.
+        for name in ["pid-5.agent", "tcp-8000.token", "unix-%2Ft%2Fx.token"] {
+            let (read, l) = reads(&names(&[name]));
+            assert_eq!(
+                read,
+                ["/proc/net/unix", "/proc/net/tcp", "/proc/net/tcp6"],
+                "{name}"
+            );
+            assert!(l.has(&Endpoint::Tcp(8000)));
+        }
     }
 
     #[test]
