@@ -342,8 +342,9 @@ fn run<H: Heap>(
     let fork_time = fork_mark.elapsed();
     let mut put_back = |lifted: dontfork::Lifted| {
         let mark = Instant::now();
-        lifted.restore();
+        let failed = lifted.restore();
         dontfork_time += mark.elapsed();
+        failed
     };
     let to_file = matches!(sink, Sink::File(_));
     let (kept, unnamed, pause, mut phases, named) = match forked {
@@ -360,11 +361,12 @@ fn run<H: Heap>(
             unsafe { libc::_exit(if ok { 0 } else { 1 }) }
         }
         Fork::Parent(child, fd) => {
-            put_back(lifted);
+            let not_put_back = put_back(lifted);
             world.wake();
             drop(frozen);
             let pause = paused.elapsed();
             drop(world);
+            dontfork::put_back_late(not_put_back);
             let received = receive_from_child(heap, &space, fd, &mut sink);
             // SAFETY: our own descriptor; closing it first ends a child still sending.
             unsafe { libc::close(fd) };
@@ -386,12 +388,13 @@ fn run<H: Heap>(
             (kept, unnamed, pause, phases, named)
         }
         Fork::Failed => {
-            put_back(lifted);
+            let not_put_back = put_back(lifted);
             let scanned = scan(&world);
             world.wake();
             drop(frozen);
             let pause = paused.elapsed();
             drop(world);
+            dontfork::put_back_late(not_put_back);
             let unnamed = Unnamed::of(&scanned);
             let names = name(heap, &space, &unnamed);
             let named = Instant::now();

@@ -21,7 +21,17 @@
 //!   ([`only_quiet_threads`]), and the child misses those mappings as it did before.
 //! - Leave the host changed: the flag is put back, on exactly the lifted ranges, in the parent
 //!   right after the clone and before the threads run again, whether the clone succeeded or
-//!   not, and by [`Lifted`]'s drop on any other way out. A range whose lift failed
+//!   not, and by [`Lifted`]'s drop on any other way out. A put-back can fail where the lift
+//!   did not: marking a mapping that the lift merged with a neighbour splits it again, and a
+//!   split fails with `ENOMEM` when the process is at `vm.max_map_count`. Such a range is
+//!   tried again at once (the world still stopped), then once more right after the threads
+//!   run again ([`put_back_late`]: the program may have unmapped something meanwhile), and
+//!   only if the mapping is still there unmarked, rw, as it was; if that fails too, the agent
+//!   says so once (the program's forks then copy that mapping, which it meant them not to).
+//!   The late try has one window left: a program thread that, in the microseconds between
+//!   the resume and the try, unmapped that very range and mapped another there; the agent
+//!   would mark the new mapping. It needs a put-back failure first, which needs a process at
+//!   its mapping limit. A range whose lift failed
 //!   (`madvise` refuses `VM_IO`/`VM_PFNMAP` device mappings, the only ones it refuses here) is
 //!   marked again at once, since a lift can fail part way (on a range that is no longer one
 //!   mapping) with part of it lifted; it is then not counted as lifted.
@@ -53,16 +63,23 @@ const LEFT_ALONE: [&str; 3] = ["io", "pf", "ht"];
 /// The readable, writable mappings of `smaps` (the text of `/proc/PID/smaps`) that a fork
 /// leaves out (`dc`) and that may be lifted, in address order.
 pub fn hidden_from_fork(smaps: &str) -> Vec<Range<u64>> {
-    let mut hidden = Vec::new();
+    mappings_where(smaps, |flags| {
+        flags.contains(&"dc") && !LEFT_ALONE.iter().any(|f| flags.contains(f))
+    })
+}
+
+/// The readable, writable mappings of `smaps` whose `VmFlags` satisfy `keep`, in address
+/// order.
+fn mappings_where(smaps: &str, keep: impl Fn(&[&str]) -> bool) -> Vec<Range<u64>> {
+    let mut found = Vec::new();
     let mut current: Option<Range<u64>> = None;
     for line in smaps.lines() {
         if let Some(flags) = line.strip_prefix("VmFlags:") {
             let flags: Vec<&str> = flags.split_ascii_whitespace().collect();
             if let Some(r) = current.take()
-                && flags.contains(&"dc")
-                && !LEFT_ALONE.iter().any(|f| flags.contains(f))
+                && keep(&flags)
             {
-                hidden.push(r);
+                found.push(r);
             }
             continue;
         }
@@ -83,8 +100,8 @@ pub fn hidden_from_fork(smaps: &str) -> Vec<Range<u64>> {
         };
         current = perms.starts_with("rw").then_some(start..end);
     }
-    hidden.sort_unstable_by_key(|r| r.start);
-    hidden
+    found.sort_unstable_by_key(|r| r.start);
+    found
 }
 
 /// The mappings of this process a fork would leave out now, that may be lifted; none when
@@ -199,8 +216,10 @@ impl Lifted {
 
     /// Puts `MADV_DONTFORK` back on every lifted mapping, in the reverse order of the lift
     /// (a lift may have merged a mapping with a neighbour: each put-back splits one off
-    /// again). Returns false when one could not be put back.
-    pub fn restore(mut self) -> bool {
+    /// again), a failed one tried again at once. Returns the ranges still unmarked, for
+    /// [`put_back_late`] once the threads run again.
+    #[must_use]
+    pub fn restore(mut self) -> Vec<Range<u64>> {
         self.put_back()
     }
 
@@ -209,26 +228,71 @@ impl Lifted {
         self.ranges.clear();
     }
 
-    fn put_back(&mut self) -> bool {
-        let mut all = true;
+    fn put_back(&mut self) -> Vec<Range<u64>> {
+        let mut failed = Vec::new();
         for r in self.ranges.drain(..).rev() {
-            all &= advise(&r, libc::MADV_DONTFORK);
+            if !advise(&r, libc::MADV_DONTFORK) && !advise(&r, libc::MADV_DONTFORK) {
+                failed.push(r);
+            }
         }
-        if !all {
-            crate::log::note_problem();
-        }
-        all
+        failed
     }
 }
 
 impl Drop for Lifted {
     fn drop(&mut self) {
-        self.put_back();
+        put_back_late(self.put_back());
     }
+}
+
+/// Tries once more, with the threads running again, to put `MADV_DONTFORK` back on the
+/// ranges [`Lifted::restore`] could not: each only while smaps still shows it inside one
+/// readable, writable mapping without the flag (see the module doc for the window left).
+/// Says once per process when one still fails. Returns whether every range is marked.
+pub fn put_back_late(failed: Vec<Range<u64>>) -> bool {
+    if failed.is_empty() {
+        return true;
+    }
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap_or_default();
+    let still_lifted = lifted_mappings(&smaps);
+    let mut left = 0;
+    for r in &failed {
+        let unchanged = still_lifted
+            .iter()
+            .any(|m| m.start <= r.start && r.end <= m.end);
+        if !(unchanged && advise(r, libc::MADV_DONTFORK)) {
+            left += 1;
+        }
+    }
+    if left > 0 {
+        crate::log::note_problem();
+        if !SAID_PUT_BACK_FAILED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            crate::agent_log!(
+                "could not mark {left} of the program's MADV_DONTFORK mapping(s) again after a \
+                 capture (at the mapping limit, vm.max_map_count?): its forks will copy them"
+            );
+        }
+    }
+    left == 0
+}
+
+static SAID_PUT_BACK_FAILED: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// The readable, writable mappings of `smaps` that a fork copies (no `dc`), device and
+/// hugetlb ones left out: what a lifted range still looks like.
+fn lifted_mappings(smaps: &str) -> Vec<Range<u64>> {
+    mappings_where(smaps, |flags| {
+        !flags.contains(&"dc") && !LEFT_ALONE.iter().any(|f| flags.contains(f))
+    })
 }
 
 /// `madvise(range, advice)`; true when it succeeded.
 fn advise(r: &Range<u64>, advice: libc::c_int) -> bool {
+    #[cfg(test)]
+    if advice == libc::MADV_DONTFORK && tests::refuse_put_back() {
+        return false;
+    }
     // SAFETY: MADV_DOFORK and MADV_DONTFORK change only what a fork copies, never the
     // memory's contents or protection.
     unsafe {
@@ -243,6 +307,21 @@ fn advise(r: &Range<u64>, advice: libc::c_int) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::Cell;
+
+    thread_local! {
+        /// How many `MADV_DONTFORK` calls of this test thread fail before they reach the
+        /// kernel (the mapping limit is hard to reach on purpose in a test).
+        static REFUSE_PUT_BACKS: Cell<u32> = const { Cell::new(0) };
+    }
+
+    pub(super) fn refuse_put_back() -> bool {
+        REFUSE_PUT_BACKS.with(|n| {
+            let left = n.get();
+            n.set(left.saturating_sub(1));
+            left > 0
+        })
+    }
 
     const SMAPS: &str = "\
 35508c0000-3550900000 rw-p 00000000 00:00 0 
@@ -310,6 +389,17 @@ VmFlags: rd wr mr mw me dc
         assert!(!release_at_least("garbage", (5, 9)));
     }
 
+    /// Three fresh pages, only the middle one marked: its own mapping, between two that are
+    /// not marked. Returns the mapping, its length and the middle page.
+    fn three_pages_middle_marked() -> (*mut u8, usize, Range<u64>) {
+        let len = 3 * 4096usize;
+        let p = crate::sys::map_anon(len, false).expect("map");
+        let base = p as u64;
+        let middle = base + 4096..base + 2 * 4096;
+        assert!(advise(&middle, libc::MADV_DONTFORK));
+        (p, len, middle)
+    }
+
     /// A mapping marked DONTFORK is seen by a fork child while lifted, and marked again, with
     /// the same boundaries, after.
     #[test]
@@ -317,12 +407,7 @@ VmFlags: rd wr mr mw me dc
         if !kernel_copies_pinned_pages() {
             return;
         }
-        let len = 3 * 4096usize;
-        let p = crate::sys::map_anon(len, false).expect("map");
-        let base = p as u64;
-        // Mark only the middle page: its own mapping, between two that are not marked.
-        let middle = base + 4096..base + 2 * 4096;
-        assert!(advise(&middle, libc::MADV_DONTFORK));
+        let (p, len, middle) = three_pages_middle_marked();
         // SAFETY: our own fresh mapping.
         unsafe { *(middle.start as *mut u64) = 0x5eed };
         let hidden = hidden_now();
@@ -339,7 +424,7 @@ VmFlags: rd wr mr mw me dc
             // SAFETY: the child ends here.
             unsafe { libc::_exit(if v == 0x5eed { 0 } else { 1 }) };
         }
-        assert!(lifted.restore());
+        assert!(lifted.restore().is_empty());
         let mut status = 0;
         // SAFETY: our own child.
         unsafe { libc::waitpid(pid, &mut status, 0) };
@@ -374,6 +459,39 @@ VmFlags: rd wr mr mw me dc
         drop(lifted);
         // SAFETY: our own mapping, no longer used.
         unsafe { crate::sys::unmap(p, 2 * 4096) };
+    }
+
+    /// A put-back that fails in the pause and on its immediate retry is done once the
+    /// threads run again; one that fails then too is left unmarked and said once.
+    #[test]
+    fn a_failed_put_back_is_retried_after_the_resume() {
+        if !kernel_copies_pinned_pages() {
+            return;
+        }
+        let (p, len, middle) = three_pages_middle_marked();
+        // SAFETY: exactly the mappings marked now; put back below.
+        let lifted = unsafe { Lifted::lift(std::slice::from_ref(&middle)) };
+        assert_eq!(lifted.len(), 1);
+        REFUSE_PUT_BACKS.with(|n| n.set(2));
+        let failed = lifted.restore();
+        assert_eq!(failed, vec![middle.clone()]);
+        assert!(!hidden_now().contains(&middle), "still lifted");
+        assert!(put_back_late(failed));
+        assert!(hidden_now().contains(&middle), "{:x?}", hidden_now());
+
+        // Refused every time: left unmarked, and said.
+        // SAFETY: as above.
+        let lifted = unsafe { Lifted::lift(std::slice::from_ref(&middle)) };
+        REFUSE_PUT_BACKS.with(|n| n.set(3));
+        let failed = lifted.restore();
+        assert!(!put_back_late(failed));
+        assert!(SAID_PUT_BACK_FAILED.load(std::sync::atomic::Ordering::Relaxed));
+        assert!(!hidden_now().contains(&middle));
+        // A range no longer mapped is not marked late (the mapping could be another's now).
+        assert!(advise(&middle, libc::MADV_DONTFORK));
+        // SAFETY: our own mapping, no longer used.
+        unsafe { crate::sys::unmap(p, len) };
+        assert!(!put_back_late(vec![middle]));
     }
 
     /// The thread check sees every thread of the process: this one at least.
