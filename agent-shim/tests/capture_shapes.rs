@@ -245,3 +245,39 @@ fn a_rust_target_has_demangled_frames_and_its_vec_in_the_right_frame() {
     );
     assert!(c.frame(t, "hold::main") > f);
 }
+
+/// The targets' `snapshot_and_wait` (sync.h for C, hold.rs for Rust) ends the target at once,
+/// with the agent's reason, when a snapshot fails (here: its file cannot be created), rather
+/// than waiting for a file that never comes until the test's own timeout.
+#[test]
+fn a_failed_snapshot_ends_the_targets_wait_at_once_with_the_reason() {
+    let dir = TempDir::new("cap-failed");
+    let c_exe = c_target(&dir, "frames", include_str!("targets/frames.c"), &[]);
+    let rust_exe = compile_rust(&dir, "hold", include_str!("targets/hold.rs"));
+    let nowhere = dir.path().join("no-such-dir").join("snap");
+    for exe in [c_exe, rust_exe] {
+        let started = std::time::Instant::now();
+        let run = common::run_preloaded(
+            &dir,
+            &exe,
+            &[],
+            &[("HEAPTUI_DUMP", nowhere.to_str().unwrap())],
+        );
+        assert_eq!(
+            run.code,
+            Some(86),
+            "stderr:\n{}\nlog:\n{}",
+            run.stderr,
+            run.log
+        );
+        let line = run.stderr.lines().last().unwrap_or_default();
+        assert!(
+            line.starts_with("snapshot 1 failed: snapshot failed: ")
+                && line.contains("No such file or directory"),
+            "{}",
+            run.stderr
+        );
+        // Far below the 30 s the wait allows a file that is merely slow.
+        assert!(started.elapsed().as_secs() < 20, "{:?}", started.elapsed());
+    }
+}
