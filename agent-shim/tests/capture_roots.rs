@@ -113,3 +113,24 @@ fn a_finished_threads_stale_stack_words_are_not_roots() {
         "nothing else is lost"
     );
 }
+
+#[test]
+fn pointers_only_in_mappings_marked_wipeonfork_or_dontfork_are_roots() {
+    let dir = TempDir::new("roots-fork-flags");
+    let exe = compile_c(
+        &dir,
+        "fork_flags",
+        &format!("{SYNC}\n{}", include_str!("targets/fork_flags.c")),
+        &[],
+    );
+    // The program checks after the capture that both mappings still carry their flag.
+    let c = run(&dir, &exe, "flags kept", 0);
+    for (size, flag) in [(2468, "MADV_WIPEONFORK"), (1357, "MADV_DONTFORK")] {
+        assert_eq!(
+            c.analysis.class_of(c.object(size)),
+            ObjectClass::GlobalOnly,
+            "the {size}-byte block is held by a mapping marked {flag} only"
+        );
+    }
+    assert_eq!(c.analysis.leaks().objects, 0, "nothing is lost");
+}

@@ -182,8 +182,9 @@ pub struct Phases {
     /// present and read.
     pub mapped: Duration,
     pub mapped_bytes: u64,
-    /// Inside the pause: making the program's `MADV_DONTFORK` mappings visible to the scan
-    /// child and marking them again (`dontfork`), how many there were, and the clone itself.
+    /// Inside the pause: making the program's `MADV_DONTFORK` and `MADV_WIPEONFORK` mappings
+    /// visible to the scan child and marking them again (`dontfork`), how many flags were
+    /// lifted, and the clone itself.
     pub dontfork: Duration,
     pub dontfork_mappings: u64,
     pub fork: Duration,
@@ -282,8 +283,9 @@ fn run<H: Heap>(
         .iter()
         .filter_map(|&tid| Some((tid, kernel_call(tid)?)))
         .collect();
-    // Whether the program has mappings a fork leaves out (read again inside the pause only
-    // then: see `dontfork`), and may have them lifted (no device that DMAs into its memory).
+    // Whether the program has mappings a fork leaves out or wipes (read again inside the pause
+    // only then: see `dontfork`), and may have them lifted (no device that DMAs into its
+    // memory).
     let any_hidden_from_fork = !dontfork::hidden_now().is_empty() && !dontfork::holds_dma_device();
 
     // ---- stop window ----
@@ -324,7 +326,7 @@ fn run<H: Heap>(
     // again as soon as the child exists; the child also builds, analyses and keeps the
     // graph, so that the process itself only ever holds the kept snapshot. Without a child,
     // the scan runs while the threads are stopped and the rest after the resume, here.
-    // The program's MADV_DONTFORK mappings are lifted for the clone only.
+    // The program's MADV_DONTFORK and MADV_WIPEONFORK mappings are lifted for the clone only.
     let lift_mark = Instant::now();
     let hidden = if any_hidden_from_fork && every_program_thread_stopped(&world) {
         dontfork::hidden_now()
@@ -666,7 +668,7 @@ enum Fork {
 }
 
 /// Whether every thread of the process is stopped in `world`, the calling thread or the
-/// agent's own, so that none can remap a mapping while `MADV_DONTFORK` is lifted (see
+/// agent's own, so that none can remap a mapping while a fork flag is lifted (see
 /// `dontfork`). When not, says once in the log that such mappings are left out.
 fn every_program_thread_stopped(world: &stop::World) -> bool {
     // SAFETY: gettid has no arguments.
@@ -683,7 +685,8 @@ fn every_program_thread_stopped(world: &stop::World) -> bool {
     if !quiet && !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
         crate::agent_log!(
             "a thread of the program runs during the capture (not stoppable, or started \
-             after the stop): its MADV_DONTFORK mappings are left out of this capture's roots"
+             after the stop): its MADV_DONTFORK and MADV_WIPEONFORK mappings are left out of \
+             this capture's roots"
         );
     }
     quiet

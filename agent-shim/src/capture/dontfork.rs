@@ -1,5 +1,5 @@
-//! Mappings the program marked `MADV_DONTFORK`, made visible to the copy-on-write scan child
-//! (docs/reference.md §3, mapped memory).
+//! Mappings the program marked `MADV_DONTFORK` or `MADV_WIPEONFORK`, made visible to the
+//! copy-on-write scan child (docs/reference.md §3, mapped memory).
 //!
 //! A fork leaves out every mapping with `VM_DONTCOPY` (`dc` in `/proc/self/smaps`), so the
 //! scan child cannot read them. V8 marks all of its heap pages so (node: some 260 mappings, and
@@ -11,6 +11,14 @@
 //! - lift the flag on exactly those mappings for the fork (`MADV_DOFORK`), and put it back in
 //!   the parent right after (`MADV_DONTFORK`), while the world is still stopped: no copy, the
 //!   pages are shared copy-on-write like every other page of the process. Chosen.
+//!
+//! A mapping marked `MADV_WIPEONFORK` (`wf`: random-number generators' and crypto libraries'
+//! state, so a child never repeats it) is in the child, but reads as zeros there: a pointer
+//! kept only in it was no root for the scan, where memcheck, which scans the process itself,
+//! sees it. The same lift applies: `MADV_KEEPONFORK` for the fork, `MADV_WIPEONFORK` back
+//! right after, with the same put-back retries. The child only scans and never runs program
+//! code, so the state the flag protects is never used twice. A mapping may carry both flags:
+//! each is lifted and put back on its own.
 //!
 //! What lifting must never do, and how it is kept from it:
 //! - Change a mapping that did not have the flag: the mappings are read from
@@ -57,15 +65,71 @@
 use std::ops::Range;
 
 /// smaps `VmFlags` that keep a mapping from being lifted: device memory (`madvise` refuses
-/// it anyway) and hugetlb pages (a shared copy-on-write huge page can fail to be copied).
-const LEFT_ALONE: [&str; 3] = ["io", "pf", "ht"];
+/// it anyway), hugetlb pages (a shared copy-on-write huge page can fail to be copied) and
+/// droppable mappings (`MAP_DROPPABLE`: glibc's getrandom state; always wiped on fork, the
+/// kernel refuses `MADV_KEEPONFORK` on them, and they hold no pointers).
+const LEFT_ALONE: [&str; 4] = ["io", "pf", "ht", "dp"];
+
+/// A flag that keeps a mapping's contents from a fork child.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ForkFlag {
+    /// `MADV_DONTFORK` (`dc`): the child has no such mapping.
+    DontFork,
+    /// `MADV_WIPEONFORK` (`wf`): the child's mapping reads as zeros.
+    WipeOnFork,
+}
+
+impl ForkFlag {
+    const ALL: [ForkFlag; 2] = [ForkFlag::DontFork, ForkFlag::WipeOnFork];
+
+    /// Its name among smaps' `VmFlags`.
+    fn smaps_name(self) -> &'static str {
+        match self {
+            ForkFlag::DontFork => "dc",
+            ForkFlag::WipeOnFork => "wf",
+        }
+    }
+
+    /// The advice that lifts it.
+    fn lift(self) -> libc::c_int {
+        match self {
+            ForkFlag::DontFork => libc::MADV_DOFORK,
+            ForkFlag::WipeOnFork => libc::MADV_KEEPONFORK,
+        }
+    }
+
+    /// The advice that puts it back.
+    fn mark(self) -> libc::c_int {
+        match self {
+            ForkFlag::DontFork => libc::MADV_DONTFORK,
+            ForkFlag::WipeOnFork => libc::MADV_WIPEONFORK,
+        }
+    }
+}
+
+/// A mapping and a flag it carries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hidden {
+    pub range: Range<u64>,
+    pub flag: ForkFlag,
+}
 
 /// The readable, writable mappings of `smaps` (the text of `/proc/PID/smaps`) that a fork
-/// leaves out (`dc`) and that may be lifted, in address order.
-pub fn hidden_from_fork(smaps: &str) -> Vec<Range<u64>> {
-    mappings_where(smaps, |flags| {
-        flags.contains(&"dc") && !LEFT_ALONE.iter().any(|f| flags.contains(f))
-    })
+/// leaves out (`dc`) or wipes (`wf`) and that may be lifted, one entry per flag, in address
+/// order.
+pub fn hidden_from_fork(smaps: &str) -> Vec<Hidden> {
+    let mut hidden: Vec<Hidden> = ForkFlag::ALL
+        .into_iter()
+        .flat_map(|flag| {
+            mappings_where(smaps, |flags| {
+                flags.contains(&flag.smaps_name()) && !LEFT_ALONE.iter().any(|f| flags.contains(f))
+            })
+            .into_iter()
+            .map(move |range| Hidden { range, flag })
+        })
+        .collect();
+    hidden.sort_by_key(|h| h.range.start);
+    hidden
 }
 
 /// The readable, writable mappings of `smaps` whose `VmFlags` satisfy `keep`, in address
@@ -104,9 +168,9 @@ fn mappings_where(smaps: &str, keep: impl Fn(&[&str]) -> bool) -> Vec<Range<u64>
     found
 }
 
-/// The mappings of this process a fork would leave out now, that may be lifted; none when
-/// the kernel is older than 5.9 (see the module doc) or smaps cannot be read.
-pub fn hidden_now() -> Vec<Range<u64>> {
+/// The mappings of this process a fork would leave out or wipe now, that may be lifted; none
+/// when the kernel is older than 5.9 (see the module doc) or smaps cannot be read.
+pub fn hidden_now() -> Vec<Hidden> {
     if !kernel_copies_pinned_pages() {
         return Vec::new();
     }
@@ -181,31 +245,30 @@ pub fn only_quiet_threads(quiet: impl Fn(u32) -> bool) -> bool {
 /// Mappings whose `MADV_DONTFORK` is lifted; putting it back is [`Lifted::restore`], or the
 /// drop.
 pub struct Lifted {
-    ranges: Vec<Range<u64>>,
+    ranges: Vec<Hidden>,
 }
 
 impl Lifted {
-    /// Lifts `MADV_DONTFORK` from each of `ranges`, which must be mappings that have it now;
-    /// the ones `madvise` refuses are marked again (a refusal may come part way through a
-    /// range) and skipped.
+    /// Lifts each flag of `hidden`, whose mappings must carry it now; the ones `madvise`
+    /// refuses are marked again (a refusal may come part way through a range) and skipped.
     ///
     /// # Safety
-    /// `ranges` must be exactly the mappings of this process marked `MADV_DONTFORK` now (read
+    /// `hidden` must be exactly the mappings of this process that carry those flags now (read
     /// from smaps while no thread that could change them runs), and the caller must put the
-    /// flag back before any such thread runs.
-    pub unsafe fn lift(ranges: &[Range<u64>]) -> Lifted {
-        let mut lifted = Vec::with_capacity(ranges.len());
-        for r in ranges {
-            if advise(r, libc::MADV_DOFORK) {
-                lifted.push(r.clone());
-            } else if !advise(r, libc::MADV_DONTFORK) {
+    /// flags back before any such thread runs.
+    pub unsafe fn lift(hidden: &[Hidden]) -> Lifted {
+        let mut lifted = Vec::with_capacity(hidden.len());
+        for h in hidden {
+            if advise(&h.range, h.flag.lift()) {
+                lifted.push(h.clone());
+            } else if !advise(&h.range, h.flag.mark()) {
                 crate::log::note_problem();
             }
         }
         Lifted { ranges: lifted }
     }
 
-    /// How many mappings are lifted.
+    /// How many flags of mappings are lifted.
     pub fn len(&self) -> usize {
         self.ranges.len()
     }
@@ -214,12 +277,12 @@ impl Lifted {
         self.ranges.is_empty()
     }
 
-    /// Puts `MADV_DONTFORK` back on every lifted mapping, in the reverse order of the lift
-    /// (a lift may have merged a mapping with a neighbour: each put-back splits one off
-    /// again), a failed one tried again at once. Returns the ranges still unmarked, for
-    /// [`put_back_late`] once the threads run again.
+    /// Puts every lifted flag back, in the reverse order of the lift (a lift may have merged
+    /// a mapping with a neighbour: each put-back splits one off again), a failed one tried
+    /// again at once. Returns the ranges still unmarked, for [`put_back_late`] once the
+    /// threads run again.
     #[must_use]
-    pub fn restore(mut self) -> Vec<Range<u64>> {
+    pub fn restore(mut self) -> Vec<Hidden> {
         self.put_back()
     }
 
@@ -228,11 +291,11 @@ impl Lifted {
         self.ranges.clear();
     }
 
-    fn put_back(&mut self) -> Vec<Range<u64>> {
+    fn put_back(&mut self) -> Vec<Hidden> {
         let mut failed = Vec::new();
-        for r in self.ranges.drain(..).rev() {
-            if !advise(&r, libc::MADV_DONTFORK) && !advise(&r, libc::MADV_DONTFORK) {
-                failed.push(r);
+        for h in self.ranges.drain(..).rev() {
+            if !advise(&h.range, h.flag.mark()) && !advise(&h.range, h.flag.mark()) {
+                failed.push(h);
             }
         }
         failed
@@ -245,31 +308,34 @@ impl Drop for Lifted {
     }
 }
 
-/// Tries once more, with the threads running again, to put `MADV_DONTFORK` back on the
-/// ranges [`Lifted::restore`] could not: each only while smaps still shows it inside one
-/// readable, writable mapping without the flag (see the module doc for the window left).
-/// Says once per process when one still fails. Returns whether every range is marked.
-pub fn put_back_late(failed: Vec<Range<u64>>) -> bool {
+/// Tries once more, with the threads running again, to put the flag back on the ranges
+/// [`Lifted::restore`] could not: each only while smaps still shows it inside one readable,
+/// writable mapping without that flag (see the module doc for the window left). Says once per
+/// process when one still fails. Returns whether every range is marked.
+pub fn put_back_late(failed: Vec<Hidden>) -> bool {
     if failed.is_empty() {
         return true;
     }
     let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap_or_default();
-    let still_lifted = lifted_mappings(&smaps);
     let mut left = 0;
-    for r in &failed {
-        let unchanged = still_lifted
-            .iter()
-            .any(|m| m.start <= r.start && r.end <= m.end);
-        if !(unchanged && advise(r, libc::MADV_DONTFORK)) {
-            left += 1;
+    for flag in ForkFlag::ALL {
+        let still_lifted = lifted_mappings(&smaps, flag);
+        for h in failed.iter().filter(|h| h.flag == flag) {
+            let unchanged = still_lifted
+                .iter()
+                .any(|m| m.start <= h.range.start && h.range.end <= m.end);
+            if !(unchanged && advise(&h.range, flag.mark())) {
+                left += 1;
+            }
         }
     }
     if left > 0 {
         crate::log::note_problem();
         if !SAID_PUT_BACK_FAILED.swap(true, std::sync::atomic::Ordering::Relaxed) {
             crate::agent_log!(
-                "could not mark {left} of the program's MADV_DONTFORK mapping(s) again after a \
-                 capture (at the mapping limit, vm.max_map_count?): its forks will copy them"
+                "could not mark {left} of the program's MADV_DONTFORK or MADV_WIPEONFORK \
+                 mapping(s) again after a capture (at the mapping limit, vm.max_map_count?): \
+                 its forks will copy them"
             );
         }
     }
@@ -279,22 +345,22 @@ pub fn put_back_late(failed: Vec<Range<u64>>) -> bool {
 static SAID_PUT_BACK_FAILED: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(false);
 
-/// The readable, writable mappings of `smaps` that a fork copies (no `dc`), device and
-/// hugetlb ones left out: what a lifted range still looks like.
-fn lifted_mappings(smaps: &str) -> Vec<Range<u64>> {
+/// The readable, writable mappings of `smaps` without `flag`, device, hugetlb and droppable
+/// ones left out: what a range with `flag` lifted still looks like.
+fn lifted_mappings(smaps: &str, flag: ForkFlag) -> Vec<Range<u64>> {
     mappings_where(smaps, |flags| {
-        !flags.contains(&"dc") && !LEFT_ALONE.iter().any(|f| flags.contains(f))
+        !flags.contains(&flag.smaps_name()) && !LEFT_ALONE.iter().any(|f| flags.contains(f))
     })
 }
 
 /// `madvise(range, advice)`; true when it succeeded.
 fn advise(r: &Range<u64>, advice: libc::c_int) -> bool {
     #[cfg(test)]
-    if advice == libc::MADV_DONTFORK && tests::refuse_put_back() {
+    if matches!(advice, libc::MADV_DONTFORK | libc::MADV_WIPEONFORK) && tests::refuse_put_back() {
         return false;
     }
-    // SAFETY: MADV_DOFORK and MADV_DONTFORK change only what a fork copies, never the
-    // memory's contents or protection.
+    // SAFETY: MADV_DOFORK, MADV_DONTFORK, MADV_KEEPONFORK and MADV_WIPEONFORK change only
+    // what a fork gives the child, never the memory's contents or protection in this process.
     unsafe {
         libc::madvise(
             r.start as *mut libc::c_void,
@@ -310,8 +376,9 @@ mod tests {
     use std::cell::Cell;
 
     thread_local! {
-        /// How many `MADV_DONTFORK` calls of this test thread fail before they reach the
-        /// kernel (the mapping limit is hard to reach on purpose in a test).
+        /// How many put-backs (`MADV_DONTFORK`, `MADV_WIPEONFORK`) of this test thread fail
+        /// before they reach the kernel (the mapping limit is hard to reach on purpose in a
+        /// test).
         static REFUSE_PUT_BACKS: Cell<u32> = const { Cell::new(0) };
     }
 
@@ -339,13 +406,32 @@ VmFlags: rd wr sh mr mw me ms dc io pf
 VmFlags: rd wr mr mw me dc ht 
 7f0000400000-7f0000401000 rw-p 00000000 00:00 0 
 VmFlags: rd wr mr mw me dc 
+7f0000500000-7f0000502000 rw-p 00000000 00:00 0 
+VmFlags: rd wr mr mw me ac wf 
+7f0000600000-7f0000601000 rw-p 00000000 00:00 0 
+VmFlags: rd wr mr mw me dc wf 
+7f0000700000-7f0000701000 r--p 00000000 00:00 0 
+VmFlags: rd mr mw me wf 
+7f0000800000-7f0000801000 rw-p 00000000 00:00 0 
+VmFlags: rd wr mr mw me wf dp 
 ";
 
+    fn hidden(range: Range<u64>, flag: ForkFlag) -> Hidden {
+        Hidden { range, flag }
+    }
+
     #[test]
-    fn only_plain_readable_writable_mappings_marked_dontfork_are_lifted() {
+    fn only_plain_readable_writable_mappings_marked_dontfork_or_wipeonfork_are_lifted() {
+        use ForkFlag::{DontFork, WipeOnFork};
         assert_eq!(
             hidden_from_fork(SMAPS),
-            vec![0x35508c0000..0x3550900000, 0x7f0000400000..0x7f0000401000]
+            vec![
+                hidden(0x35508c0000..0x3550900000, DontFork),
+                hidden(0x7f0000400000..0x7f0000401000, DontFork),
+                hidden(0x7f0000500000..0x7f0000502000, WipeOnFork),
+                hidden(0x7f0000600000..0x7f0000601000, DontFork),
+                hidden(0x7f0000600000..0x7f0000601000, WipeOnFork),
+            ]
         );
     }
 
@@ -389,27 +475,26 @@ VmFlags: rd wr mr mw me dc
         assert!(!release_at_least("garbage", (5, 9)));
     }
 
-    /// Three fresh pages, only the middle one marked: its own mapping, between two that are
-    /// not marked. Returns the mapping, its length and the middle page.
-    fn three_pages_middle_marked() -> (*mut u8, usize, Range<u64>) {
+    /// Three fresh pages, only the middle one marked with `flag`: its own mapping, between
+    /// two that are not marked. Returns the mapping, its length and the middle page.
+    fn three_pages_middle_marked(flag: ForkFlag) -> (*mut u8, usize, Hidden) {
         let len = 3 * 4096usize;
         let p = crate::sys::map_anon(len, false).expect("map");
         let base = p as u64;
-        let middle = base + 4096..base + 2 * 4096;
-        assert!(advise(&middle, libc::MADV_DONTFORK));
+        let middle = hidden(base + 4096..base + 2 * 4096, flag);
+        assert!(advise(&middle.range, flag.mark()));
         (p, len, middle)
     }
 
-    /// A mapping marked DONTFORK is seen by a fork child while lifted, and marked again, with
-    /// the same boundaries, after.
-    #[test]
-    fn a_lifted_mapping_is_copied_by_a_fork_and_marked_again_after() {
+    /// A mapping marked DONTFORK or WIPEONFORK is seen whole by a fork child while lifted,
+    /// and marked again, with the same boundaries, after.
+    fn a_lifted_mapping_is_copied_by_a_fork_and_marked_again_after(flag: ForkFlag) {
         if !kernel_copies_pinned_pages() {
             return;
         }
-        let (p, len, middle) = three_pages_middle_marked();
+        let (p, len, middle) = three_pages_middle_marked(flag);
         // SAFETY: our own fresh mapping.
-        unsafe { *(middle.start as *mut u64) = 0x5eed };
+        unsafe { *(middle.range.start as *mut u64) = 0x5eed };
         let hidden = hidden_now();
         assert!(hidden.contains(&middle), "{hidden:x?}");
         // SAFETY: exactly the mappings marked now; put back below.
@@ -419,8 +504,8 @@ VmFlags: rd wr mr mw me dc
         // SAFETY: a fork whose child only reads one word and exits.
         let pid = unsafe { libc::fork() };
         if pid == 0 {
-            // SAFETY: the page is copied into the child: readable.
-            let v = unsafe { std::ptr::read_volatile(middle.start as *const u64) };
+            // SAFETY: the page is in the child (copy-on-write): readable.
+            let v = unsafe { std::ptr::read_volatile(middle.range.start as *const u64) };
             // SAFETY: the child ends here.
             unsafe { libc::_exit(if v == 0x5eed { 0 } else { 1 }) };
         }
@@ -430,11 +515,21 @@ VmFlags: rd wr mr mw me dc
         unsafe { libc::waitpid(pid, &mut status, 0) };
         assert!(
             libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-            "status {status}"
+            "{flag:?}: status {status}"
         );
         assert!(hidden_now().contains(&middle));
         // SAFETY: our own mapping, no longer used.
         unsafe { crate::sys::unmap(p, len) };
+    }
+
+    #[test]
+    fn a_lifted_dontfork_mapping_is_copied_by_a_fork_and_marked_again_after() {
+        a_lifted_mapping_is_copied_by_a_fork_and_marked_again_after(ForkFlag::DontFork);
+    }
+
+    #[test]
+    fn a_lifted_wipeonfork_mapping_is_copied_by_a_fork_and_marked_again_after() {
+        a_lifted_mapping_is_copied_by_a_fork_and_marked_again_after(ForkFlag::WipeOnFork);
     }
 
     /// A lift that fails part way (a range running past its mapping into a hole) marks the
@@ -447,11 +542,11 @@ VmFlags: rd wr mr mw me dc
         let len = 3 * 4096usize;
         let p = crate::sys::map_anon(len, false).expect("map");
         let base = p as u64;
-        let marked = base..base + 2 * 4096;
-        assert!(advise(&marked, libc::MADV_DONTFORK));
+        let marked = hidden(base..base + 2 * 4096, ForkFlag::DontFork);
+        assert!(advise(&marked.range, libc::MADV_DONTFORK));
         // SAFETY: the last page of our own fresh mapping: a hole after the marked pages.
         unsafe { crate::sys::unmap((base + 2 * 4096) as *mut u8, 4096) };
-        let past_the_end = base..base + 3 * 4096;
+        let past_the_end = hidden(base..base + 3 * 4096, ForkFlag::DontFork);
         // SAFETY: the range covers only our own mapping (and a hole), put back below.
         let lifted = unsafe { Lifted::lift(std::slice::from_ref(&past_the_end)) };
         assert!(lifted.is_empty());
@@ -463,12 +558,11 @@ VmFlags: rd wr mr mw me dc
 
     /// A put-back that fails in the pause and on its immediate retry is done once the
     /// threads run again; one that fails then too is left unmarked and said once.
-    #[test]
-    fn a_failed_put_back_is_retried_after_the_resume() {
+    fn a_failed_put_back_is_retried_after_the_resume(flag: ForkFlag) {
         if !kernel_copies_pinned_pages() {
             return;
         }
-        let (p, len, middle) = three_pages_middle_marked();
+        let (p, len, middle) = three_pages_middle_marked(flag);
         // SAFETY: exactly the mappings marked now; put back below.
         let lifted = unsafe { Lifted::lift(std::slice::from_ref(&middle)) };
         assert_eq!(lifted.len(), 1);
@@ -488,10 +582,20 @@ VmFlags: rd wr mr mw me dc
         assert!(SAID_PUT_BACK_FAILED.load(std::sync::atomic::Ordering::Relaxed));
         assert!(!hidden_now().contains(&middle));
         // A range no longer mapped is not marked late (the mapping could be another's now).
-        assert!(advise(&middle, libc::MADV_DONTFORK));
+        assert!(advise(&middle.range, flag.mark()));
         // SAFETY: our own mapping, no longer used.
         unsafe { crate::sys::unmap(p, len) };
         assert!(!put_back_late(vec![middle]));
+    }
+
+    #[test]
+    fn a_failed_dontfork_put_back_is_retried_after_the_resume() {
+        a_failed_put_back_is_retried_after_the_resume(ForkFlag::DontFork);
+    }
+
+    #[test]
+    fn a_failed_wipeonfork_put_back_is_retried_after_the_resume() {
+        a_failed_put_back_is_retried_after_the_resume(ForkFlag::WipeOnFork);
     }
 
     /// The thread check sees every thread of the process: this one at least.
