@@ -760,6 +760,15 @@ const LAST_SIGNAL: libc::c_int = 64;
 /// its own descriptor), every signal disposition goes back to the default, no core file, and
 /// the child dies with the thread that cloned it. Raw system calls only: nothing here
 /// allocates, and the agent's `sigaction` and `signal` wrappers are not in the way.
+///
+/// No core file needs more than `RLIMIT_CORE` 0: when `core_pattern` pipes cores to a handler
+/// (systemd-coredump, apport), the kernel ignores that limit, and the handler would record a
+/// crash of the program's. So the child also makes itself undumpable (`PR_SET_DUMPABLE` 0),
+/// which the kernel honours for every kind of core. That gives its `/proc/self` files to root,
+/// and the child reads some after: `maps` (mode 0444, and a process may always read its own
+/// through the access check), and `pagemap` (mode 0400: a program not run as root could not
+/// open it) — so the pagemap is opened first and kept ([`mapped::open_pagemap_early`]). The
+/// graph's analysis reads `statm` and `cgroup` (0444) and `/proc/meminfo`: unaffected.
 fn detach_from_program(parent: libc::pid_t) {
     // SAFETY: a NUL-terminated path; dup2 and close on descriptors of this process only.
     unsafe {
@@ -828,6 +837,8 @@ fn detach_from_program(parent: libc::pid_t) {
             std::ptr::null_mut::<libc::rlimit>(),
         );
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+        mapped::open_pagemap_early();
+        libc::prctl(libc::PR_SET_DUMPABLE, 0 as libc::c_ulong);
         // The parent may have ended before the line above: nothing would kill the child then.
         if libc::getppid() != parent {
             libc::_exit(1);
@@ -1453,6 +1464,54 @@ mod tests {
                 && libc::WTERMSIG(status) == libc::SIGABRT
                 && !libc::WCOREDUMP(status),
             "status {status:#x}"
+        );
+    }
+
+    /// A detached child is undumpable (no core, even through a `core_pattern` pipe) and,
+    /// run as a user that is not root, still reads its own pagemap, which it can then no
+    /// longer open.
+    #[test]
+    fn a_detached_child_is_undumpable_and_still_reads_its_pagemap() {
+        // SAFETY: getpid has no preconditions.
+        let parent = unsafe { libc::getpid() };
+        // SAFETY: the child only makes raw system calls and ends by _exit.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let local = 0u64;
+            // SAFETY: credential changes and reads of this child only; it ends by _exit.
+            unsafe {
+                // Not root (root opens any /proc file): nobody, dumpable again after the
+                // change of credentials (which clears it).
+                if libc::geteuid() == 0
+                    && (libc::setgroups(0, std::ptr::null()) != 0
+                        || libc::setresgid(65534, 65534, 65534) != 0
+                        || libc::setresuid(65534, 65534, 65534) != 0)
+                {
+                    libc::_exit(2);
+                }
+                libc::prctl(libc::PR_SET_DUMPABLE, 1 as libc::c_ulong);
+                detach_from_program(parent);
+                if libc::prctl(libc::PR_GET_DUMPABLE) != 0 {
+                    libc::_exit(3);
+                }
+                let fd = libc::open(c"/proc/self/pagemap".as_ptr(), libc::O_RDONLY);
+                if fd >= 0 {
+                    libc::_exit(4);
+                }
+                let page = &local as *const u64 as u64 / 4096;
+                let mut entry = [0u64; 1];
+                let read = mapped::Pagemap::open().is_some_and(|m| m.read(page, &mut entry));
+                // Bit 63: present (the child's stack page is).
+                libc::_exit(if read && entry[0] >> 63 == 1 { 0 } else { 5 });
+            }
+        }
+        let mut status = 0;
+        // SAFETY: our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "status {status:#x} (2: no user change, 3: still dumpable, 4: pagemap still \
+             opens, 5: the pagemap opened early does not read)"
         );
     }
 

@@ -53,6 +53,7 @@
 //! or mapped, and never reads device mappings.
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicI32, Ordering};
 
 use super::modules::{AddressSpace, Mapping, parse_maps};
 use super::scan::{BlockIndex, Collector, checked_range};
@@ -383,22 +384,43 @@ pub fn current_maps() -> Vec<Mapping> {
 }
 
 /// `/proc/self/pagemap`, read with `pread`.
-struct Pagemap(i32);
+pub(super) struct Pagemap(i32);
+
+/// The scan child's pagemap, opened by [`open_pagemap_early`] (-1: none).
+static EARLY_PAGEMAP: AtomicI32 = AtomicI32::new(-1);
+
+/// Opens this process's pagemap now, for every later [`Pagemap::open`]: the scan child calls
+/// it before it makes itself undumpable (`capture::build`). An undumpable process's `/proc`
+/// files belong to root, and the pagemap's mode is 0400: a program not run as root could not
+/// open its own any more. The open checks access; reads through the descriptor do not.
+/// Nothing allocates.
+pub(super) fn open_pagemap_early() {
+    if let Some(map) = Pagemap::open() {
+        EARLY_PAGEMAP.store(map.0, Ordering::Relaxed);
+        std::mem::forget(map);
+    }
+}
 
 impl Pagemap {
-    fn open() -> Option<Pagemap> {
-        // SAFETY: a NUL-terminated path; the descriptor is closed on drop.
+    pub(super) fn open() -> Option<Pagemap> {
+        let early = EARLY_PAGEMAP.load(Ordering::Relaxed);
+        // SAFETY: a NUL-terminated path, or a duplicate of our own open descriptor; the
+        // descriptor is closed on drop.
         let fd = unsafe {
-            libc::open(
-                c"/proc/self/pagemap".as_ptr(),
-                libc::O_RDONLY | libc::O_CLOEXEC,
-            )
+            if early >= 0 {
+                libc::fcntl(early, libc::F_DUPFD_CLOEXEC, 0)
+            } else {
+                libc::open(
+                    c"/proc/self/pagemap".as_ptr(),
+                    libc::O_RDONLY | libc::O_CLOEXEC,
+                )
+            }
         };
         (fd >= 0).then_some(Pagemap(fd))
     }
 
     /// Fills `out` with the entries of the pages from `first_page` on; false on failure.
-    fn read(&self, first_page: u64, out: &mut [u64]) -> bool {
+    pub(super) fn read(&self, first_page: u64, out: &mut [u64]) -> bool {
         let bytes = std::mem::size_of_val(out);
         // SAFETY: pread into our own buffer of `bytes` bytes.
         let n = unsafe {
