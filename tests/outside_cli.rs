@@ -105,6 +105,93 @@ fn report_and_snapshot_of_a_process_without_the_agent_count_its_blocks_and_leave
     assert_eq!(target.quit(), Some(0));
 }
 
+/// A worker thread leaves 64 copies of a block main holds and 64 of a block of its own in a
+/// frame it returns from, then ends and is joined: glibc keeps its stack in its cache. The
+/// copies are no root (docs/reference.md §3): main's block is main's frame's own, the worker's
+/// is definitely lost. Prints `ready HELD LOST`, the two blocks' usable sizes.
+const FINISHED_STACK: &str = r#"
+#include <malloc.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void *volatile mailbox;
+static size_t lost_size;
+
+__attribute__((noinline)) static void leave_copies(void *a, void *b) {
+  void *volatile copies[128];
+  for (int i = 0; i < 128; i += 2) { copies[i] = a; copies[i + 1] = b; }
+  __asm__ volatile("" ::"r"(copies) : "memory");
+}
+
+static void *worker(void *arg) {
+  (void)arg;
+  void *lost = malloc(9999);
+  memset(lost, 1, 9999);
+  lost_size = malloc_usable_size(lost);
+  leave_copies(mailbox, lost);
+  mailbox = 0;
+  return 0;
+}
+
+int main(void) {
+  void *volatile held = malloc(8888);
+  memset((void *)held, 2, 8888);
+  mailbox = (void *)held;
+  pthread_t t;
+  pthread_create(&t, 0, worker, 0);
+  pthread_join(t, 0);
+  char line[64];
+  snprintf(line, sizeof line, "ready %zu %zu\n", malloc_usable_size((void *)held), lost_size);
+  write(1, line, strlen(line));
+  char cmd[16];
+  while (read(0, cmd, sizeof cmd) > 0) {}
+  return 0;
+}
+"#;
+
+#[test]
+fn a_finished_threads_stale_stack_words_are_no_root_from_outside_either() {
+    let dir = Scratch::new("outside-finished-stack");
+    let exe = live_common::compile_c(dir.path(), "finished", FINISHED_STACK);
+    let mut child = Command::new(exe)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let sizes: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|w| w.parse().unwrap())
+        .collect();
+    let (held, lost) = (sizes[0], sizes[1]);
+    let pid = child.id();
+    let live = json_report(&format!("pid:{pid}"));
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(live["leaks"]["definitely_lost"], lost, "{live}");
+    assert_eq!(live["leaks"]["definitely_lost_objects"], 1, "{live}");
+    let main = live["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tid"] == pid)
+        .expect("main");
+    let main_frame = main["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["function"] == "main")
+        .expect("main's frame");
+    assert_eq!(main_frame["proprietary"], held, "{live}");
+}
+
 /// Runs `command` and expects the one-line refusal of process `pid`, containing `why`.
 fn expect_refusal(mut command: Command, pid: u32, why: &str) -> Output {
     let out = command.output().unwrap();

@@ -12,12 +12,14 @@
 //! - [`registers`]: which registers of a stopped thread are roots (the system-call rule);
 //! - [`unwind`]: a stopped thread's frames and the roots of each, over either capture's view
 //!   of the address space;
-//! - [`symbols`]: the function names of a module file.
+//! - [`symbols`]: the function names of a module file;
+//! - [`stacks`]: glibc's thread stacks, recognised by the descriptor at their top.
 
 pub mod blocks;
 pub mod files;
 pub mod ranges;
 pub mod registers;
+pub mod stacks;
 pub mod symbols;
 pub mod unwind;
 

@@ -14,7 +14,8 @@
 //!   it; the last frame is `<thread>`, with the stack above the outermost frame, the static
 //!   TLS and the thread descriptor;
 //! - globals: every other readable, writable mapping (modules' data, mapped memory), less
-//!   the heap's own memory and glibc's malloc state;
+//!   the heap's own memory, glibc's malloc state and the stack part of glibc's cached stacks
+//!   of finished threads (`heaptui_capture::stacks`);
 //! - edges: every aligned word of a block that points into a live block.
 //!
 //! Reads only the copy; never the live process.
@@ -27,6 +28,7 @@ use heaptui_analysis::{
 };
 use heaptui_capture::BlockIndex;
 use heaptui_capture::registers;
+use heaptui_capture::stacks;
 use heaptui_capture::unwind::{FrameSort, Registers, THREAD_DESCRIPTOR};
 
 use super::agent::{self, Agent};
@@ -282,6 +284,24 @@ pub(super) fn build(
             state,
             frames,
         });
+    }
+    // glibc's cache of finished threads' stacks: only their TLS and descriptors are roots, not
+    // the frames the threads returned from (docs/reference.md §3, as in the agent's capture).
+    for pair in stopped.maps.maps.windows(2) {
+        let (guard, m) = (&pair[0], &pair[1]);
+        let stack_shaped = guard.end == m.start
+            && !guard.readable
+            && !guard.writable
+            && m.readable
+            && m.writable
+            && m.is_anonymous()
+            && m.end - m.start >= 4 * 4096;
+        if let Some(tp) = stack_shaped
+            .then(|| stacks::descriptor_at_top(m.start, m.end, |at| image.word(at)))
+            .flatten()
+        {
+            not_globals.push(stacks::below_tls(m.start, tp, glibc.static_tls));
+        }
     }
     let not_globals = heaptui_capture::ranges::merge(not_globals);
     let globals_ranges: Vec<Range<u64>> = image

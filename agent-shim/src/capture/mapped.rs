@@ -41,8 +41,9 @@
 //! stack for the stop handler) would cost the hot path and still leave the program's own
 //! stale words, which memcheck does not count.
 //!
-//! A finished stack is recognised by its shape (no table kept at thread exit, so it covers
-//! every stack glibc allocated, whoever started the thread): an anonymous private mapping
+//! A finished stack is recognised by its shape (`heaptui_capture::stacks`, shared with the
+//! capture from outside; no table kept at thread exit, so it covers every stack glibc
+//! allocated, whoever started the thread): an anonymous private mapping
 //! right above an inaccessible guard, whose top pages are resident and hold a thread
 //! descriptor (a word equal to its own address, the same 16 bytes further: `tcbhead_t`'s
 //! `tcb` and `self`). A stack without a guard page, or whose top was swapped out, stays a
@@ -54,6 +55,8 @@
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicI32, Ordering};
+
+use heaptui_capture::stacks;
 
 use super::modules::{AddressSpace, Mapping, parse_maps};
 use super::scan::{BlockIndex, Collector, checked_range};
@@ -141,7 +144,7 @@ impl Exclusions {
             }
             // SAFETY: `m` is a readable mapping as it is now (per the contract).
             if let Some(tp) = unsafe { thread_descriptor_at_top(m) } {
-                self.add(m.start..tp.saturating_sub(static_tls).max(m.start));
+                self.add(stacks::below_tls(m.start, tp, static_tls));
             }
         }
     }
@@ -229,24 +232,17 @@ impl Exclusions {
     }
 }
 
-/// How far below the end of a thread's stack mapping glibc puts the thread descriptor:
-/// at `(end − sizeof(struct pthread))`, rounded down to the static TLS alignment (2304 bytes
-/// and 64 in glibc 2.35 to 2.41, unless a module's TLS asks for a larger alignment).
-const DESCRIPTOR_WINDOW: u64 = 2 * PAGE;
-/// Candidate descriptors are this aligned (glibc's `TCB_ALIGNMENT`).
-const DESCRIPTOR_ALIGN: u64 = 64;
-
 /// The thread descriptor glibc put at the top of `m`, if `m` is a thread stack glibc
-/// allocated: a word in the last [`DESCRIPTOR_WINDOW`] that holds its own address, as does
-/// the word 16 bytes further (`tcbhead_t`'s `tcb` and `self`, both the thread pointer). Only
-/// resident pages are read; a mapping whose top pages are not (swapped out, or never touched:
-/// no thread ran there) is not recognised and stays a root whole.
+/// allocated (`heaptui_capture::stacks`). Only resident pages are read; a mapping whose top
+/// pages are not (swapped out, or never touched: no thread ran there) is not recognised and
+/// stays a root whole.
 ///
 /// # Safety
 /// `m` must be a readable mapping of this process as it is now.
 unsafe fn thread_descriptor_at_top(m: &Mapping) -> Option<u64> {
-    let window = m.end.saturating_sub(DESCRIPTOR_WINDOW).max(m.start);
-    let mut resident = [0u8; (DESCRIPTOR_WINDOW / PAGE) as usize];
+    const PAGES: usize = (stacks::DESCRIPTOR_WINDOW / PAGE) as usize;
+    let window = m.end.saturating_sub(stacks::DESCRIPTOR_WINDOW).max(m.start);
+    let mut resident = [0u8; PAGES];
     let pages = ((m.end - window) / PAGE) as usize;
     // SAFETY: mincore on whole pages of a mapping, into a buffer of `pages` bytes.
     let failed = unsafe {
@@ -259,19 +255,14 @@ unsafe fn thread_descriptor_at_top(m: &Mapping) -> Option<u64> {
     if failed {
         return None;
     }
-    let mut tp = (m.end - 24) & !(DESCRIPTOR_ALIGN - 1);
-    while tp >= window {
-        if resident[((tp - window) / PAGE) as usize] & 1 != 0 {
-            // SAFETY: three words inside a resident page of a readable mapping (the window
-            // ends at the mapping's end, and `tp + 24 <= m.end`).
-            let [tcb, _dtv, own] = unsafe { std::ptr::read_volatile(tp as *const [u64; 3]) };
-            if tcb == tp && own == tp {
-                return Some(tp);
-            }
-        }
-        tp -= DESCRIPTOR_ALIGN;
-    }
-    None
+    stacks::descriptor_at_top(m.start, m.end, |at| {
+        let page = ((at.checked_sub(window)?) / PAGE) as usize;
+        (at + 8 <= m.end && resident.get(page)? & 1 != 0).then(|| {
+            // SAFETY: an aligned word inside a resident page of a readable mapping (per the
+            // contract), below its end.
+            unsafe { std::ptr::read_volatile(at as *const u64) }
+        })
+    })
 }
 
 /// The mapping of `maps` (sorted) containing `addr`.

@@ -1,0 +1,69 @@
+//! glibc's thread stacks, recognised by their shape in either capture's view of memory: the
+//! thread descriptor glibc puts at the top of each stack it allocates.
+//!
+//! Both captures scan a finished thread's stack in glibc's cache only from its static TLS
+//! up (docs/reference.md §3): the frames the thread returned from hold only stale words,
+//! which memcheck does not scan either. The agent's module `capture::mapped` says why, with
+//! the evidence; this module is the part the two captures share.
+
+use std::ops::Range;
+
+/// How far below the end of a thread's stack mapping glibc puts the thread descriptor: at
+/// `(end − sizeof(struct pthread))`, rounded down to the static TLS alignment (2304 bytes
+/// and 64 in glibc 2.35 to 2.41, unless a module's TLS asks for a larger alignment).
+pub const DESCRIPTOR_WINDOW: u64 = 8192;
+/// Candidate descriptors are this aligned (glibc's `TCB_ALIGNMENT`).
+const DESCRIPTOR_ALIGN: u64 = 64;
+
+/// The thread descriptor at the top of the mapping `start..end`, if it is a thread stack glibc
+/// allocated: a word in the last [`DESCRIPTOR_WINDOW`] bytes that holds its own address, as
+/// does the word 16 bytes further (`tcbhead_t`'s `tcb` and `self`, both the thread pointer).
+/// `read` gives the word at an address, or None where it cannot be read (a page not present,
+/// not copied); the highest candidate is tried first.
+pub fn descriptor_at_top(
+    start: u64,
+    end: u64,
+    mut read: impl FnMut(u64) -> Option<u64>,
+) -> Option<u64> {
+    let window = end.saturating_sub(DESCRIPTOR_WINDOW).max(start);
+    let mut tp = end.checked_sub(24)? & !(DESCRIPTOR_ALIGN - 1);
+    while tp >= window {
+        if read(tp) == Some(tp) && read(tp + 16) == Some(tp) {
+            return Some(tp);
+        }
+        tp = tp.checked_sub(DESCRIPTOR_ALIGN)?;
+    }
+    None
+}
+
+/// The part of a thread stack mapping starting at `start`, whose thread pointer is `tp`, that
+/// is not a root once the thread has ended: everything below its static TLS (`static_tls`
+/// bytes below `tp` at most).
+pub fn below_tls(start: u64, tp: u64, static_tls: u64) -> Range<u64> {
+    start..tp.saturating_sub(static_tls).max(start)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_descriptor_is_the_word_that_holds_its_own_address_twice() {
+        let (start, end) = (0x10_0000u64, 0x20_0000u64);
+        let tp = (end - 2304) & !63;
+        let read = |a: u64| Some(if a == tp || a == tp + 16 { tp } else { 0 });
+        assert_eq!(descriptor_at_top(start, end, read), Some(tp));
+        assert_eq!(below_tls(start, tp, 0x1000), start..tp - 0x1000);
+        // One of the two words only: not a descriptor.
+        let half = |a: u64| Some(if a == tp { tp } else { 0 });
+        assert_eq!(descriptor_at_top(start, end, half), None);
+        // Below the window: not looked at.
+        let low = end - DESCRIPTOR_WINDOW - 64;
+        let too_low = |a: u64| Some(if a == low || a == low + 16 { low } else { 0 });
+        assert_eq!(descriptor_at_top(start, end, too_low), None);
+        // Unreadable words are no descriptor.
+        assert_eq!(descriptor_at_top(start, end, |_| None), None);
+        // A static TLS larger than the stack leaves nothing below it.
+        assert_eq!(below_tls(start, start + 64, 4096), start..start);
+    }
+}
