@@ -9,16 +9,26 @@
 //! unloaded (returning there would crash). It can only be met again once new code sits at
 //! that address, and for a module that takes a load, which glibc counts: `dl_iterate_phdr`
 //! reports the count as `dlpi_adds` (its `_dl_load_adds`, bumped when the new module joins
-//! the loader's list, before any of its code runs). Asking `dl_iterate_phdr` in every hook
-//! would take the loader's lock each time, so the constructor finds the counter itself once,
-//! in the loader's `_rtld_global` (whose size the dynamic symbol table gives): the one word
-//! that equals `dlpi_adds` and follows the loader's recursive locks (an unlocked recursive
-//! mutex, 40 bytes with its kind, 1, at byte 16 — two or three of them, by glibc version).
-//! Then each hook reads that word, a plain load of a line that changes only on loads, and
-//! clears both caches when it moved. If the word is not found (not glibc, another layout),
-//! or a later check against `dl_iterate_phdr` (at each `dlclose` of the program) disagrees,
-//! or it changed more often than any program loads modules (4096 times), the caches are
-//! cleared at the program's `dlclose` only, as before, and the log says so.
+//! the loader's list, before any of its code runs). That is the documented way to notice
+//! loads (dl_iterate_phdr(3)), but not one a hook can use: `dl_iterate_phdr` takes the
+//! loader's lock, which every allocating thread would then queue on (bench/load_counter.sh:
+//! BENCHMARKS.md "Noticing module loads"), and which a fork child can find held for good by a
+//! thread that no longer exists there. So the constructor finds the counter it reports in
+//! the loader's `_rtld_global` (whose size the dynamic symbol table gives) by its value: the
+//! words that equal `dlpi_adds` then. Not by where it sits among the loader's other fields,
+//! which change with glibc's version (the locks before it went from two to three) and its
+//! build. Several words can hold that value by chance (the main namespace's count of loaded
+//! modules always does); up to [`CANDIDATES`] are all watched, and each hook reads them, a
+//! plain load of a line that changes only on loads, and clears both caches when one moved (a
+//! word that moved for another reason only clears the caches once more than needed). Each
+//! check against `dl_iterate_phdr` (at every `dlclose` of the program, where the lock may be
+//! taken) drops the words that disagree with it, so after a module's load and unload the
+//! counter is usually the only one left. With more words of that value than that, the one
+//! that follows the loader's recursive locks (an unlocked recursive mutex, 40 bytes with its
+//! kind, 1, at byte 16) is taken, as before. If none is found (not glibc), every candidate
+//! disagreed with `dl_iterate_phdr`, or they changed more often than any program loads
+//! modules (4096 times), the caches are cleared at the program's `dlclose` only, and the log
+//! says so.
 //!
 //! Code mapped by other means than the loader (a JIT) is not a module: neither the rule
 //! cache nor this counter knows it.
@@ -28,10 +38,14 @@ use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 use super::{cache, walks};
 
-/// The loader's load counter, once found (null: not found, or found wrong).
-static COUNTER: AtomicPtr<u64> = AtomicPtr::new(std::ptr::null_mut());
-/// Its value when the caches were last cleared for it.
-static SEEN: AtomicU64 = AtomicU64::new(0);
+/// Words of the loader's data watched as its load counter (see the module docs).
+pub const CANDIDATES: usize = 4;
+
+/// The words that may be the loader's load counter (null: none, or found wrong).
+static COUNTERS: [AtomicPtr<u64>; CANDIDATES] =
+    [const { AtomicPtr::new(std::ptr::null_mut()) }; CANDIDATES];
+/// Each one's value when the caches were last cleared for it.
+static SEEN: [AtomicU64; CANDIDATES] = [const { AtomicU64::new(0) }; CANDIDATES];
 
 /// `dl_iterate_phdr`'s count of loads (`dlpi_adds`). Takes the loader lock: never from a hook.
 fn loads_so_far() -> u64 {
@@ -65,10 +79,27 @@ fn looks_like_the_counter(words: &[u64], k: usize, adds: u64) -> bool {
     words.get(k) == Some(&adds) && mutex_at(k) && mutex_at(k.saturating_sub(MUTEX_WORDS))
 }
 
+/// The indexes of the words of `words` to watch as the load counter, whose value is `adds`:
+/// every word of that value when there are at most [`CANDIDATES`], else the one that follows
+/// the loader's locks (if exactly one does). Empty: not found.
+fn candidates(words: &[u64], adds: u64) -> Vec<usize> {
+    let equal: Vec<usize> = (0..words.len()).filter(|&k| words[k] == adds).collect();
+    if equal.len() <= CANDIDATES {
+        return equal;
+    }
+    let mut after_locks = equal
+        .into_iter()
+        .filter(|&k| looks_like_the_counter(words, k, adds));
+    match (after_locks.next(), after_locks.next()) {
+        (Some(k), None) => vec![k],
+        _ => Vec::new(),
+    }
+}
+
 /// Finds the loader's load counter. From the constructor (single-threaded, no lock held);
 /// false when it is not found.
 pub fn init() -> bool {
-    if !COUNTER.load(Ordering::Acquire).is_null() {
+    if found() {
         return true;
     }
     let adds = loads_so_far();
@@ -99,44 +130,45 @@ pub fn init() -> bool {
     // SAFETY: `_rtld_global` is an object of `size` bytes of the loader's writable data,
     // 8-aligned (checked), mapped for good; read once here, while no other thread loads.
     let words = unsafe { std::slice::from_raw_parts(global.cast::<u64>(), size / 8) };
-    let mut candidates = (0..words.len()).filter(|&k| looks_like_the_counter(words, k, adds));
-    let (Some(k), None) = (candidates.next(), candidates.next()) else {
-        return false;
-    };
-    SEEN.store(adds, Ordering::Relaxed);
-    COUNTER.store(global.cast::<u64>().wrapping_add(k), Ordering::Release);
-    true
+    let watched = candidates(words, adds);
+    for (i, &k) in watched.iter().enumerate() {
+        SEEN[i].store(adds, Ordering::Relaxed);
+        COUNTERS[i].store(global.cast::<u64>().wrapping_add(k), Ordering::Release);
+    }
+    !watched.is_empty()
 }
 
 /// Clears the rule and walk caches if a module was loaded since they were last cleared for
-/// it. Inside the hooks: one load and one compare when nothing was loaded.
+/// it. Inside the hooks: a load and a compare per watched word when nothing was loaded.
 #[inline]
 pub fn check() {
-    let counter = COUNTER.load(Ordering::Relaxed);
-    if counter.is_null() {
-        return;
-    }
-    // SAFETY: `counter` points at the loader's load counter (found by `init`), an aligned
-    // word of its data, mapped for good; the loader writes it under its own lock, so it is
-    // read atomically.
-    let now = unsafe { AtomicU64::from_ptr(counter) }.load(Ordering::Relaxed);
-    let seen = SEEN.load(Ordering::Relaxed);
-    if now != seen {
-        loaded(seen, now);
+    for i in 0..CANDIDATES {
+        let counter = COUNTERS[i].load(Ordering::Relaxed);
+        if counter.is_null() {
+            continue;
+        }
+        // SAFETY: `counter` points at a word of the loader's data (found by `init`),
+        // aligned, mapped for good; the loader writes it under its own lock, so it is read
+        // atomically.
+        let now = unsafe { AtomicU64::from_ptr(counter) }.load(Ordering::Relaxed);
+        let seen = SEEN[i].load(Ordering::Relaxed);
+        if now != seen {
+            loaded(i, seen, now);
+        }
     }
 }
 
-/// The counter moved from `seen` to `now`: clears the caches and counts the change, once.
-/// Every busy thread may notice the same move; only the one whose compare-exchange moves
-/// `SEEN` from `seen` to `now` clears and counts it, so `CHANGES` counts moves of the
-/// counter, not moves times threads. The others go on at once, without waiting for the
+/// Watched word `i` moved from `seen` to `now`: clears the caches and counts the change,
+/// once. Every busy thread may notice the same move; only the one whose compare-exchange
+/// moves `SEEN[i]` from `seen` to `now` clears and counts it, so `CHANGES` counts moves of
+/// the words, not moves times threads. The others go on at once, without waiting for the
 /// winner's clear (waiting inside a hook could wait on a thread stopped for good); a walk in
 /// that short window may still meet the old caches, as it could before the claim. Returns
 /// whether this thread claimed the change.
 #[cold]
 #[inline(never)]
-fn loaded(seen: u64, now: u64) -> bool {
-    if SEEN
+fn loaded(i: usize, seen: u64, now: u64) -> bool {
+    if SEEN[i]
         .compare_exchange(seen, now, Ordering::Relaxed, Ordering::Relaxed)
         .is_err()
     {
@@ -144,12 +176,14 @@ fn loaded(seen: u64, now: u64) -> bool {
     }
     cache::clear();
     walks::clear();
-    // The word was found by its pattern: were it the wrong one, it could change far more
-    // often than modules load, and each change clears both caches. Past [`MOST_LOADS`]
-    // changes it is no longer trusted (checking it against `dl_iterate_phdr` here would take
-    // the loader's lock inside a hook, which a fork child could find held for good).
+    // The words were found by their value: a wrong one could change far more often than
+    // modules load, and each change clears both caches. Past [`MOST_LOADS`] changes none is
+    // trusted any more (checking them against `dl_iterate_phdr` here would take the
+    // loader's lock inside a hook, which a fork child could find held for good).
     if CHANGES.fetch_add(1, Ordering::Relaxed) + 1 >= MOST_LOADS {
-        COUNTER.store(std::ptr::null_mut(), Ordering::Release);
+        for c in &COUNTERS {
+            c.store(std::ptr::null_mut(), Ordering::Release);
+        }
         crate::agent_log!(
             "the loader's load counter changed {MOST_LOADS} times: unwind caches are now cleared at dlclose only"
         );
@@ -162,30 +196,47 @@ const MOST_LOADS: u64 = 4096;
 /// Changes of the counter seen by the hooks.
 static CHANGES: AtomicU64 = AtomicU64::new(0);
 
-/// At the program's `dlclose` (not from a hook): the counter found must agree with
-/// `dl_iterate_phdr`; when it does not, it is dropped (and the caches are cleared at each
-/// `dlclose` only).
+/// At the program's `dlclose` (not from a hook): each watched word must agree with
+/// `dl_iterate_phdr`, and those that do not are dropped; when none is left, the caches are
+/// cleared at each `dlclose` only (and the log says so).
 pub fn verify() {
-    let counter = COUNTER.load(Ordering::Acquire);
-    if counter.is_null() {
+    if !found() {
         return;
     }
-    // SAFETY: as in `check`.
-    let word = unsafe { AtomicU64::from_ptr(counter) };
-    let before = word.load(Ordering::Relaxed);
+    let word = |i: usize| {
+        let counter = COUNTERS[i].load(Ordering::Acquire);
+        // SAFETY: as in `check`.
+        (!counter.is_null()).then(|| unsafe { AtomicU64::from_ptr(counter) })
+    };
+    let before: [Option<u64>; CANDIDATES] =
+        std::array::from_fn(|i| word(i).map(|w| w.load(Ordering::Relaxed)));
     let adds = loads_so_far();
-    let after = word.load(Ordering::Relaxed);
-    if !(before <= adds && adds <= after) {
-        COUNTER.store(std::ptr::null_mut(), Ordering::Release);
+    for (i, before) in before.into_iter().enumerate() {
+        let (Some(before), Some(w)) = (before, word(i)) else {
+            continue;
+        };
+        if !agrees(before, adds, w.load(Ordering::Relaxed)) {
+            COUNTERS[i].store(std::ptr::null_mut(), Ordering::Release);
+        }
+    }
+    if !found() {
         crate::agent_log!(
-            "the loader's load counter read {after}, dl_iterate_phdr says {adds}: unwind caches are now cleared at dlclose only"
+            "no word of the loader's data follows dl_iterate_phdr's count of loads ({adds}): unwind caches are now cleared at dlclose only"
         );
     }
 }
 
-/// Whether the counter was found (for the tests and the log).
+/// Whether a word read as `before` and `after` around `dl_iterate_phdr`'s count `adds` can
+/// be that count (loads only add: a load in between moves both).
+fn agrees(before: u64, adds: u64, after: u64) -> bool {
+    before <= adds && adds <= after
+}
+
+/// Whether a load counter is watched (for the tests and the log).
 pub fn found() -> bool {
-    !COUNTER.load(Ordering::Relaxed).is_null()
+    COUNTERS
+        .iter()
+        .any(|c| !c.load(Ordering::Relaxed).is_null())
 }
 
 #[cfg(test)]
@@ -211,8 +262,35 @@ mod tests {
     }
 
     #[test]
+    fn every_word_of_the_counters_value_is_watched_and_the_locks_decide_among_many() {
+        let lock = [0, 0, 1, 0, 0];
+        // Two words of the value (one after the locks, one not): both watched.
+        let mut words = vec![7, 0];
+        words.extend(lock);
+        words.extend(lock);
+        words.push(7);
+        assert_eq!(candidates(&words, 7), vec![0, 12]);
+        assert_eq!(candidates(&words, 9), Vec::<usize>::new());
+        // More than CANDIDATES: only the one after the locks.
+        let mut many = vec![7; CANDIDATES + 1];
+        many.extend(&words);
+        assert_eq!(candidates(&many, 7), vec![CANDIDATES + 1 + 12]);
+        // A load between the reads moves a real counter with it; another word is dropped.
+        assert!(agrees(7, 7, 7) && agrees(7, 8, 8) && agrees(7, 7, 8));
+        assert!(!agrees(7, 8, 7) && !agrees(6, 8, 6) && !agrees(9, 8, 9));
+    }
+
+    #[test]
     fn a_load_clears_the_caches_wherever_it_came_from() {
         assert!(init(), "the loader's load counter is found (glibc)");
+        let watched = || {
+            COUNTERS
+                .iter()
+                .filter(|c| !c.load(Ordering::Relaxed).is_null())
+                .count()
+        };
+        // The counter and, by its value, the main namespace's count of loaded modules.
+        let at_init = watched();
         check();
         let before = walks::generation();
         // Loaded and unloaded without the agent's dlclose wrapper (libc's own, as glibc's
@@ -231,12 +309,18 @@ mod tests {
         unsafe { libc::dlclose(h) };
         verify();
         assert!(found(), "the counter agrees with dl_iterate_phdr");
+        // The unload took the module count back: that word no longer follows the loads.
+        assert!(
+            watched() == 1 || watched() < at_init,
+            "{at_init} words watched, {} after a load and an unload",
+            watched()
+        );
     }
 
     #[test]
     fn a_change_seen_by_many_threads_is_cleared_and_counted_once() {
         const THREADS: usize = 8;
-        let seen = SEEN.load(Ordering::Relaxed);
+        let seen = SEEN[0].load(Ordering::Relaxed);
         let changes = CHANGES.load(Ordering::Relaxed);
         let before = walks::generation();
         let start = std::sync::Barrier::new(THREADS);
@@ -245,7 +329,7 @@ mod tests {
                 .map(|_| {
                     s.spawn(|| {
                         start.wait();
-                        loaded(seen, seen + 1)
+                        loaded(0, seen, seen + 1)
                     })
                 })
                 .collect();
@@ -256,7 +340,7 @@ mod tests {
         });
         assert_eq!(claimed, 1, "one thread claims the change");
         assert_eq!(CHANGES.load(Ordering::Relaxed), changes + 1);
-        assert_eq!(SEEN.load(Ordering::Relaxed), seen + 1);
+        assert_eq!(SEEN[0].load(Ordering::Relaxed), seen + 1);
         assert!(walks::generation() > before, "the claim cleared the walks");
     }
 }
