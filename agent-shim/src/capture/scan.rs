@@ -62,8 +62,8 @@ impl Collector {
 
     #[inline]
     pub fn word(&mut self, index: &BlockIndex, v: u64) {
-        if let Some(o) = index.lookup_cached(v, &mut self.cache) {
-            self.note(o, v == index.range(o).start);
+        if let Some((o, start)) = index.lookup_at(v, &mut self.cache) {
+            self.note(o, start);
         }
     }
 
