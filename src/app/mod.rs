@@ -551,9 +551,9 @@ impl App {
         // The agent filters the whole list (a million members), not just the pages here.
         let filter = view.table.filter().map(ObjectFilter::new);
         let mut bodies = Vec::new();
-        for p in view.table.wanted_pages() {
-            view.table.mark_requested(p);
-            let page = Page::new(p * PAGE_ROWS, PAGE_ROWS);
+        for (first, count) in view.table.wanted_runs() {
+            (first..first + count).for_each(|p| view.table.mark_requested(p));
+            let page = Page::new(first * PAGE_ROWS, count * PAGE_ROWS);
             bodies.push(match &view.origin {
                 ObjectsOrigin::Group(group) => RequestBody::GroupObjects {
                     snapshot,

@@ -579,6 +579,15 @@ impl<R: TableRow> TableModel for LocalTable<R> {
 /// Rows per page of a [`PagedTable`]: a few screens, small enough to answer at once.
 pub const PAGE_ROWS: u32 = 200;
 
+/// Most pages asked for in one request ([`PagedTable::wanted_runs`]): as many as the
+/// agent's answer budget holds at the longest rows (a label of `MAX_TEXT_LEN` bytes and the
+/// row's numbers), so that a run is never cut short.
+const MAX_RUN_PAGES: u32 = {
+    let longest_row = heaptui_protocol::answer::MAX_TEXT_LEN + 256;
+    let pages = heaptui_protocol::answer::ANSWER_BUDGET / (PAGE_ROWS as usize * longest_row);
+    if pages < 1 { 1 } else { pages as u32 }
+};
+
 /// A window over a remote list: pages are fetched as the cursor moves, never all at once.
 ///
 /// The filter is applied by the server: a new query starts a new generation fetched from the
@@ -657,11 +666,47 @@ impl<R: TableRow> PagedTable<R> {
         self.requested.insert(page);
     }
 
-    /// A page arrived; `generation` is the one it was asked under.
+    /// [`PagedTable::wanted_pages`] as runs of consecutive pages, `(first, count)`: each run
+    /// is asked for in one request, so the agent orders the list once for it (`End` in a new
+    /// order wants the last page and the one before: one pass over a 5M-member group's sort
+    /// keys instead of two).
+    pub fn wanted_runs(&self) -> Vec<(u32, u32)> {
+        let mut runs: Vec<(u32, u32)> = Vec::new();
+        for p in self.wanted_pages() {
+            match runs.last_mut() {
+                Some((first, count)) if *first + *count == p && *count < MAX_RUN_PAGES => {
+                    *count += 1
+                }
+                _ => runs.push((p, 1)),
+            }
+        }
+        runs
+    }
+
+    /// A page, or a run of pages ([`PagedTable::wanted_runs`]), arrived; `generation` is the
+    /// one it was asked under.
     pub fn receive(&mut self, generation: u64, offset: u32, total: u32, rows: Vec<R>) {
         if generation != self.generation {
             return;
         }
+        if rows.len() <= PAGE_ROWS as usize {
+            self.receive_page(offset, total, rows);
+        } else {
+            let mut rows = rows.into_iter();
+            let mut offset = offset;
+            while rows.len() > 0 {
+                let page: Vec<R> = rows.by_ref().take(PAGE_ROWS as usize).collect();
+                self.receive_page(offset, total, page);
+                offset += PAGE_ROWS;
+            }
+        }
+        // Pages past the end of the list have nothing to wait for.
+        self.requested
+            .retain(|&p| u64::from(p) * u64::from(PAGE_ROWS) < u64::from(total));
+        self.apply_if_due();
+    }
+
+    fn receive_page(&mut self, offset: u32, total: u32, rows: Vec<R>) {
         let page = offset / PAGE_ROWS;
         self.requested.remove(&page);
         self.total = Some(total as usize);
@@ -682,7 +727,6 @@ impl<R: TableRow> PagedTable<R> {
         self.pages.insert(page, rows);
         let len = self.len();
         self.cursor.fit(len);
-        self.apply_if_due();
     }
 
     /// A page request of generation `generation` failed: the pages on their way may be
@@ -827,6 +871,28 @@ mod tests {
                 age: None,
             })
             .collect()
+    }
+
+    #[test]
+    fn consecutive_wanted_pages_are_asked_for_as_one_run_and_split_on_arrival() {
+        const { assert!(MAX_RUN_PAGES >= 2, "End's two pages fit one request") };
+        let mut t: PagedTable<ObjectRow> = PagedTable::new(SortSpec {
+            column: 1,
+            descending: true,
+        });
+        t.set_height(20);
+        t.mark_requested(0);
+        t.receive(0, 0, 1001, rows(PAGE_ROWS));
+        // The last row: its page (5) and the one before it, which the screen shows too.
+        t.move_by(isize::MAX / 2);
+        assert_eq!(t.wanted_pages(), [4, 5]);
+        assert_eq!(t.wanted_runs(), [(4, 2)]);
+        (4..6).for_each(|p| t.mark_requested(p));
+        assert!(t.wanted_runs().is_empty(), "nothing asked twice");
+        t.receive(0, 4 * PAGE_ROWS, 1001, rows(PAGE_ROWS + 1));
+        assert_eq!(t.loaded(), 2 * PAGE_ROWS as usize + 1);
+        assert!(t.wanted_runs().is_empty(), "both pages arrived");
+        assert!(t.at(1000).is_some() && t.at(800).is_some() && t.at(1001).is_none());
     }
 
     #[test]
