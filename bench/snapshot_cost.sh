@@ -15,15 +15,18 @@
 # report's end-to-end wall time and the client's peak RSS; where the last kept snapshot's
 # bytes go; beside the time (wall and CPU) perl took to build the heap in the same run and
 # the physical floor of a scan (one sequential read of the [heap] mapping,
-# bench/heap_floor.c).
+# bench/heap_floor.c). The CPU time of the whole report, load-proof where the wall times are
+# not: the scan child's, the agent's own (the target's user + system time across the report:
+# its main thread sleeps, the child is counted apart) and the client's, against perl's.
+# HEAPTUI_BIN / AGENT_SO: other builds to measure (a main checkout's, side by side).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KEYS=${KEYS:-1500000}
 REPORTS=${REPORTS:-2}
 cargo build --release -q -p heaptui-agent -p heaptui
 TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target}
-AGENT="$TARGET_DIR/release/libheaptui_agent.so"
-HEAPTUI="$TARGET_DIR/release/heaptui"
+AGENT=${AGENT_SO:-$TARGET_DIR/release/libheaptui_agent.so}
+HEAPTUI=${HEAPTUI_BIN:-$TARGET_DIR/release/heaptui}
 work=$(mktemp -d)
 pid=
 cleanup() {
@@ -52,30 +55,37 @@ kb() { awk -v k="$1" 'BEGIN { printf "%.0f", k / 1024 }'; }
 per_object() { awk -v k="$1" -v n="$2" 'BEGIN { printf "%.0f", k * 1024 / n }'; }
 field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<"$2"; }
 
-printf '| report | objects | RSS before MiB | peak MiB (B/object over the bare program) | after MiB (B/object over the bare program) | child private peak MiB (B/object) | pause ms | capture ms | analysis ms | child CPU ms (index, blocks) | report wall s | client peak MiB (B/object) |\n'
-printf '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n'
+printf '| report | objects | RSS before MiB | peak MiB (B/object over the bare program) | after MiB (B/object over the bare program) | child private peak MiB (B/object) | pause ms | capture ms | analysis ms | child CPU ms (index, blocks) | report wall s | client peak MiB (B/object) | CPU s: child + agent + client = all |\n'
+printf '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n'
+agent_cpu() { awk -v t="$ticks" '{ printf "%.2f", ($14 + $15) / t }' "/proc/$pid/stat"; }
 read -r bare _ _ < <(python3 "$sampler" now "$pid")
 for ((r = 1; r <= REPORTS; r++)); do
     read -r before _ _ < <(python3 "$sampler" now "$pid")
     python3 "$sampler" sample "$pid" "$work/peak.json" &
     sampler_pid=$!
-    /usr/bin/time -f '%e %M' -o "$work/time" "$HEAPTUI" report ":$port" --json >"$work/report.json"
+    agent_before=$(agent_cpu)
+    /usr/bin/time -f '%e %M %U %S' -o "$work/time" "$HEAPTUI" report ":$port" --json >"$work/report.json"
     kill -TERM "$sampler_pid"
     wait "$sampler_pid"
     read -r after _ _ < <(python3 "$sampler" now "$pid")
-    read -r wall client <"$work/time"
+    agent_s=$(awk -v a="$(agent_cpu)" -v b="$agent_before" 'BEGIN { printf "%.2f", a - b }')
+    read -r wall client client_user client_sys <"$work/time"
     line=$(grep "snapshot $r[: ]" "$work/agent.log" | tail -1)
     objects=$(sed -n 's/.*snapshot [0-9]*[^:]*: \([0-9]*\) objects.*/\1/p' <<<"$line")
     peak=$(python3 -c "import json; print(json.load(open('$work/peak.json'))['VmRSS'])")
     child=$(python3 -c "import json; print(json.load(open('$work/peak.json'))['child_private'])")
-    printf '| %s | %s | %s | %s (%s) | %s (%s) | %s (%s) | %s | %s | %s | %s (%s, %s) | %s | %s (%s) |\n' \
+    child_s=$(awk -v m="$(field child_cpu_ms "$line")" 'BEGIN { printf "%.2f", m / 1000 }')
+    client_s=$(awk -v u="$client_user" -v s="$client_sys" 'BEGIN { printf "%.2f", u + s }')
+    all_s=$(awk -v a="$child_s" -v b="$agent_s" -v c="$client_s" 'BEGIN { printf "%.2f", a + b + c }')
+    printf '| %s | %s | %s | %s (%s) | %s (%s) | %s (%s) | %s | %s | %s | %s (%s, %s) | %s | %s (%s) | %s + %s + %s = %s |\n' \
         "$r" "$objects" "$(kb "$before")" \
         "$(kb "$peak")" "$(per_object $((peak - bare)) "$objects")" \
         "$(kb "$after")" "$(per_object $((after - bare)) "$objects")" \
         "$(kb "$child")" "$(per_object "$child" "$objects")" \
         "$(field pause_ms "$line")" "$(field capture_ms "$line")" "$(field analysis_ms "$line")" \
         "$(field child_cpu_ms "$line")" "$(field index_ms "$line")" "$(field blocks_ms "$line")" \
-        "$wall" "$(kb "$client")" "$(per_object "$client" "$objects")"
+        "$wall" "$(kb "$client")" "$(per_object "$client" "$objects")" \
+        "$child_s" "$agent_s" "$client_s" "$all_s"
     grep "snapshot $r[: ]" "$work/agent.log" | tail -1 >&2
 done
 echo "the last kept snapshot, bytes per object by part: $(grep 'kept bytes per object' "$work/agent.log" | tail -1 | sed 's/.*): //')"
