@@ -105,10 +105,11 @@ fn report_and_snapshot_of_a_process_without_the_agent_count_its_blocks_and_leave
     assert_eq!(target.quit(), Some(0));
 }
 
-/// A worker thread leaves 64 copies of a block main holds and 64 of a block of its own in a
-/// frame it returns from, then ends and is joined: glibc keeps its stack in its cache. The
-/// copies are no root (docs/reference.md §3): main's block is main's frame's own, the worker's
-/// is definitely lost. Prints `ready HELD LOST`, the two blocks' usable sizes.
+/// A worker thread leaves 1024 copies of a block main holds and 1024 of a block of its own in
+/// a frame it returns from (16 KiB, deeper than glibc's thread exit reaches), then ends and is
+/// joined: glibc keeps its stack in its cache. The copies are no root (docs/reference.md §3):
+/// main's block is main's frame's own, the worker's is definitely lost. Prints
+/// `ready HELD LOST`, the two blocks' usable sizes.
 const FINISHED_STACK: &str = r#"
 #include <malloc.h>
 #include <pthread.h>
@@ -121,8 +122,8 @@ static void *volatile mailbox;
 static size_t lost_size;
 
 __attribute__((noinline)) static void leave_copies(void *a, void *b) {
-  void *volatile copies[128];
-  for (int i = 0; i < 128; i += 2) { copies[i] = a; copies[i + 1] = b; }
+  void *volatile copies[2048];
+  for (int i = 0; i < 2048; i += 2) { copies[i] = a; copies[i + 1] = b; }
   __asm__ volatile("" ::"r"(copies) : "memory");
 }
 

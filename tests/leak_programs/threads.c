@@ -29,10 +29,12 @@ static void *blocked(void *arg) {
     return on_stack;
 }
 
-/* Copies of `p` in a frame that returns: stale words in the thread's stack. */
+/* Copies of `p` in a frame that returns: stale words in the thread's stack, 16 KiB of them
+ * (deeper than what runs on the stack after the thread's function returned: glibc's thread
+ * exit and the agent's thread-exit handler overwrite the shallower ones). */
 static NOINLINE void leave_copies(void *p) {
-    void *volatile copies[64];
-    for (int i = 0; i < 64; i++) copies[i] = p;
+    void *volatile copies[2048];
+    for (int i = 0; i < 2048; i++) copies[i] = p;
     __asm__ volatile("" ::"r"(copies) : "memory");
 }
 

@@ -3,19 +3,21 @@
  * descriptor are scanned as mapped memory, not the frames the thread returned from — neither
  * the program's own stale words there nor those of the agent's hooks, which ran on that stack.
  *
- *   8888  held by main's frame only; a worker thread left 64 copies of its address in a
+ *   8888  held by main's frame only; a worker thread left 1024 copies of its address in a
  *         frame it returned from, then ended: still main's own block, not globals'
- *   9999  allocated by the worker (its hooks ran on the worker's stack) and left only in 64
+ *   9999  allocated by the worker (its hooks ran on the worker's stack) and left only in 1024
  *         copies in a frame it returned from: definitely lost
  *   the worker's DTV (_dl_allocate_tls): still reachable from the cached stack's descriptor */
 #include <pthread.h>
 
 static void *volatile mailbox;
 
-/* 64 copies of each of `a` and `b` in a frame that returns. */
+/* 1024 copies of each of `a` and `b` in a frame that returns: 16 KiB, deeper than what runs
+ * on the stack after the thread's function returned (glibc's thread exit, the agent's
+ * thread-exit handler), which overwrites the shallower ones. */
 __attribute__((noinline)) static void leave_copies(void *a, void *b) {
-    void *volatile copies[128];
-    for (int i = 0; i < 128; i += 2) {
+    void *volatile copies[2048];
+    for (int i = 0; i < 2048; i += 2) {
         copies[i] = a;
         copies[i + 1] = b;
     }
