@@ -10,9 +10,13 @@
 //! retried only when the agent's signal alone cut it short, with errno as it was. The timeout
 //! belongs to the socket, not to the call, and the kernel starts it afresh on every call; so
 //! the retry first waits with `poll(2)` for what is left of it (the socket's timeout, read with
-//! `getsockopt` only after an interruption, counted from the wrapper's entry on
-//! `CLOCK_MONOTONIC`), for the readiness the call waits for (`POLLIN`/`POLLPRI` to receive or
-//! accept, `POLLOUT` to send or to finish a TCP connect):
+//! `getsockopt` only after an interruption, counted from the wrapper's entry), for the
+//! readiness the call waits for (`POLLIN`/`POLLPRI` to receive or accept, `POLLOUT` to send
+//! or to finish a TCP connect). The entry time is read on `CLOCK_MONOTONIC_COARSE` (one
+//! clock tick's resolution, the kernel's own for these timeouts, which it counts in ticks)
+//! and the deadline moved one tick later, so a resumed call never ends before its timeout:
+//! every socket call pays that read, and the coarse clock's costs a sixth of the precise
+//! one's (bench/signals.sh). Then:
 //! - nothing by the deadline: the call's own timeout result, `-1` with `EAGAIN` (`EINPROGRESS`
 //!   for `connect`), as the kernel would have returned it then. An `EINTR` ended the call
 //!   before it moved any byte (the kernel returns a partial count otherwise), so there is
@@ -35,6 +39,7 @@
 //! its `EINTR`.
 
 use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use super::Real;
 use super::blocking::{Timeout, eintr_size, ns_ms, run};
@@ -50,7 +55,25 @@ pub(super) static ACCEPT: Real = Real::new(c"accept");
 pub(super) static ACCEPT4: Real = Real::new(c"accept4");
 pub(super) static CONNECT: Real = Real::new(c"connect");
 
+/// `CLOCK_MONOTONIC_COARSE`'s resolution in nanoseconds (set by [`init`]; 10 ms until then,
+/// more than any kernel's tick).
+static COARSE_TICK_NS: AtomicI64 = AtomicI64::new(10_000_000);
+
 pub(super) fn init() {
+    let mut res = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_getres writes the timespec it is given.
+    if unsafe { libc::clock_getres(libc::CLOCK_MONOTONIC_COARSE, &mut res) } == 0 {
+        let ns = res
+            .tv_sec
+            .saturating_mul(1_000_000_000)
+            .saturating_add(res.tv_nsec);
+        if ns > 0 {
+            COARSE_TICK_NS.store(ns, Ordering::Relaxed);
+        }
+    }
     for f in [
         &RECV, &RECVFROM, &RECVMSG, &SEND, &SENDTO, &SENDMSG, &ACCEPT, &ACCEPT4, &CONNECT,
     ] {
@@ -136,7 +159,7 @@ fn socket_timeout(fd: c_int, way: Way) -> Option<i128> {
 /// Runs the socket call `call` on `fd` until it ends for a reason other than the agent's
 /// signal, each retry bounded by what is left of the socket's timeout (module docs).
 pub fn resume(fd: c_int, way: Way, call: &mut dyn FnMut() -> libc::ssize_t) -> libc::ssize_t {
-    let start = sys::clock_ns(libc::CLOCK_MONOTONIC);
+    let start = sys::clock_ns(libc::CLOCK_MONOTONIC_COARSE);
     // Looked up at the first retry: None until then, Some(None) when there is no deadline.
     let mut deadline: Option<Option<i128>> = None;
     let mut retry = false;
@@ -146,11 +169,14 @@ pub fn resume(fd: c_int, way: Way, call: &mut dyn FnMut() -> libc::ssize_t) -> l
             if !std::mem::replace(&mut retry, true) {
                 return call();
             }
-            let end = *deadline.get_or_insert_with(|| Some(start? + socket_timeout(fd, way)?));
+            let end = *deadline.get_or_insert_with(|| {
+                let tick = i128::from(COARSE_TICK_NS.load(Ordering::Relaxed));
+                Some(start? + socket_timeout(fd, way)? + tick)
+            });
             let Some(end) = end else {
                 return call();
             };
-            let left = end - sys::clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(end);
+            let left = end - sys::clock_ns(libc::CLOCK_MONOTONIC_COARSE).unwrap_or(end);
             if left <= 0 {
                 set_errno(way.timed_out());
                 return -1;
