@@ -114,6 +114,8 @@ fn blocking_calls_sleep_their_full_time_under_snapshots_and_program_signals_stil
         "raw_recvfrom",
         "raw_io_getevents",
         "libaio_io_getevents",
+        "raw_pselect6",
+        "raw_io_pgetevents",
     ];
     let mut expected: String = functions
         .iter()

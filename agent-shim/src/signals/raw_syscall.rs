@@ -20,11 +20,10 @@
 //! - the socket calls (`recvfrom`, `recvmsg`, `accept`, `accept4`, `sendto`, `sendmsg`,
 //!   `connect`), as `signals::sockets` resumes them.
 //!
-//! The signal masks that `ppoll`, `epoll_pwait`, `epoll_pwait2` and `rt_sigsuspend` install,
-//! and the set `rt_sigtimedwait` waits for, lose the stop signal as the named wrappers' do;
-//! those `pselect6` and `io_pgetevents` pass inside a structure are passed unchanged (a mask
-//! holding the stop signal makes the thread unstoppable for the call, which a capture waits
-//! out or reports; the program's call is unharmed).
+//! The signal masks that `ppoll`, `epoll_pwait`, `epoll_pwait2`, `rt_sigsuspend`, and (inside
+//! a pointer and length pair) `pselect6` and `io_pgetevents` install, and the set
+//! `rt_sigtimedwait` waits for, lose the stop signal as the named wrappers' do: a mask
+//! holding it would make the thread unstoppable for the call.
 //!
 //! Not covered: `futex` (a timed `FUTEX_WAIT` ends with `EINTR` after any handler; every
 //! futex user loops on the word's value and takes `EINTR` as the spurious wake-up futex(2)
@@ -118,6 +117,32 @@ unsafe fn without_stop(args: &mut [c_long; 6], at: usize, size_at: usize, copy: 
     }
 }
 
+/// As [`without_stop`] for a set passed as a `{ pointer, length }` pair that argument `at`
+/// points at (`pselect6`, `io_pgetevents`): the pair is copied into `pair` when its set is.
+///
+/// # Safety
+/// `args[at]` is null or points at a readable pair whose pointer is null or points at a
+/// readable set of the pair's length.
+unsafe fn without_stop_in_pair(
+    args: &mut [c_long; 6],
+    at: usize,
+    pair: &mut [c_long; 2],
+    copy: &mut u64,
+) {
+    if args[at] == 0 {
+        return;
+    }
+    // SAFETY: a readable pair, per the contract.
+    let given = unsafe { std::ptr::read_unaligned(args[at] as *const [c_long; 2]) };
+    let mut inner = [given[0], given[1], 0, 0, 0, 0];
+    // SAFETY: the pair's set, readable per the contract.
+    unsafe { without_stop(&mut inner, 0, 1, copy) };
+    if inner[0] != given[0] {
+        *pair = [inner[0], inner[1]];
+        args[at] = pair.as_ptr() as c_long;
+    }
+}
+
 /// Runs call `n` whose argument `at` is a relative timeout timespec (null: none).
 ///
 /// # Safety
@@ -190,6 +215,7 @@ unsafe fn same(n: c_long, args: [c_long; 6]) -> c_long {
 pub unsafe fn blocking_call(n: c_long, args: [c_long; 6]) -> c_long {
     let mut args = args;
     let mut mask_copy = 0u64;
+    let mut pair_copy: [c_long; 2] = [0; 2];
     // SAFETY: every call below gets the caller's arguments, which the kernel would read as the
     // call's contract says; the masks and timeouts replaced by live locals.
     unsafe {
@@ -200,6 +226,9 @@ pub unsafe fn blocking_call(n: c_long, args: [c_long; 6]) -> c_long {
             }
             libc::SYS_rt_sigsuspend => without_stop(&mut args, 0, 1, &mut mask_copy),
             libc::SYS_rt_sigtimedwait => without_stop(&mut args, 0, 3, &mut mask_copy),
+            libc::SYS_pselect6 | SYS_IO_PGETEVENTS => {
+                without_stop_in_pair(&mut args, 5, &mut pair_copy, &mut mask_copy)
+            }
             _ => {}
         }
         match n {

@@ -18,7 +18,9 @@
  * Unix listener nobody connects to, connect on listeners whose backlog (0) one connection
  * already fills. The raw_* calls are made by number through syscall(3); libaio's io_getevents
  * (loaded with dlopen: the target needs no libaio headers) makes its call that way too and
- * returns -errno. */
+ * returns -errno. raw_ppoll, raw_pselect6 and raw_io_pgetevents install a mask that blocks
+ * every signal but SIGUSR1 (the stop signal among them): the agent must take the stop signal
+ * out of it, or the threads could not be stopped for the snapshots. */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -40,7 +42,7 @@ enum { NANOSLEEP, CLOCK_REL, CLOCK_ABS, SLEEP, USLEEP, POLL, PPOLL, EPOLL_WAIT, 
        SELECT, PSELECT, PAUSE, SIGSUSPEND, SIGWAITINFO, SIGTIMEDWAIT, EPOLL_PWAIT2, SEMOP,
        SEMTIMEDOP, MSGRCV, MSGSND, RECV, RECVFROM, RECVMSG, SEND, SENDTO, SENDMSG, ACCEPT,
        ACCEPT4, CONNECT_TCP, CONNECT_UNIX, RAW_NANOSLEEP, RAW_PPOLL, RAW_RECVFROM,
-       RAW_IO_GETEVENTS, LIBAIO_IO_GETEVENTS, N };
+       RAW_IO_GETEVENTS, LIBAIO_IO_GETEVENTS, RAW_PSELECT6, RAW_IO_PGETEVENTS, N };
 static const char *names[N] = {"nanosleep", "clock_nanosleep", "clock_nanosleep_abs", "sleep",
                                "usleep", "poll", "ppoll", "epoll_wait", "epoll_pwait",
                                "select", "pselect", "pause", "sigsuspend", "sigwaitinfo",
@@ -48,7 +50,8 @@ static const char *names[N] = {"nanosleep", "clock_nanosleep", "clock_nanosleep_
                                "msgrcv", "msgsnd", "recv", "recvfrom", "recvmsg", "send",
                                "sendto", "sendmsg", "accept", "accept4", "connect_tcp",
                                "connect_unix", "raw_nanosleep", "raw_ppoll", "raw_recvfrom",
-                               "raw_io_getevents", "libaio_io_getevents"};
+                               "raw_io_getevents", "libaio_io_getevents", "raw_pselect6",
+                               "raw_io_pgetevents"};
 #define WAKE (SIGRTMIN + 10)
 #define NEVER (SIGRTMIN + 11)
 static __thread volatile sig_atomic_t woke;
@@ -204,6 +207,9 @@ static int block_socket(int which, int secs) {
     }
 }
 
+/* Every signal but SIGUSR1, for the raw calls that install a mask. */
+static sigset_t all_but_usr1;
+
 static pid_t tids[N];
 static atomic_int entered[N];
 static pthread_barrier_t phase;
@@ -298,8 +304,19 @@ static int block(int which, int secs) {
     case RAW_NANOSLEEP:
         return syscall(SYS_nanosleep, &ts, &rem) == 0 ? 0 : errno;
     case RAW_PPOLL:
-        r = (int)syscall(SYS_ppoll, &p, 1, &ts, NULL, 8);
+        r = (int)syscall(SYS_ppoll, &p, 1, &ts, &all_but_usr1, 8);
         break;
+    case RAW_PSELECT6: {
+        struct { const sigset_t *set; size_t size; } mask = {&all_but_usr1, 8};
+        r = (int)syscall(SYS_pselect6, pipefd[0] + 1, &rs, NULL, NULL, &ts, &mask);
+        break;
+    }
+    case RAW_IO_PGETEVENTS: {
+        struct io_event events[1];
+        struct { const sigset_t *set; size_t size; } mask = {&all_but_usr1, 8};
+        long got = syscall(SYS_io_pgetevents, aio_ctx, 1, 1, events, &ts, &mask);
+        return got == 0 ? 0 : got < 0 ? errno : -1;
+    }
     case RAW_IO_GETEVENTS: {
         struct io_event events[1];
         long got = syscall(SYS_io_getevents, aio_ctx, 1, 1, events, &ts);
@@ -383,6 +400,8 @@ int main(void) {
         msgsnd(full_queue, &filler, sizeof filler.text, IPC_NOWAIT) != 0)
         return 4;
     open_sockets();
+    sigfillset(&all_but_usr1);
+    sigdelset(&all_but_usr1, SIGUSR1);
     pthread_barrier_init(&phase, NULL, N + 1);
     pthread_t t[N];
     for (long i = 0; i < N; i++) pthread_create(&t[i], NULL, worker, (void *)i);
