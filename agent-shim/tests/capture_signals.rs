@@ -149,6 +149,21 @@ fn blocking_calls_sleep_their_full_time_under_snapshots_and_program_signals_stil
 }
 
 #[test]
+fn a_thread_in_a_recv_resumed_after_a_snapshot_is_cancelled_at_once() {
+    // recv is a cancellation point; after a snapshot cut it short the agent waits for the
+    // rest of the socket's hour-long timeout before calling it again, and that wait must be one
+    // too, or pthread_cancel would wait the hour out.
+    let dir = TempDir::new("sig-cancel-socket");
+    let exe = c_target(
+        &dir,
+        "cancel_socket",
+        include_str!("targets/cancel_socket.c"),
+    );
+    let run = run_dumping(&dir, &exe);
+    assert_ran(&run, "cancelled\n");
+}
+
+#[test]
 fn system_v_waits_survive_snapshots_taken_over_the_protocol_and_program_signals_still_end_them() {
     let dir = TempDir::new("sig-sysv");
     let exe = c_target(&dir, "sysv_waits", include_str!("targets/sysv_waits.c"));

@@ -250,14 +250,16 @@ pub unsafe fn blocking_call(n: c_long, args: [c_long; 6]) -> c_long {
             libc::SYS_poll => with_millis_at(n, args, 2),
             libc::SYS_epoll_wait | libc::SYS_epoll_pwait => with_millis_at(n, args, 3),
             libc::SYS_recvfrom | libc::SYS_recvmsg | libc::SYS_accept | libc::SYS_accept4 => {
-                resume(args[0] as c_int, Way::Receive, &mut || {
+                resume(args[0] as c_int, Way::Receive, false, &mut || {
                     pass(n, args) as isize
                 }) as c_long
             }
             libc::SYS_sendto | libc::SYS_sendmsg => {
-                resume(args[0] as c_int, Way::Send, &mut || pass(n, args) as isize) as c_long
+                resume(args[0] as c_int, Way::Send, false, &mut || {
+                    pass(n, args) as isize
+                }) as c_long
             }
-            libc::SYS_connect => resume(args[0] as c_int, Way::Connect, &mut || {
+            libc::SYS_connect => resume(args[0] as c_int, Way::Connect, false, &mut || {
                 pass(n, args) as isize
             }) as c_long,
             _ => same(n, args),

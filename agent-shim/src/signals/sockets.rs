@@ -156,9 +156,45 @@ fn socket_timeout(fd: c_int, way: Way) -> Option<i128> {
     (r == 0 && ns > 0).then_some(ns)
 }
 
+/// Polls the one socket of `fds` for up to `ms`: the count, or the negative error number.
+/// With `cancel_point`, through libc's `poll`, a cancellation point as the wrapped call is:
+/// a `pthread_cancel` of the thread lands while it waits there, as it would have in the call
+/// (the kernel's own poll would let the cancel wait for the socket's whole timeout).
+fn wait_ready(fds: &mut libc::pollfd, ms: c_int, cancel_point: bool) -> c_int {
+    type F = unsafe extern "C-unwind" fn(*mut libc::pollfd, libc::nfds_t, c_int) -> c_int;
+    let real = super::blocking::POLL.get();
+    if cancel_point && !real.is_null() {
+        // SAFETY: `real` is libc's poll, whose C signature `F` is.
+        let poll = unsafe { std::mem::transmute::<*mut c_void, F>(real) };
+        // errno kept by hand: a guard's destructor would give this frame unwind cleanup code,
+        // which a cancel must not meet (signals::blocking, "C-unwind").
+        let entry = errno();
+        // SAFETY: poll reads and writes the one pollfd.
+        let r = unsafe { poll(fds, 1, ms) };
+        let r = if r < 0 { -errno() } else { r };
+        set_errno(entry);
+        return r;
+    }
+    // SAFETY: poll reads and writes the one pollfd.
+    let r = unsafe {
+        sys::raw_syscall(
+            libc::SYS_poll,
+            [fds as *mut libc::pollfd as i64, 1, i64::from(ms), 0, 0, 0],
+        )
+    };
+    r as c_int
+}
+
 /// Runs the socket call `call` on `fd` until it ends for a reason other than the agent's
 /// signal, each retry bounded by what is left of the socket's timeout (module docs).
-pub fn resume(fd: c_int, way: Way, call: &mut dyn FnMut() -> libc::ssize_t) -> libc::ssize_t {
+/// `cancel_point`: the call is one (the named wrappers; not a call made through `syscall(3)`,
+/// which glibc never makes one), and so is the wait before a retry.
+pub fn resume(
+    fd: c_int,
+    way: Way,
+    cancel_point: bool,
+    call: &mut dyn FnMut() -> libc::ssize_t,
+) -> libc::ssize_t {
     let start = sys::clock_ns(libc::CLOCK_MONOTONIC_COARSE);
     // Looked up at the first retry: None until then, Some(None) when there is no deadline.
     let mut deadline: Option<Option<i128>> = None;
@@ -187,23 +223,10 @@ pub fn resume(fd: c_int, way: Way, call: &mut dyn FnMut() -> libc::ssize_t) -> l
                 events: way.events(),
                 revents: 0,
             };
-            // SAFETY: poll reads and writes the one local pollfd.
-            let r = unsafe {
-                sys::raw_syscall(
-                    libc::SYS_poll,
-                    [
-                        &mut fds as *mut libc::pollfd as i64,
-                        1,
-                        i64::from(ns_ms(left)),
-                        0,
-                        0,
-                        0,
-                    ],
-                )
-            };
+            let r = wait_ready(&mut fds, ns_ms(left), cancel_point);
             match r {
                 // Cut short again: the caller's loop asks whose signal it was.
-                r if r == -i64::from(libc::EINTR) => {
+                r if r == -libc::EINTR => {
                     set_errno(libc::EINTR);
                     -1
                 }
@@ -242,7 +265,7 @@ pub unsafe fn recv(fd: c_int, buf: *mut c_void, len: usize, flags: c_int) -> lib
     type F = unsafe extern "C-unwind" fn(c_int, *mut c_void, usize, c_int) -> libc::ssize_t;
     let real = real!(RECV, F);
     // SAFETY: the caller's arguments.
-    resume(fd, Way::Receive, &mut || unsafe {
+    resume(fd, Way::Receive, true, &mut || unsafe {
         real(fd, buf, len, flags)
     })
 }
@@ -268,7 +291,7 @@ pub unsafe fn recvfrom(
         *mut libc::socklen_t,
     ) -> libc::ssize_t;
     let real = real!(RECVFROM, F);
-    resume(fd, Way::Receive, &mut || {
+    resume(fd, Way::Receive, true, &mut || {
         // SAFETY: the caller's arguments.
         unsafe { real(fd, buf, len, flags, addr, addr_len) }
     })
@@ -282,7 +305,9 @@ pub unsafe fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int) -> libc::
     type F = unsafe extern "C-unwind" fn(c_int, *mut libc::msghdr, c_int) -> libc::ssize_t;
     let real = real!(RECVMSG, F);
     // SAFETY: the caller's arguments.
-    resume(fd, Way::Receive, &mut || unsafe { real(fd, msg, flags) })
+    resume(fd, Way::Receive, true, &mut || unsafe {
+        real(fd, msg, flags)
+    })
 }
 
 /// `send(2)`.
@@ -293,7 +318,9 @@ pub unsafe fn send(fd: c_int, buf: *const c_void, len: usize, flags: c_int) -> l
     type F = unsafe extern "C-unwind" fn(c_int, *const c_void, usize, c_int) -> libc::ssize_t;
     let real = real!(SEND, F);
     // SAFETY: the caller's arguments.
-    resume(fd, Way::Send, &mut || unsafe { real(fd, buf, len, flags) })
+    resume(fd, Way::Send, true, &mut || unsafe {
+        real(fd, buf, len, flags)
+    })
 }
 
 /// `sendto(2)`.
@@ -317,7 +344,7 @@ pub unsafe fn sendto(
         libc::socklen_t,
     ) -> libc::ssize_t;
     let real = real!(SENDTO, F);
-    resume(fd, Way::Send, &mut || {
+    resume(fd, Way::Send, true, &mut || {
         // SAFETY: the caller's arguments.
         unsafe { real(fd, buf, len, flags, addr, addr_len) }
     })
@@ -331,7 +358,7 @@ pub unsafe fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_int) -> libc
     type F = unsafe extern "C-unwind" fn(c_int, *const libc::msghdr, c_int) -> libc::ssize_t;
     let real = real!(SENDMSG, F);
     // SAFETY: the caller's arguments.
-    resume(fd, Way::Send, &mut || unsafe { real(fd, msg, flags) })
+    resume(fd, Way::Send, true, &mut || unsafe { real(fd, msg, flags) })
 }
 
 /// `accept(2)`.
@@ -346,7 +373,7 @@ pub unsafe fn accept(
     type F = unsafe extern "C-unwind" fn(c_int, *mut libc::sockaddr, *mut libc::socklen_t) -> c_int;
     let real = real!(ACCEPT, F);
     // SAFETY: the caller's arguments.
-    resume(fd, Way::Receive, &mut || unsafe {
+    resume(fd, Way::Receive, true, &mut || unsafe {
         real(fd, addr, addr_len) as libc::ssize_t
     }) as c_int
 }
@@ -369,7 +396,7 @@ pub unsafe fn accept4(
     ) -> c_int;
     let real = real!(ACCEPT4, F);
     // SAFETY: the caller's arguments.
-    resume(fd, Way::Receive, &mut || unsafe {
+    resume(fd, Way::Receive, true, &mut || unsafe {
         real(fd, addr, addr_len, flags) as libc::ssize_t
     }) as c_int
 }
@@ -382,7 +409,7 @@ pub unsafe fn connect(fd: c_int, addr: *const libc::sockaddr, len: libc::socklen
     type F = unsafe extern "C-unwind" fn(c_int, *const libc::sockaddr, libc::socklen_t) -> c_int;
     let real = real!(CONNECT, F);
     // SAFETY: the caller's arguments.
-    resume(fd, Way::Connect, &mut || unsafe {
+    resume(fd, Way::Connect, true, &mut || unsafe {
         real(fd, addr, len) as libc::ssize_t
     }) as c_int
 }
