@@ -562,14 +562,23 @@ pub unsafe extern "C-unwind" fn connect(
 /// `syscall(3)`, variadic in C: on x86-64 a variadic call passes its integer arguments as a
 /// fixed one does (registers, the sixth on the stack), so the six that any system call can
 /// take are read as parameters, as glibc's own `syscall` reads them; the ones the caller did
-/// not pass are whatever its registers and stack slot held, which the kernel ignores
-/// (signals::raw_syscall).
+/// not pass are whatever its registers and stack slot held, which the kernel ignores.
+///
+/// A naked stub, instruction for instruction glibc's for every call but the blocking ones
+/// (`signals::raw_syscall`): no frame, nothing on the stack, the result or -1 with errno. A
+/// call that returns twice or elsewhere must find exactly that: a `clone` (or `clone3`) child
+/// given its own stack comes back from the instruction on that stack and returns with `ret`
+/// from its top, as the caller laid it out; an agent frame there would be popped from the
+/// child's stack (and a `vfork` child would run agent code on its parent's frames). The
+/// blocking calls, whose numbers a bitmap holds, jump to the resuming wrapper with the
+/// caller's registers and stack argument untouched.
 ///
 /// # Safety
 /// As `syscall(2)` for call `n`.
+#[unsafe(naked)]
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
-pub unsafe extern "C-unwind" fn syscall(
+pub unsafe extern "C" fn syscall(
     n: libc::c_long,
     a1: libc::c_long,
     a2: libc::c_long,
@@ -578,15 +587,52 @@ pub unsafe extern "C-unwind" fn syscall(
     a5: libc::c_long,
     a6: libc::c_long,
 ) -> libc::c_long {
-    let args = [a1, a2, a3, a4, a5, a6];
-    if crate::signals::raw_syscall::resumed(n) {
-        crate::signals::blocking::scrub_stack();
-        // SAFETY: the caller's call.
-        unsafe { crate::signals::raw_syscall::blocking_call(n, args) }
-    } else {
-        // SAFETY: the caller's call.
-        unsafe { crate::signals::raw_syscall::pass(n, args) }
-    }
+    core::arch::naked_asm!(
+        ".cfi_startproc",
+        "cmp rdi, {bits_len}",
+        "jae 2f",
+        "bt qword ptr [rip + {bits}], rdi",
+        "jc {blocking}",
+        "2:",
+        "mov rax, rdi",
+        "mov rdi, rsi",
+        "mov rsi, rdx",
+        "mov rdx, rcx",
+        "mov r10, r8",
+        "mov r8, r9",
+        "mov r9, [rsp + 8]",
+        "syscall",
+        "cmp rax, -4095",
+        "jae 3f",
+        "ret",
+        "3:",
+        "mov rdi, rax",
+        "jmp {failed}",
+        ".cfi_endproc",
+        bits_len = const crate::signals::raw_syscall::RESUMED_BITS.len() * 64,
+        bits = sym crate::signals::raw_syscall::RESUMED_BITS,
+        blocking = sym blocking_syscall,
+        failed = sym crate::signals::raw_syscall::failed,
+    )
+}
+
+/// The blocking calls of [`syscall`], reached by its jump with the caller's arguments.
+///
+/// # Safety
+/// As `syscall(2)` for call `n`.
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C-unwind" fn blocking_syscall(
+    n: libc::c_long,
+    a1: libc::c_long,
+    a2: libc::c_long,
+    a3: libc::c_long,
+    a4: libc::c_long,
+    a5: libc::c_long,
+    a6: libc::c_long,
+) -> libc::c_long {
+    crate::signals::blocking::scrub_stack();
+    // SAFETY: the caller's call.
+    unsafe { crate::signals::raw_syscall::blocking_call(n, [a1, a2, a3, a4, a5, a6]) }
 }
 
 // `SIGUSR2` kept for both the program and HEAPTUI_DUMP (signals::chain).

@@ -1,6 +1,7 @@
 //! fork and exec under the agent: fork children (also forked while other threads allocate)
 //! keep a working agent and exit normally; exec'd children do not inherit the agent in
-//! LD_PRELOAD unless HEAPTUI_FOLLOW_EXEC=1, and other preloads are kept.
+//! LD_PRELOAD unless HEAPTUI_FOLLOW_EXEC=1, and other preloads are kept; a clone made through
+//! `syscall(3)` with a child stack returns on that stack as glibc's `syscall` leaves it.
 
 mod common;
 
@@ -82,6 +83,83 @@ fn fork_children_keep_a_working_agent_while_threads_allocate() {
         assert!(child.get("malloc") >= 1000, "{:?}", child.values);
         assert!(child.get("live_blocks") >= 1);
     }
+}
+
+/// `syscall(SYS_clone, ...)` with a child stack whose top holds where the child is to go: the
+/// child comes back from the system call on that stack, and glibc's `syscall` then returns
+/// with `ret`, popping that address and writing nothing. The agent exports `syscall`
+/// (signals::raw_syscall): a frame of its own there would be popped from the child's stack,
+/// or written on it. The child's code touches no stack (it sets a flag and exits by the
+/// instruction), so the stack must come back exactly as the parent filled it.
+const CLONE_ON_STACK: &str = r#"
+#define _GNU_SOURCE
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+volatile int child_ran;
+void child_entry(void);
+__asm__(".text\n"
+        "child_entry:\n"
+        "    movl $1, child_ran(%rip)\n"
+        "    movl $60, %eax\n" /* exit(7), with no stack */
+        "    movl $7, %edi\n"
+        "    syscall\n");
+
+int main(void) {
+    size_t size = 1 << 16;
+    char *stack = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK,
+                       -1, 0);
+    if (stack == MAP_FAILED) return 3;
+    memset(stack, 0xa5, size);
+    uintptr_t *top = (uintptr_t *)(stack + size - 16);
+    top[0] = (uintptr_t)child_entry;
+    char before[1 << 16];
+    memcpy(before, stack, size);
+    long pid = syscall(SYS_clone, CLONE_VM | SIGCHLD, top, NULL, NULL, 0);
+    if (pid < 0) {
+        perror("clone");
+        return 4;
+    }
+    int status;
+    if (waitpid(pid, &status, 0) != pid) return 5;
+    if (WIFEXITED(status))
+        printf("child ran %d, exited %d\n", child_ran, WEXITSTATUS(status));
+    else
+        printf("child ran %d, killed by signal %d\n", child_ran, WTERMSIG(status));
+    size_t written = 0;
+    for (size_t i = 0; i < size; i++) written += stack[i] != before[i];
+    printf("child stack bytes written: %zu\n", written);
+    return 0;
+}
+"#;
+
+#[test]
+fn a_clone_through_syscall_returns_on_the_child_stack_as_glibc_leaves_it() {
+    let dir = TempDir::new("hooks-clone-syscall");
+    let exe = compile_c(&dir, "clone_on_stack", CLONE_ON_STACK, &[]);
+    let bare = std::process::Command::new(&exe).output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&bare.stdout),
+        "child ran 1, exited 7\nchild stack bytes written: 0\n"
+    );
+    let run = run_preloaded(&dir, &exe, &[], &[]);
+    assert_eq!(
+        (run.stdout.as_str(), run.code),
+        (
+            "child ran 1, exited 7\nchild stack bytes written: 0\n",
+            Some(0)
+        ),
+        "stderr: {}\nlog:\n{}",
+        run.stderr,
+        run.log
+    );
 }
 
 const EXECER: &str = r#"

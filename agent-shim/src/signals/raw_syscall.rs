@@ -5,7 +5,9 @@
 //! `signals::blocking` and `signals::sockets` never see those. So the agent exports `syscall`
 //! too. Every number but the ones below goes straight to the kernel with the `syscall`
 //! instruction and comes back as glibc's `syscall` returns it (the result, or -1 with errno
-//! set from a result in -4095..-1): no lookup, no frame on the stack beyond this function's.
+//! set from a result in -4095..-1): the exported stub is glibc's own instructions, with no
+//! frame at all (a `clone` child on its own stack returns from it as from glibc's), and
+//! reaches Rust only for the numbers below, found with one bit test.
 //!
 //! Resumed when only the agent's signal cut them short (`signals::blocking::run`), with what
 //! is left of their timeout:
@@ -43,37 +45,62 @@ use crate::sys::{self, errno, set_errno, ts_ns};
 /// `io_pgetevents` on x86-64 (the libc crate does not name it).
 const SYS_IO_PGETEVENTS: c_long = 333;
 
-/// Whether call `n` may block in a way the agent's signal would cut short (and so goes
-/// through [`blocking_call`]).
+/// The calls that may block in a way the agent's signal would cut short (and so go through
+/// [`blocking_call`]).
+const RESUMED: [c_long; 25] = [
+    libc::SYS_nanosleep,
+    libc::SYS_clock_nanosleep,
+    libc::SYS_rt_sigtimedwait,
+    libc::SYS_semtimedop,
+    libc::SYS_epoll_pwait2,
+    libc::SYS_io_getevents,
+    SYS_IO_PGETEVENTS,
+    libc::SYS_poll,
+    libc::SYS_epoll_wait,
+    libc::SYS_epoll_pwait,
+    libc::SYS_ppoll,
+    libc::SYS_select,
+    libc::SYS_pselect6,
+    libc::SYS_pause,
+    libc::SYS_rt_sigsuspend,
+    libc::SYS_semop,
+    libc::SYS_msgrcv,
+    libc::SYS_msgsnd,
+    libc::SYS_recvfrom,
+    libc::SYS_recvmsg,
+    libc::SYS_accept,
+    libc::SYS_accept4,
+    libc::SYS_sendto,
+    libc::SYS_sendmsg,
+    libc::SYS_connect,
+];
+
+/// [`RESUMED`] as a bitmap, bit `n` for call `n`: the exported `syscall` stub tests it with
+/// one `bt` before any frame exists (exports.rs).
+pub static RESUMED_BITS: [u64; 8] = {
+    let mut bits = [0u64; 8];
+    let mut i = 0;
+    while i < RESUMED.len() {
+        let n = RESUMED[i] as usize;
+        assert!(n < 64 * 8, "a resumed call's number outside the bitmap");
+        bits[n / 64] |= 1 << (n % 64);
+        i += 1;
+    }
+    bits
+};
+
+/// Whether call `n` goes through [`blocking_call`].
 pub fn resumed(n: c_long) -> bool {
-    matches!(
-        n,
-        libc::SYS_nanosleep
-            | libc::SYS_clock_nanosleep
-            | libc::SYS_rt_sigtimedwait
-            | libc::SYS_semtimedop
-            | libc::SYS_epoll_pwait2
-            | libc::SYS_io_getevents
-            | SYS_IO_PGETEVENTS
-            | libc::SYS_poll
-            | libc::SYS_epoll_wait
-            | libc::SYS_epoll_pwait
-            | libc::SYS_ppoll
-            | libc::SYS_select
-            | libc::SYS_pselect6
-            | libc::SYS_pause
-            | libc::SYS_rt_sigsuspend
-            | libc::SYS_semop
-            | libc::SYS_msgrcv
-            | libc::SYS_msgsnd
-            | libc::SYS_recvfrom
-            | libc::SYS_recvmsg
-            | libc::SYS_accept
-            | libc::SYS_accept4
-            | libc::SYS_sendto
-            | libc::SYS_sendmsg
-            | libc::SYS_connect
-    )
+    usize::try_from(n)
+        .ok()
+        .and_then(|n| RESUMED_BITS.get(n / 64).map(|w| w >> (n % 64) & 1 != 0))
+        .unwrap_or(false)
+}
+
+/// The exported `syscall` stub's failure path: `r` is the kernel's result in -4095..-1.
+pub extern "C" fn failed(r: c_long) -> c_long {
+    set_errno(-r as c_int);
+    -1
 }
 
 /// System call `n` as glibc's `syscall(3)` makes it: the result, or -1 with errno.
@@ -281,5 +308,7 @@ mod tests {
         let r = unsafe { pass(libc::SYS_close, [-1, 0, 0, 0, 0, 0]) };
         assert_eq!((r, errno()), (-1, libc::EBADF));
         assert!(resumed(libc::SYS_io_getevents) && !resumed(libc::SYS_futex));
+        assert!(RESUMED.iter().all(|&n| resumed(n)));
+        assert!(!resumed(libc::SYS_clone) && !resumed(-1) && !resumed(1 << 40));
     }
 }
