@@ -193,6 +193,84 @@ fn a_finished_threads_stale_stack_words_are_no_root_from_outside_either() {
     assert_eq!(main_frame["proprietary"], held, "{live}");
 }
 
+/// A worker thread holds a block only in a frame on its own stack and runs a fiber on another
+/// stack (swapcontext), where it waits: the suspended frame is a live thread's, a root, though
+/// its stack has the shape of glibc's cached ones (docs/reference.md §3). Prints `ready SIZE`.
+const FIBER_STACK: &str = r#"
+#include <malloc.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+static size_t held_size;
+
+static void fiber(void) {
+  char line[64];
+  snprintf(line, sizeof line, "ready %zu\n", held_size);
+  write(1, line, strlen(line));
+  char cmd[16];
+  while (read(0, cmd, sizeof cmd) > 0) {}
+}
+
+/* The address lands in the caller's frame only, in no register getcontext saves. */
+__attribute__((noinline)) static void allocate_into(void *volatile *slot) {
+  void *p = malloc(7777);
+  memset(p, 3, 7777);
+  held_size = malloc_usable_size(p);
+  *slot = p;
+}
+
+__attribute__((noinline)) static void *worker(void *arg) {
+  (void)arg;
+  void *volatile held;
+  allocate_into(&held);
+  size_t size = 1 << 18;
+  char *stack = mmap(0, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ucontext_t own, in_fiber;
+  getcontext(&in_fiber);
+  in_fiber.uc_stack.ss_sp = stack;
+  in_fiber.uc_stack.ss_size = size;
+  in_fiber.uc_link = &own;
+  makecontext(&in_fiber, fiber, 0);
+  swapcontext(&own, &in_fiber);
+  free((void *)held);
+  return 0;
+}
+
+int main(void) {
+  pthread_t t;
+  pthread_create(&t, 0, worker, 0);
+  pthread_join(t, 0);
+  return 0;
+}
+"#;
+
+#[test]
+fn a_live_thread_running_a_fiber_keeps_its_own_stacks_roots_from_outside() {
+    let dir = Scratch::new("outside-fiber-stack");
+    let exe = live_common::compile_c(dir.path(), "fiber", FIBER_STACK);
+    let mut child = Command::new(exe)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("ready "), "{line}");
+    let pid = child.id();
+    let live = json_report(&format!("pid:{pid}"));
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(live["leaks"]["definitely_lost"], 0, "{live}");
+    assert_eq!(live["leaks"]["definitely_lost_objects"], 0, "{live}");
+}
+
 /// Runs `command` and expects the one-line refusal of process `pid`, containing `why`.
 fn expect_refusal(mut command: Command, pid: u32, why: &str) -> Output {
     let out = command.output().unwrap();

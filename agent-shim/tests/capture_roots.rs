@@ -115,6 +115,29 @@ fn a_finished_threads_stale_stack_words_are_not_roots() {
 }
 
 #[test]
+fn a_live_thread_running_a_fiber_keeps_the_roots_of_its_own_stack() {
+    let dir = TempDir::new("roots-fiber-stack");
+    let exe = compile_c(
+        &dir,
+        "fiber_stack",
+        &format!("{SYNC}\n{}", include_str!("targets/fiber_stack.c")),
+        &[],
+    );
+    let c = run(&dir, &exe, "in fiber", 0);
+    assert_ne!(
+        c.analysis.class_of(c.object(7777)),
+        ObjectClass::DefinitelyLost,
+        "the block held by the worker's suspended frame, on its own stack, is not lost"
+    );
+    let leaks = c.analysis.leaks();
+    assert_eq!(
+        (leaks.objects, leaks.definitely_lost),
+        (0, 0),
+        "nothing is lost"
+    );
+}
+
+#[test]
 fn pointers_only_in_mappings_marked_wipeonfork_or_dontfork_are_roots() {
     let dir = TempDir::new("roots-fork-flags");
     let exe = compile_c(

@@ -287,6 +287,8 @@ pub(super) fn build(
     }
     // glibc's cache of finished threads' stacks: only their TLS and descriptors are roots, not
     // the frames the threads returned from (docs/reference.md §3, as in the agent's capture).
+    // A live thread's stack is no finished one, even when the thread runs on another stack (a
+    // fiber, an alternate signal stack): the frames suspended on its own are then its roots.
     for pair in stopped.maps.maps.windows(2) {
         let (guard, m) = (&pair[0], &pair[1]);
         let stack_shaped = guard.end == m.start
@@ -299,6 +301,7 @@ pub(super) fn build(
         if let Some(tp) = stack_shaped
             .then(|| stacks::descriptor_at_top(m.start, m.end, |at| image.word(at)))
             .flatten()
+            .filter(|tp| !fs_bases.contains(tp))
         {
             not_globals.push(stacks::below_tls(m.start, tp, glibc.static_tls));
         }

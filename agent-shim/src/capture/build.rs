@@ -524,10 +524,20 @@ fn scan_stopped<H: Heap>(
         }
     }
     exclude.add_modules(space);
-    // SAFETY: the map was read after the stop.
-    unsafe { exclude.add_finished_stacks(&maps, space.static_tls) };
     let mut agent_threads = Vec::with_capacity(threads::MAX_AGENT_THREADS);
     threads::agent_thread_pointers(&mut agent_threads);
+    // The thread pointers of the threads that exist: their stacks are no finished ones (but
+    // for a thread that could not be stopped, whose thread pointer is not known).
+    let mut live_tps: Vec<u64> = Vec::with_capacity(world.threads.len() + agent_threads.len() + 1);
+    live_tps.extend(&agent_threads);
+    live_tps.push(own.fs_base);
+    for (_, outcome) in &world.threads {
+        if let Outcome::Stopped(regs) = outcome {
+            live_tps.push(regs.fs_base);
+        }
+    }
+    // SAFETY: the map was read after the stop.
+    unsafe { exclude.add_finished_stacks(&maps, space.static_tls, &live_tps) };
     for tp in agent_threads {
         exclude.add_thread(&maps, space.static_tls, None, Some(tp));
     }

@@ -121,14 +121,19 @@ impl Exclusions {
         }
     }
 
-    /// The stack part of every finished thread's stack that glibc keeps in its cache (and of
-    /// every other thread stack glibc allocated, live ones included, which are excluded
-    /// anyway): from the mapping's start up to the thread's static TLS. What stays a root of
-    /// such a mapping is its TLS and thread descriptor. See the module docs for why.
+    /// The stack part of every finished thread's stack that glibc keeps in its cache: from
+    /// the mapping's start up to the thread's static TLS. What stays a root of such a mapping
+    /// is its TLS and thread descriptor. See the module docs for why.
+    ///
+    /// A stack whose descriptor is a live thread's (`live`: the thread pointers of the
+    /// threads that exist) is left alone: its thread may run on another stack (a fiber
+    /// entered with swapcontext, a handler on an alternate signal stack), and the frames
+    /// suspended on its own stack are then what it holds. When it runs on its own stack,
+    /// [`Exclusions::add_thread`] excludes that stack anyway.
     ///
     /// # Safety
     /// `maps` must describe this process's memory as it is now (read after the stop).
-    pub unsafe fn add_finished_stacks(&mut self, maps: &[Mapping], static_tls: u64) {
+    pub unsafe fn add_finished_stacks(&mut self, maps: &[Mapping], static_tls: u64, live: &[u64]) {
         for pair in maps.windows(2) {
             let (guard, m) = (&pair[0], &pair[1]);
             let stack_shaped = guard.end == m.start
@@ -143,7 +148,9 @@ impl Exclusions {
                 continue;
             }
             // SAFETY: `m` is a readable mapping as it is now (per the contract).
-            if let Some(tp) = unsafe { thread_descriptor_at_top(m) } {
+            if let Some(tp) = unsafe { thread_descriptor_at_top(m) }
+                && !live.contains(&tp)
+            {
                 self.add(stacks::below_tls(m.start, tp, static_tls));
             }
         }
