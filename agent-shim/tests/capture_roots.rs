@@ -138,6 +138,29 @@ fn a_live_thread_running_a_fiber_keeps_the_roots_of_its_own_stack() {
 }
 
 #[test]
+fn a_thread_that_cannot_be_stopped_keeps_the_roots_of_its_own_stack() {
+    let dir = TempDir::new("roots-spinning-stack");
+    let exe = compile_c(
+        &dir,
+        "spinning_stack",
+        &format!("{SYNC}\n{}", include_str!("targets/spinning_stack.c")),
+        &[],
+    );
+    let c = run(&dir, &exe, "spinning", 0);
+    assert_ne!(
+        c.analysis.class_of(c.object(6161)),
+        ObjectClass::DefinitelyLost,
+        "the block held by the unstoppable thread's frame is not lost"
+    );
+    let leaks = c.analysis.leaks();
+    assert_eq!(
+        (leaks.objects, leaks.definitely_lost),
+        (0, 0),
+        "nothing is lost"
+    );
+}
+
+#[test]
 fn pointers_only_in_mappings_marked_wipeonfork_or_dontfork_are_roots() {
     let dir = TempDir::new("roots-fork-flags");
     let exe = compile_c(

@@ -526,18 +526,26 @@ fn scan_stopped<H: Heap>(
     exclude.add_modules(space);
     let mut agent_threads = Vec::with_capacity(threads::MAX_AGENT_THREADS);
     threads::agent_thread_pointers(&mut agent_threads);
-    // The thread pointers of the threads that exist: their stacks are no finished ones (but
-    // for a thread that could not be stopped, whose thread pointer is not known).
+    // The thread pointers of the threads that exist: their stacks are no finished ones. A
+    // thread that could not be stopped has no known thread pointer, and maybe no known stack
+    // pointer: its own stack could be taken for a finished one and its frames lost, so then
+    // no stack is (the cached stacks' stale words are roots again in that capture, as they
+    // were before the exclusion).
     let mut live_tps: Vec<u64> = Vec::with_capacity(world.threads.len() + agent_threads.len() + 1);
     live_tps.extend(&agent_threads);
     live_tps.push(own.fs_base);
+    let mut all_known = true;
     for (_, outcome) in &world.threads {
-        if let Outcome::Stopped(regs) = outcome {
-            live_tps.push(regs.fs_base);
+        match outcome {
+            Outcome::Stopped(regs) => live_tps.push(regs.fs_base),
+            Outcome::NotStoppable(_) => all_known = false,
+            Outcome::Gone => {}
         }
     }
-    // SAFETY: the map was read after the stop.
-    unsafe { exclude.add_finished_stacks(&maps, space.static_tls, &live_tps) };
+    if all_known {
+        // SAFETY: the map was read after the stop.
+        unsafe { exclude.add_finished_stacks(&maps, space.static_tls, &live_tps) };
+    }
     for tp in agent_threads {
         exclude.add_thread(&maps, space.static_tls, None, Some(tp));
     }
