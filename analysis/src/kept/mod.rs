@@ -117,12 +117,19 @@ impl GroupTable {
         let mut sets: Vec<Vec<Sharer>> = Vec::new();
         let mut set_bytes: Vec<u64> = Vec::new();
         let mut set_of = Vec::with_capacity(groups.len());
+        // Neighbouring groups mostly have the same sharers (one thread's, the globals'): the
+        // previous group's set is tried before hashing.
+        let mut previous: Option<(&[Sharer], u32)> = None;
         for g in groups {
-            let s = *set_index.entry(&g.sharers).or_insert_with(|| {
-                sets.push(g.sharers.clone());
-                set_bytes.push(0);
-                (sets.len() - 1) as u32
-            });
+            let s = match previous {
+                Some((sharers, s)) if sharers == g.sharers.as_slice() => s,
+                _ => *set_index.entry(&g.sharers).or_insert_with(|| {
+                    sets.push(g.sharers.clone());
+                    set_bytes.push(0);
+                    (sets.len() - 1) as u32
+                }),
+            };
+            previous = Some((&g.sharers, s));
             if g.id.kind == GroupKind::ThreadShared {
                 set_bytes[s as usize] += g.size;
             }
