@@ -8,6 +8,18 @@ use heaptui_protocol::message::{
     AGE_RANGES, AgeHistogram, LiveCounters, UnitCharge, UnitGranularity, UnitPosition, UnitQuery,
 };
 
+/// `s` on one line: each control character (a newline or tab in a command line such as
+/// `python3 -c '…'`) becomes a space, so a row or a header line stays one line.
+pub fn one_line(s: String) -> String {
+    if s.chars().any(char::is_control) {
+        s.chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect()
+    } else {
+        s
+    }
+}
+
 /// `1 thread`, `4 threads`: a count with its noun in the right number.
 pub fn count(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })

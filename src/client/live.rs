@@ -82,23 +82,31 @@ async fn open(
         conn.write_all(&hello).await.map_err(|e| e.to_string())?;
         let mut decoder = FrameDecoder::new(HANDSHAKE_MAX_FRAME_LEN);
         let mut buf = [0u8; 4096];
+        let frame_error = |e| session::handshake_frame_error(address, &e);
         let payload = loop {
-            if let Some(p) = decoder.next_frame().map_err(|e| e.to_string())? {
+            if let Some(p) = decoder.next_frame().map_err(frame_error)? {
                 break p;
             }
-            let n = conn.read(&mut buf).await.map_err(|e| e.to_string())?;
+            let n = conn
+                .read(&mut buf)
+                .await
+                .map_err(|e| format!("{address}: {e}"))?;
             if n == 0 {
-                return Err("the agent closed the connection during the handshake".to_string());
+                return Err(format!(
+                    "{address}: the agent closed the connection during the handshake"
+                ));
             }
-            decoder.push(&buf[..n]).map_err(|e| e.to_string())?;
+            decoder.push(&buf[..n]).map_err(frame_error)?;
         };
-        let welcome = decode_welcome(&payload).map_err(|e| e.to_string())?;
-        check_welcome(&welcome).cloned().map_err(|e| e.to_string())
+        let welcome = decode_welcome(&payload).map_err(|e| format!("{address}: {e}"))?;
+        check_welcome(&welcome)
+            .cloned()
+            .map_err(|e| format!("{address}: {e}"))
     };
     let agent = tokio::time::timeout(CONNECT_TIMEOUT, shake)
         .await
-        .map_err(|_| ClientError::new(format!("{address}: the agent did not answer the hello")))?
-        .map_err(|e| ClientError::new(format!("{address}: {e}")))?;
+        .map_err(|_| ClientError::new(session::silent_peer(address, CONNECT_TIMEOUT)))?
+        .map_err(ClientError::new)?;
     Ok((conn, agent))
 }
 

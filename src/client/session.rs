@@ -7,7 +7,7 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-use heaptui_protocol::handshake::client_handshake;
+use heaptui_protocol::handshake::{HandshakeError, client_handshake};
 use heaptui_protocol::stream::Stream;
 use heaptui_protocol::{
     AgentInfo, FrameError, Hello, MAX_FRAME_LEN, Push, Request, RequestBody, RequestId, Response,
@@ -19,6 +19,10 @@ use super::{Address, ClientError, TokenSource, token};
 /// How long to wait for the agent's answers (a capture of a big heap takes seconds).
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(300);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the agent may take to answer the hello: its server thread answers at once, so a
+/// peer that stays silent this long is not a heaptui agent (and must not hold a `report` for
+/// the [`ANSWER_TIMEOUT`] of a capture). The TUI's connection waits as long.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One admitted connection.
 pub struct Session {
@@ -73,6 +77,41 @@ fn open(address: &Address, answer_timeout: Duration) -> Result<Stream, ClientErr
     }
 }
 
+/// The one sentence for a failed handshake: a peer that stays silent or answers with something
+/// that is not a heaptui frame (an HTTP server, say) is named as not being an agent.
+fn handshake_error(address: &Address, e: &HandshakeError, waited: Duration) -> ClientError {
+    ClientError::new(match e {
+        HandshakeError::Frame(FrameError::Io(io))
+            if matches!(
+                io.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) =>
+        {
+            silent_peer(address, waited)
+        }
+        HandshakeError::Frame(f) => handshake_frame_error(address, f),
+        _ => format!("{address}: {e}"),
+    })
+}
+
+/// The line for a peer that did not answer the hello within `waited`.
+pub fn silent_peer(address: &Address, waited: Duration) -> String {
+    format!(
+        "{address}: no heaptui handshake within {waited:?} — is a heaptui agent listening there?"
+    )
+}
+
+/// The line for a handshake frame that cannot be read: one longer than any handshake is the
+/// first bytes of some other protocol.
+pub fn handshake_frame_error(address: &Address, e: &FrameError) -> String {
+    match e {
+        FrameError::TooLong { .. } => {
+            format!("{address}: what answers there is not a heaptui agent ({e})")
+        }
+        _ => format!("{address}: handshake failed: {e}"),
+    }
+}
+
 /// The hello this build sends.
 pub fn hello(token: String) -> Hello {
     Hello::new(token, format!("heaptui {}", env!("CARGO_PKG_VERSION")))
@@ -92,11 +131,15 @@ impl Session {
         token: &TokenSource,
         answer_timeout: Duration,
     ) -> Result<Session, ClientError> {
+        let handshake_timeout = answer_timeout.min(HANDSHAKE_TIMEOUT);
         // Connect first: "connection refused" says more than a missing token file.
-        let mut stream = open(address, answer_timeout)?;
+        let mut stream = open(address, handshake_timeout)?;
         let token = token::read(address, token).map_err(ClientError::new)?;
         let agent = client_handshake(&mut stream, &hello(token))
-            .map_err(|e| ClientError::new(format!("{address}: {e}")))?;
+            .map_err(|e| handshake_error(address, &e, handshake_timeout))?;
+        stream
+            .set_timeouts(Some(answer_timeout), Some(answer_timeout))
+            .map_err(|e| connect_error(address, &e))?;
         Ok(Session {
             stream,
             next_id: 1,
@@ -306,5 +349,73 @@ impl io::Read for KeptReader<'_> {
         buf[..n].copy_from_slice(&self.chunk[self.at..self.at + n]);
         self.at += n;
         Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+    use std::path::PathBuf;
+    use std::sync::mpsc;
+
+    use super::*;
+
+    /// A token file for a peer that never reads it.
+    fn token_file(name: &str) -> PathBuf {
+        let path =
+            std::env::temp_dir().join(format!("heaptui-{}-{name}.token", std::process::id()));
+        std::fs::write(&path, "0123456789abcdef").unwrap();
+        path
+    }
+
+    /// Connects to a local peer that runs `serve` on the one connection it accepts, which it
+    /// holds open until the connect has returned.
+    fn connect_to(name: &str, serve: fn(&mut std::net::TcpStream)) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        let peer = std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            serve(&mut conn);
+            let _ = done_rx.recv();
+        });
+        let address = Address::Tcp {
+            host: "127.0.0.1".into(),
+            port,
+        };
+        let token = TokenSource::File(token_file(name));
+        let result = Session::connect(&address, &token);
+        done_tx.send(()).unwrap();
+        peer.join().unwrap();
+        match result {
+            Ok(_) => panic!("a peer that is not an agent was admitted"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn a_silent_peer_fails_the_handshake_instead_of_holding_the_command() {
+        // Without the handshake's own timeout this waits out the 300 s answer timeout.
+        let error = connect_to("silent", |conn| {
+            let mut hello = [0u8; 16];
+            let _ = conn.read(&mut hello);
+        });
+        assert!(
+            error.contains("no heaptui handshake within 5s")
+                && error.contains("is a heaptui agent listening there?"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn an_http_server_is_named_as_not_an_agent() {
+        let error = connect_to("http", |conn| {
+            conn.write_all(b"HTTP/1.0 200 OK\r\n\r\nhello\n").unwrap();
+        });
+        assert!(
+            error.starts_with("127.0.0.1:") && error.contains("is not a heaptui agent"),
+            "{error}"
+        );
     }
 }

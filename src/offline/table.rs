@@ -3,6 +3,8 @@
 
 use std::io::{self, Write};
 
+use crate::figures::one_line;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Align {
     Left,
@@ -53,7 +55,7 @@ impl Table {
         let cells = cells
             .into_iter()
             .zip(&self.columns)
-            .map(|(cell, column)| cut(cell, column.max))
+            .map(|(cell, column)| cut(one_line(cell), column.max))
             .collect();
         self.rows.push(cells);
     }
@@ -126,6 +128,22 @@ fn cut(cell: String, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cell_with_newlines_stays_on_its_row() {
+        let mut t = Table::new(&[Column::right("PID"), Column::left("COMMAND")]);
+        t.row(vec![
+            "7".into(),
+            "python3 -c \nimport time\n\ttime.sleep(9)".into(),
+        ]);
+        let mut out = Vec::new();
+        t.write(&mut out, "").unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "PID  COMMAND\n\
+            \x20 7  python3 -c  import time  time.sleep(9)\n"
+        );
+    }
 
     #[test]
     fn columns_line_up_and_long_cells_are_cut() {

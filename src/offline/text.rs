@@ -9,7 +9,7 @@ use heaptui_analysis::{FrameKind, GroupId, GroupKind, Sharer};
 
 use super::report::Report;
 use super::table::{Column, Table};
-use crate::figures::count;
+use crate::figures::{count, one_line};
 use crate::size::{human, human_exact};
 
 pub fn render(report: &Report, source: &Path, out: &mut impl Write) -> io::Result<()> {
@@ -35,9 +35,9 @@ pub fn render(report: &Report, source: &Path, out: &mut impl Write) -> io::Resul
 fn header(report: &Report, source: &Path, out: &mut impl Write) -> io::Result<()> {
     let p = &report.process;
     let command = if p.command.is_empty() {
-        "(unknown command)"
+        "(unknown command)".to_string()
     } else {
-        &p.command
+        one_line(p.command.clone())
     };
     writeln!(out, "heaptui report of {}", source.display())?;
     writeln!(out, "process  {command} (pid {})", p.pid)?;

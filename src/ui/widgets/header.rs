@@ -11,7 +11,7 @@ use ratatui::widgets::{Paragraph, Sparkline};
 use heaptui_protocol::message::{ProcessInfo, SnapshotRule};
 
 use crate::app::{App, Connection};
-use crate::figures::{count, utilization};
+use crate::figures::{count, one_line, utilization};
 use crate::size::human;
 use crate::ui::theme;
 
@@ -132,11 +132,13 @@ fn who_line(app: &App, terse: u8) -> Line<'static> {
     }
     match &app.process {
         Some(p) if p.pid != 0 => {
+            // A command line with newlines (`python3 -c '…'`) would break the header's line.
+            let command = one_line(p.command.clone());
             let command = match terse {
-                0 => p.command.clone(),
-                1 => short_command(&p.command),
+                0 => command,
+                1 => short_command(&command),
                 // The program alone: its arguments give way to the address.
-                _ => short_command(p.command.split(' ').next().unwrap_or_default()),
+                _ => short_command(command.split(' ').next().unwrap_or_default()),
             };
             line.push(Span::raw(format!("· pid {} {command} ", p.pid)));
         }
