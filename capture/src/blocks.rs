@@ -61,8 +61,6 @@ pub struct BlockIndex {
     /// The same for the chunks `dense_first..dense_first + dense.len()`, [`NO_CHUNK`] for none.
     dense: Vec<u32>,
     dense_first: u64,
-    /// Whether every block starts at a multiple of the granule.
-    aligned: bool,
     /// `words_per_chunk` words per chunk holding starts, chunks in ascending address order.
     maps: Vec<Word>,
     words_per_chunk: usize,
@@ -79,20 +77,24 @@ impl BlockIndex {
             starts.push(addr);
             ends.push(addr.saturating_add(size.max(1)));
         }
-        // The coarsest granule in which no two blocks start together.
+        // The coarsest granule on which every block starts and in which no two blocks start
+        // together. (Starts off the granule would make a word in the granule below a start
+        // resolve to that block: a pointer into the gap before a block 8 bytes past a 16-byte
+        // boundary was taken for a reference to it.)
         let granule = [4u32, 3]
             .into_iter()
-            .find(|&g| starts.windows(2).all(|w| w[0] >> g != w[1] >> g))
+            .find(|&g| {
+                starts.iter().all(|&a| a & ((1 << g) - 1) == 0)
+                    && starts.windows(2).all(|w| w[0] >> g != w[1] >> g)
+            })
             .unwrap_or(0);
         let words_per_chunk = 1usize << (CHUNK_SHIFT - granule - 6);
-        let aligned = starts.iter().all(|&a| a & ((1 << granule) - 1) == 0);
         let mut index = BlockIndex {
             min: starts.first().copied().unwrap_or(u64::MAX),
             max: ends.iter().copied().max().unwrap_or(0),
             starts,
             ends,
             granule,
-            aligned,
             chunks: HashMap::default(),
             dense: Vec::new(),
             dense_first: 0,
@@ -231,8 +233,8 @@ impl BlockIndex {
     }
 
     /// As [`BlockIndex::lookup_cached`], with whether `v` is the block's first byte (the
-    /// kind of the reference), known from the bitmap word alone when every block starts on a
-    /// granule (malloc's do): no read of the block's start, another cache miss.
+    /// kind of the reference), known from the bitmap word alone (every block starts on a
+    /// granule): no read of the block's start, another cache miss.
     #[inline]
     pub fn lookup_at(&self, v: u64, cache: &mut (u64, u32)) -> Option<(ObjectIndex, bool)> {
         if v < self.min || v >= self.max {
@@ -254,11 +256,9 @@ impl BlockIndex {
             let word = self.maps[c as usize * self.words_per_chunk + g / 64];
             let below = word.starts & (u64::MAX >> (63 - g % 64));
             let i = (word.rank + below.count_ones()).checked_sub(1)?;
-            let at_start = if self.aligned {
-                word.starts >> (g % 64) & 1 == 1 && v & ((1 << self.granule) - 1) == 0
-            } else {
-                v == self.starts[i as usize]
-            };
+            // Every block starts on a granule: `v` is block i's start when a block starts in
+            // its granule and `v` is the granule's first byte.
+            let at_start = word.starts >> (g % 64) & 1 == 1 && v & ((1 << self.granule) - 1) == 0;
             if word.inside >> (g % 64) & 1 == 1 {
                 // The granule lies inside a block, which starts at or below it: block i.
                 return Some((i, at_start));
@@ -334,6 +334,20 @@ mod tests {
         assert_eq!(index.lookup(0x40_0008), None);
         assert_eq!(index.lookup(0), None);
         assert_eq!(index.lookup(u64::MAX), None);
+    }
+
+    #[test]
+    fn a_word_in_the_gap_before_a_block_off_the_granule_is_no_reference() {
+        // 16 bytes, then a block 8 bytes past the next 16-byte boundary.
+        let index = BlockIndex::new([(0x1000u64, 16u64), (0x1018, 8)].into_iter());
+        assert_eq!(index.lookup(0x1010), None);
+        assert_eq!(index.lookup(0x1017), None);
+        assert_eq!(index.lookup_at(0x1018, &mut (u64::MAX, 0)), Some((1, true)));
+        assert_eq!(
+            index.lookup_at(0x101f, &mut (u64::MAX, 0)),
+            Some((1, false))
+        );
+        assert_eq!(index.lookup(0x1020), None);
     }
 
     #[test]
