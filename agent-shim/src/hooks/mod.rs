@@ -265,8 +265,8 @@ unsafe fn resize(p: *mut c_void, size: usize, op: Op, entry_sp: usize, fp: usize
     if q.is_null() {
         if size == 0 {
             // glibc's realloc(p, 0) frees p and returns NULL: a release, not a failure.
-            if old.is_some() {
-                blocks::remove(p as u64, None);
+            if let Some(old) = &old {
+                blocks::end_move(old);
             }
             recorded.freed(p as u64, busy.tid, || stack_id(entry_sp, fp));
             counters::count_call(op);

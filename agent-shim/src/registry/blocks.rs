@@ -739,24 +739,14 @@ enum Live {
     Taken(BlockRecord, Op),
 }
 
-/// Finds the live block at `addr` for a free (`own_move` false) or for a realloc removing its
-/// own moving entry (`own_move`). The newest block wins: when the table and a slot both hold
-/// the address (only after a free the agent did not see), the one with the higher sequence
-/// number is the live block and the other is dropped as stale (counted, `StaleEntry`). A
-/// free prefers a block waiting in a slot to a realloc in progress at the address (a new
-/// block there supersedes it), and takes the moving entry only when no slot holds one. A
-/// realloc's own moving entry is taken from the table as it is.
-fn live_at(
-    table: &mut Table,
-    stats: &ShardStats,
-    addr: u64,
-    h: u64,
-    own_move: bool,
-) -> Option<Live> {
+/// Finds the live block at `addr` for a free. The newest block wins: when the table and a
+/// slot both hold the address (only after a free the agent did not see), the one with the
+/// higher sequence number is the live block and the other is dropped as stale (counted,
+/// `StaleEntry`). A free prefers a block waiting in a slot to a realloc in progress at the
+/// address (a new block there supersedes it), and takes the moving entry only when no slot
+/// holds one. (A realloc removes its own moving entry with [`end_move`].)
+fn live_at(table: &mut Table, stats: &ShardStats, addr: u64, h: u64) -> Option<Live> {
     let found = table.find(addr, h);
-    if own_move {
-        return found.map(Live::Table);
-    }
     let settled = found.filter(|&i| !table.slot(i).moving());
     // A settled table entry is the only one unless a free was missed.
     let waiting = if settled.is_some() && !duplicates_possible() {
@@ -789,7 +779,7 @@ fn live_at(
     }
 }
 
-/// Removes the live block at `addr` from a locked shard as released by `op` (see
+/// Removes the live block at `addr` from a locked shard as released by `op` (a free; see
 /// [`live_at`]); its record, None when not tracked.
 fn remove_locked(
     table: &mut Table,
@@ -797,7 +787,7 @@ fn remove_locked(
     addr: u64,
     op: Option<Op>,
 ) -> Option<BlockRecord> {
-    match live_at(table, stats, addr, hash(addr), op.is_none())? {
+    match live_at(table, stats, addr, hash(addr))? {
         Live::Table(i) => Some(delete_at(table, stats, i, op)),
         Live::Taken(rec, made) => {
             stats.tracked(made, rec.size);
@@ -885,8 +875,9 @@ fn current(found: Option<Entry>, addr: u64) -> Option<BlockRecord> {
     }
 }
 
-/// Removes the block at `addr`; returns its record, or None if it is not tracked. `op` is
-/// counted as the call when the block is found (free); a realloc counts itself on insert.
+/// Removes the block at `addr` (freed by the program); returns its record, or None if it is
+/// not tracked. `op` is counted as the call when the block is found. A realloc removes its
+/// own block with [`end_move`].
 pub fn remove(addr: u64, op: Option<Op>) -> Option<BlockRecord> {
     let h = hash(addr);
     shard_of(addr).prefetch(h);
@@ -1019,13 +1010,37 @@ pub fn cancel_move(addr: u64) {
     mark(addr, false);
 }
 
+/// Whether table entry `e` is the moving entry [`begin_move`] returned as `old`. A new block
+/// at the address (libc handed it out again once the realloc gave it back) can have replaced
+/// that entry meanwhile, taken out of its thread's slot by a capture or by an insert that
+/// waited long enough (see `place`), and be reallocated itself: that entry is not ours.
+fn is_own_move(e: &Entry, old: &BlockRecord) -> bool {
+    e.moving() && e.seq() == old.seq
+}
+
+/// The realloc gave its block back to libc without a new one to record (`realloc(p, 0)`
+/// freed it, or the new block cannot be tracked): its moving entry goes, if it is still
+/// there ([`is_own_move`]); a new block at that address stays.
+pub fn end_move(old: &BlockRecord) {
+    let h = hash(old.addr);
+    let mut shard = Locked::new(shard_of(old.addr));
+    let stats = &shard.0.stats;
+    let table = shard.table();
+    if let Some(i) = table.find(old.addr, h)
+        && is_own_move(&table.slot(i), old)
+    {
+        delete_at(table, stats, i, None);
+    }
+    stats.settle();
+}
+
 /// The realloc returned the block at `addr` with `size` bytes (moved or not): the entry of
 /// `old` (see [`begin_move`]) is replaced by the new one with both shard locks held, so a
 /// frozen table holds exactly one of them. Returns false (and counts it) when the new block
 /// could not be tracked (the old entry is gone all the same).
 pub fn finish_move(old: &BlockRecord, addr: u64, size: u64, tid: u32, stack: u32, op: Op) -> bool {
     if !trackable(addr, size, op) {
-        remove(old.addr, None);
+        end_move(old);
         return false;
     }
     let rec = BlockRecord::new_block(addr, size, tid, stack);
@@ -1062,7 +1077,7 @@ pub fn finish_move(old: &BlockRecord, addr: u64, size: u64, tid: u32, stack: u32
         // The old entry leaves first (the new block may have the same address).
         if let Some(i) = t_old.find(old.addr, h_old) {
             let e = t_old.slot(i);
-            if e.moving() {
+            if is_own_move(&e, old) {
                 t_old.delete(i);
                 s_old.stats.released(None, e.size());
             }
@@ -1466,6 +1481,41 @@ mod tests {
         assert_eq!(remove(MOVED_TO, Some(Op::Free)).map(|r| r.size), Some(90));
         // One stale entry per case (other tests of the process may add theirs).
         assert!(counters::counters().stale_entries >= stale_before + 4);
+    }
+
+    #[test]
+    fn a_realloc_that_freed_its_block_leaves_a_newer_block_at_its_address_alone() {
+        // Addresses of this test only. A realloc whose block libc freed (realloc(p, 0)), or
+        // whose new block cannot be tracked, ends by removing its own moving entry. If libc
+        // handed the address out again meanwhile, and a capture took the new block out of
+        // its thread's slot into the table over the moving entry, that new block must stay.
+        const FREED: u64 = 0x5a00_0000_0000;
+        const UNTRACKABLE: u64 = 0x5a00_0000_1000;
+        let new_block_elsewhere = |addr: u64| {
+            std::thread::spawn(move || {
+                let st = sys::thread_state();
+                let tid = sys::current_tid();
+                let k = super::super::held_frees::own_index(st, tid).expect("a batch slot");
+                insert_new(addr, 40, tid, 0, Op::Malloc, k)
+            })
+            .join()
+            .unwrap()
+        };
+        for addr in [FREED, UNTRACKABLE] {
+            assert!(insert(addr, 100, 7, 0, Op::Malloc));
+            let old = begin_move(addr).expect("a tracked block");
+            assert!(new_block_elsewhere(addr));
+            // A capture now: the new block supersedes the realloc in progress.
+            assert_eq!(frozen_in(addr..addr + 1), [(addr, 40)]);
+            if addr == FREED {
+                end_move(&old);
+            } else {
+                // An address beyond 48 bits cannot be tracked.
+                assert!(!finish_move(&old, 1 << 50, 200, 7, 0, Op::Realloc));
+            }
+            assert_eq!(lookup(addr).map(|r| r.size), Some(40), "{addr:#x}");
+            assert_eq!(remove(addr, Some(Op::Free)).map(|r| r.size), Some(40));
+        }
     }
 
     #[test]
