@@ -256,6 +256,10 @@ fn live_counters_agree_with_the_targets_own_count() {
     let exe = shapes(dir.path());
     let mut target = Target::start(dir.path(), &exe, "127.0.0.1:0", &[]);
     let mut client = target.client();
+    // The agent listens before `main` runs; main reads its first command only once its four
+    // workers have allocated their blocks, so the first reading must wait for that answer or
+    // it may miss them (8,006 bytes counted as the command's).
+    assert_eq!(target.command("ready?"), "?");
     for n in [10, 1000, 5000] {
         let before = client.counters();
         let said = target.command(&format!("alloc {n}"));
