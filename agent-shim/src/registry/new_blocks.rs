@@ -20,7 +20,7 @@
 //! - A free, realloc, lookup or size query that does not find its address in the table (or
 //!   finds there only another thread's realloc in progress, which a new block at the same
 //!   address supersedes) looks through the slots (the calling thread's first) and takes the
-//!   entry (`blocks::take_new`): a block freed by another thread before its allocating
+//!   entry (`blocks::live_at`, `blocks::mark`): a block freed by another thread before its allocating
 //!   thread applied its batch is neither reported unknown nor left behind in the table.
 //! - A capture holds every shard lock (`blocks::Frozen`): after the world is stopped, its
 //!   `for_each` first moves every slot's blocks into the table. A block being written into a
@@ -33,7 +33,8 @@
 //!   can miss what waits in slots: blocks of [`DIRECT_FROM`] bytes or more never wait, and
 //!   the thread's waiting blocks are applied before such a block goes in, so that is less
 //!   than `BATCH` × 4 KiB per thread and none of the allocating thread's own at a big block;
-//!   every reading of the counters also raises the peak to the live bytes it found.
+//!   every reading of the counters also raises the peak by the bytes it found waiting
+//!   (`counters` module docs).
 //! - A fork child applies the slots of the parent's other threads (`held_frees::
 //!   adopt_in_child`); a thread's batch is applied when it ends (thread-exit destructor) and
 //!   for the main thread by the exit summary. A thread that ends without the destructor
