@@ -127,9 +127,13 @@ fn fitting(width: u16, lines: impl IntoIterator<Item = Line<'static>>) -> Line<'
 /// would name a wrong socket).
 fn who_line(app: &App, terse: u8) -> Line<'static> {
     let mut line = Vec::new();
-    if terse < 3 {
+    // The separator follows "heaptui": a line that starts without it starts with the pid.
+    let lead = if terse < 3 {
         line.push(Span::styled("heaptui ", theme::title()));
-    }
+        "· "
+    } else {
+        ""
+    };
     match &app.process {
         Some(p) if p.pid != 0 => {
             // A command line with newlines (`python3 -c '…'`) would break the header's line.
@@ -140,9 +144,9 @@ fn who_line(app: &App, terse: u8) -> Line<'static> {
                 // The program alone: its arguments give way to the address.
                 _ => short_command(command.split(' ').next().unwrap_or_default()),
             };
-            line.push(Span::raw(format!("· pid {} {command} ", p.pid)));
+            line.push(Span::raw(format!("{lead}pid {} {command} ", p.pid)));
         }
-        _ => line.push(Span::raw(format!("· {} ", app.description))),
+        _ => line.push(Span::raw(format!("{lead}{} ", app.description))),
     }
     line.push(Span::styled(
         match (&app.connection, app.live) {
