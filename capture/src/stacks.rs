@@ -36,6 +36,29 @@ pub fn descriptor_at_top(
     None
 }
 
+/// What the stack recogniser needs of a mapping, from either capture's reading of the maps.
+#[derive(Clone, Copy, Debug)]
+pub struct Extent {
+    pub start: u64,
+    pub end: u64,
+    pub readable: bool,
+    pub writable: bool,
+}
+
+/// Whether `stack`, right above `guard` in the maps, has the shape of a thread stack glibc
+/// allocates: private anonymous memory (`private_anonymous`, which the caller reads from its
+/// maps: no file, no name but an `[anon:…]` one such as glibc 2.40's decorated stacks),
+/// readable and writable, at least four pages, directly above an inaccessible guard.
+pub fn stack_shaped(guard: Extent, stack: Extent, private_anonymous: bool) -> bool {
+    guard.end == stack.start
+        && !guard.readable
+        && !guard.writable
+        && stack.readable
+        && stack.writable
+        && private_anonymous
+        && stack.end - stack.start >= 4 * 4096
+}
+
 /// The part of a thread stack mapping starting at `start`, whose thread pointer is `tp`, that
 /// is not a root once the thread has ended: everything below its static TLS (`static_tls`
 /// bytes below `tp` at most).
@@ -46,6 +69,39 @@ pub fn below_tls(start: u64, tp: u64, static_tls: u64) -> Range<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stack_is_private_anonymous_memory_of_four_pages_or_more_right_above_a_guard() {
+        let e = |start, end, readable, writable| Extent {
+            start,
+            end,
+            readable,
+            writable,
+        };
+        let guard = e(0x1000, 0x2000, false, false);
+        let stack = e(0x2000, 0x6000, true, true);
+        assert!(stack_shaped(guard, stack, true));
+        assert!(
+            !stack_shaped(guard, stack, false),
+            "a file or shared mapping"
+        );
+        assert!(
+            !stack_shaped(guard, e(0x2000, 0x5000, true, true), true),
+            "three pages"
+        );
+        assert!(
+            !stack_shaped(e(0x1000, 0x2000, true, false), stack, true),
+            "a readable guard"
+        );
+        assert!(
+            !stack_shaped(e(0x0, 0x1000, false, false), stack, true),
+            "a gap above the guard"
+        );
+        assert!(
+            !stack_shaped(guard, e(0x2000, 0x6000, true, false), true),
+            "read-only"
+        );
+    }
 
     #[test]
     fn the_descriptor_is_the_word_that_holds_its_own_address_twice() {

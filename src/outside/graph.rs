@@ -291,13 +291,13 @@ pub(super) fn build(
     // fiber, an alternate signal stack): the frames suspended on its own are then its roots.
     for pair in stopped.maps.maps.windows(2) {
         let (guard, m) = (&pair[0], &pair[1]);
-        let stack_shaped = guard.end == m.start
-            && !guard.readable
-            && !guard.writable
-            && m.readable
-            && m.writable
-            && m.is_anonymous()
-            && m.end - m.start >= 4 * 4096;
+        let extent = |m: &super::maps::Mapping| stacks::Extent {
+            start: m.start,
+            end: m.end,
+            readable: m.readable,
+            writable: m.writable,
+        };
+        let stack_shaped = stacks::stack_shaped(extent(guard), extent(m), m.is_anonymous());
         if let Some(tp) = stack_shaped
             .then(|| stacks::descriptor_at_top(m.start, m.end, |at| image.word(at)))
             .flatten()

@@ -136,15 +136,15 @@ impl Exclusions {
     pub unsafe fn add_finished_stacks(&mut self, maps: &[Mapping], static_tls: u64, live: &[u64]) {
         for pair in maps.windows(2) {
             let (guard, m) = (&pair[0], &pair[1]);
-            let stack_shaped = guard.end == m.start
-                && !guard.readable
-                && !guard.writable
-                && m.readable
-                && m.writable
-                && !m.shared
-                && m.path.is_empty()
-                && m.end - m.start >= 4 * PAGE;
-            if !stack_shaped {
+            let extent = |m: &Mapping| stacks::Extent {
+                start: m.start,
+                end: m.end,
+                readable: m.readable,
+                writable: m.writable,
+            };
+            let private_anonymous =
+                !m.shared && (m.path.is_empty() || m.path.starts_with("[anon:"));
+            if !stacks::stack_shaped(extent(guard), extent(m), private_anonymous) {
                 continue;
             }
             // SAFETY: `m` is a readable mapping as it is now (per the contract).
