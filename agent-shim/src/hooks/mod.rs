@@ -245,7 +245,7 @@ unsafe fn resize(p: *mut c_void, size: usize, op: Op, entry_sp: usize, fp: usize
         agent_share(op, None, None);
         untracked(op);
         // libc may free p: its entry stays (registry::blocks::missed_free).
-        blocks::missed_free();
+        blocks::missed_free(p as u64);
         // SAFETY: forwarding.
         return unsafe { __libc_realloc(p, size) };
     };
@@ -358,7 +358,7 @@ pub(crate) unsafe extern "C" fn free(p: *mut c_void, entry_sp: usize, fp: usize)
         }
         None => {
             untracked(Op::Free);
-            blocks::missed_free();
+            blocks::missed_free(p as u64);
             agent_share(Op::Free, None, None);
         }
     }

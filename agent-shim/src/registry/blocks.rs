@@ -149,6 +149,13 @@ struct Table {
 #[repr(align(64))]
 struct Shard {
     lock: RawLock,
+    /// Bit [`missed_bit`]`(a)` is set once the hooks passed a free of an address `a` of this
+    /// shard to libc without seeing it ([`missed_free`]); bits are never cleared. Only such a
+    /// free can leave an address in the table and in a slot, or in two slots, at once (see
+    /// `new_blocks`): while an address's bit is clear, its table entry is the only one and
+    /// nobody needs to look for another. Beside the lock, so reading it costs a free no
+    /// cache miss of its own.
+    missed: AtomicU64,
     table: UnsafeCell<Table>,
     /// The table's slots and capacity as of its last growth, readable without the lock: a
     /// hint to prefetch a home slot while the lock is being taken (possibly stale after a
@@ -191,6 +198,7 @@ unsafe impl Sync for Shard {}
 static SHARD: [Shard; SHARDS] = [const {
     Shard {
         lock: RawLock::new(),
+        missed: AtomicU64::new(0),
         table: UnsafeCell::new(Table {
             slots: std::ptr::null_mut(),
             cap: 0,
@@ -208,11 +216,6 @@ static SEQ: CacheLine<AtomicU64> = CacheLine(AtomicU64::new(0));
 /// Tid of the thread that holds every shard lock (freeze or fork), 0 if none: its own hooks
 /// must not try to lock a shard again.
 static HOLDER: CacheLine<AtomicU32> = CacheLine(AtomicU32::new(0));
-/// Frees (and reallocs) of tracked-looking blocks the hooks passed to libc without seeing
-/// them ([`missed_free`]). Only such a free can leave an address in the table and in a slot,
-/// or in two slots, at once (see `new_blocks`): while it is 0, the table's entry of an
-/// address is the only one and nobody needs to look for another.
-static MISSED_FREES: CacheLine<AtomicU64> = CacheLine(AtomicU64::new(0));
 /// Bytes mapped by all shard tables (for the agent-memory figure).
 static TABLE_BYTES: AtomicU64 = AtomicU64::new(0);
 /// Cleared when a table could not grow, or broke an invariant ([`broken`]): the agent stops
@@ -410,21 +413,45 @@ pub fn usable_by(tid: u32) -> bool {
     HOLDER.load(Ordering::Relaxed) != tid
 }
 
-/// A hook passed a free or realloc to libc without removing its block (a re-entrant call, or
-/// on the thread holding the whole table): the block's entry may outlive it, and the address
-/// come back as a new block beside it. From now on every removal looks for the newest entry
-/// of its address ([`MISSED_FREES`]). Called before the block goes to libc, so before any
-/// thread can get its address again.
+/// A hook passed a free or realloc of `addr` to libc without removing its block (a
+/// re-entrant call, or on the thread holding the whole table): the block's entry may outlive
+/// it, and the address come back as a new block beside it. From now on every removal or
+/// lookup of an address sharing `addr`'s shard and [`missed_bit`] looks for the newest entry
+/// of its address (`Shard::missed`); other addresses keep the fast path. Called before the
+/// block goes to libc, so before any thread can get its address again.
 #[cold]
-pub fn missed_free() {
-    MISSED_FREES.fetch_add(1, Ordering::Relaxed);
+pub fn missed_free(addr: u64) {
+    shard_of(addr)
+        .missed
+        .fetch_or(missed_bit(addr), Ordering::Relaxed);
 }
 
-/// Whether an address may have two entries (see [`MISSED_FREES`]): a reader that names an
-/// address was given it after libc handed it out again, so after the missed free's count.
+/// The bit of `addr` in its shard's record of missed frees: one of 64 buckets by hash, so a
+/// missed free slows the removals of about 1/64 of its shard's addresses, not all of them.
 #[inline]
-fn duplicates_possible() -> bool {
-    MISSED_FREES.load(Ordering::Relaxed) != 0
+fn missed_bit(addr: u64) -> u64 {
+    1 << (hash(addr) >> 58)
+}
+
+/// Whether `addr` may have two entries (see `Shard::missed`). Why a reader cannot miss the
+/// record it needs: two entries at `addr` exist only after a free of `addr` was missed, and
+/// the reader names the newer block there, so its call comes after libc handed `addr` out
+/// again, which comes after the missed free gave it back to libc, which comes after the bit
+/// was set: the bit's store happens before the reader's load, which therefore reads it or a
+/// later value of the word (read-write coherence), and every later value keeps the bit (only
+/// `fetch_or` writes the word). That holds per address, and `addr`'s bit is in the word of
+/// the shard whose lock every reader of `addr` takes, so a record per shard and bucket is as
+/// sound as one for the whole process.
+#[inline]
+fn duplicates_possible(addr: u64) -> bool {
+    shard_of(addr).missed.load(Ordering::Relaxed) & missed_bit(addr) != 0
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Slot searches [`find_new`] made on the calling thread (for the test that checks a
+    /// missed free slows only the frees at its own addresses).
+    static SLOT_SEARCHES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// Whether a new block can be recorded at all (counts it as untracked when not).
@@ -682,13 +709,16 @@ impl Waiting {
 
 /// The newest new block at `addr` waiting in any slot, the calling thread's slot searched
 /// first. The caller holds the lock of `addr`'s shard, so the entry stays as found. When no
-/// slot holds anything (`new_blocks::any_waiting`), no slot is read; unless a free was missed
-/// ([`duplicates_possible`]) the first entry found is the only one.
+/// slot holds anything (`new_blocks::any_waiting`), no slot is read; unless a free at an
+/// address of its record was missed ([`duplicates_possible`]) the first entry found is the
+/// only one.
 fn find_new(addr: u64) -> Option<Waiting> {
     if !super::new_blocks::any_waiting() {
         return None;
     }
-    let all = duplicates_possible();
+    #[cfg(test)]
+    SLOT_SEARCHES.with(|n| n.set(n.get() + 1));
+    let all = duplicates_possible(addr);
     let used = used_slots();
     let own = (sys::thread_state().held() as usize).wrapping_sub(1);
     let order = (own < used)
@@ -719,7 +749,7 @@ fn find_new(addr: u64) -> Option<Waiting> {
 /// Drops every block at `addr` still waiting in a slot as stale: the caller (holding the
 /// lock of `addr`'s shard) has just taken the address's newest entry, so the rest are older.
 fn drop_waiting(addr: u64, stats: &ShardStats) {
-    if duplicates_possible() {
+    if duplicates_possible(addr) {
         while let Some(w) = find_new(addr) {
             w.drop_stale(stats);
         }
@@ -748,8 +778,9 @@ enum Live {
 fn live_at(table: &mut Table, stats: &ShardStats, addr: u64, h: u64) -> Option<Live> {
     let found = table.find(addr, h);
     let settled = found.filter(|&i| !table.slot(i).moving());
-    // A settled table entry is the only one unless a free was missed.
-    let waiting = if settled.is_some() && !duplicates_possible() {
+    // A settled table entry is the only one unless a free at an address of its record was
+    // missed.
+    let waiting = if settled.is_some() && !duplicates_possible(addr) {
         None
     } else {
         find_new(addr)
@@ -865,7 +896,7 @@ pub fn peek_size(addr: u64) -> Option<u64> {
 /// realloc in progress there; see `new_blocks`).
 fn current(found: Option<Entry>, addr: u64) -> Option<BlockRecord> {
     let waiting = match found {
-        Some(e) if !e.moving() && !duplicates_possible() => None,
+        Some(e) if !e.moving() && !duplicates_possible(addr) => None,
         _ => peek_new(addr),
     };
     match (found, waiting) {
@@ -944,9 +975,9 @@ fn mark(addr: u64, moving: bool) -> Option<BlockRecord> {
         let table = shard.table();
         let found = table.find(addr, h);
         // Clearing the mark: the realloc's own moving entry, in the table. A settled table
-        // entry is the only one unless a free was missed.
+        // entry is the only one unless a free at an address of its record was missed.
         let settled = found.is_some_and(|i| !table.slot(i).moving());
-        let waiting = if moving && (!settled || duplicates_possible()) {
+        let waiting = if moving && (!settled || duplicates_possible(addr)) {
             find_new(addr)
         } else {
             None
@@ -1427,8 +1458,10 @@ mod tests {
         let k = super::super::held_frees::own_index(st, tid).expect("a batch slot");
         super::apply_new(k);
         let stale_before = counters::counters().stale_entries;
-        missed_free();
-        assert!(duplicates_possible());
+        for addr in [TABLE_OLDER, SLOT_OLDER, TWO_SLOTS, REALLOCATED] {
+            missed_free(addr);
+            assert!(duplicates_possible(addr), "{addr:#x}");
+        }
 
         // The table's entry is the older: the waiting block is freed, the stale entry dropped.
         assert!(insert(TABLE_OLDER, 5, tid, 0, Op::Malloc));
@@ -1481,6 +1514,55 @@ mod tests {
         assert_eq!(remove(MOVED_TO, Some(Op::Free)).map(|r| r.size), Some(90));
         // One stale entry per case (other tests of the process may add theirs).
         assert!(counters::counters().stale_entries >= stale_before + 4);
+    }
+
+    #[test]
+    fn a_missed_free_slows_only_the_frees_at_addresses_of_its_shard_and_bucket() {
+        // Addresses of this test only. A block waits in this thread's slot, so a free whose
+        // address may have another entry reads the slots (counted per thread, SLOT_SEARCHES);
+        // one whose table entry is the only one reads none.
+        const WAITING: u64 = 0x5b00_0000_0000;
+        const MISSED: u64 = 0x5b10_0000_0000;
+        let st = sys::thread_state();
+        let tid = sys::current_tid();
+        let k = super::super::held_frees::own_index(st, tid).expect("a batch slot");
+        super::apply_new(k);
+        assert!(insert_new(WAITING, 1, tid, 0, Op::Malloc, k));
+        assert!(any_waiting());
+        let in_missed_shard = |a: u64| std::ptr::eq(shard_of(a), shard_of(MISSED));
+        let bucket = missed_bit(MISSED);
+        let other_shard = (1..)
+            .map(|i| MISSED + (i << 26))
+            .find(|&a| !in_missed_shard(a))
+            .unwrap();
+        let other_bucket = (1..)
+            .map(|i| MISSED + 16 * i)
+            .find(|&a| missed_bit(a) != bucket)
+            .unwrap();
+        let same_bucket = (1..)
+            .map(|i| MISSED + 16 * i)
+            .find(|&a| missed_bit(a) == bucket)
+            .unwrap();
+        assert!(in_missed_shard(other_bucket) && in_missed_shard(same_bucket));
+        let searches_to_free = |addr: u64| {
+            assert!(insert(addr, 3, tid, 0, Op::Malloc));
+            let before = SLOT_SEARCHES.with(|n| n.get());
+            assert_eq!(remove(addr, Some(Op::Free)).map(|r| r.size), Some(3));
+            assert!(insert(addr, 4, tid, 0, Op::Malloc));
+            assert_eq!(remove_freed(&[addr]), 0);
+            SLOT_SEARCHES.with(|n| n.get()) - before
+        };
+        // Before the miss, no free that finds its address in the table searches the slots.
+        for addr in [other_shard, other_bucket, same_bucket] {
+            assert_eq!(searches_to_free(addr), 0, "{addr:#x} before the miss");
+        }
+        missed_free(MISSED);
+        assert_eq!(searches_to_free(other_shard), 0, "another shard");
+        assert_eq!(searches_to_free(other_bucket), 0, "another bucket");
+        // A free and a held-free batch at an address of its bucket each search.
+        assert_eq!(searches_to_free(same_bucket), 2, "its own bucket");
+        assert_eq!(remove(WAITING, Some(Op::Free)).map(|r| r.size), Some(1));
+        super::apply_new(k);
     }
 
     #[test]

@@ -43,8 +43,11 @@
 //!   not see a free of it (a free inside a signal handler's re-entrant call, or on the thread
 //!   holding the whole table): the entry with the higher sequence number is the live one, for
 //!   a batch being applied as for a free, realloc or lookup, and the others are dropped as
-//!   stale. The hooks count such frees (`blocks::missed_free`); until the first, a free that
-//!   finds its address in the table looks in no slot.
+//!   stale. The hooks record such a free in the freed address's shard, in one of 64 buckets
+//!   by address (`blocks::missed_free`): a free, realloc or lookup that finds its address in
+//!   the table looks in no slot unless a free at an address of the same shard and bucket was
+//!   missed, so one missed free slows only those, not every free of the process (why the
+//!   record is always seen in time: `blocks::duplicates_possible`).
 //! - The agent's own threads insert directly (their share of the counters stays exact), and
 //!   so do reallocs (their swap of old and new entries is one step under both shard locks).
 //!
