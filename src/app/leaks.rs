@@ -111,26 +111,78 @@ impl TableRow for LeakRow {
     fn metric(&self) -> u64 {
         lost(self)
     }
+
+    fn site_stack(&self) -> Option<(&str, &[String])> {
+        Some((&self.label, &self.frames))
+    }
 }
 
 /// The callers of a site labelled `label` (its frames after the one that names it: the
 /// allocator and its wrappers are not callers), outermost last: `a ← b ← main`.
 pub fn called_from(frames: &[String], label: &str) -> String {
-    let after = frames
-        .iter()
-        .position(|f| f == label)
-        .or_else(|| heaptui_analysis::labels::Wrappers::process().label_index(frames))
-        .map_or(0, |i| i + 1);
-    frames[after.min(frames.len())..]
+    frames[caller_start(frames, label)..]
         .iter()
         .map(String::as_str)
         .collect::<Vec<_>>()
         .join(" ← ")
 }
 
+/// Where the callers of a site labelled `label` start in its frames (`frames.len()` when it
+/// has none).
+pub fn caller_start(frames: &[String], label: &str) -> usize {
+    frames
+        .iter()
+        .position(|f| f == label)
+        .or_else(|| heaptui_analysis::labels::Wrappers::process().label_index(frames))
+        .map_or(0, |i| i + 1)
+        .min(frames.len())
+}
+
 #[cfg(test)]
 mod tests {
-    use super::called_from;
+    use heaptui_protocol::message::LeakRow;
+
+    use super::{LeaksView, called_from};
+    use crate::app::table::{CellContext, TableModel};
+
+    #[test]
+    fn leak_rows_with_one_label_show_where_their_stacks_part() {
+        let row = |site: u32, label: &str, frames: &[&str], lost: u64| LeakRow {
+            site,
+            label: label.to_string(),
+            frames: frames.iter().map(|f| f.to_string()).collect(),
+            definitely_lost: lost,
+            ..LeakRow::default()
+        };
+        let gc = "gc_alloc (gcmodule.c:2283)";
+        let mut view = LeaksView::new();
+        view.table.set_rows(
+            vec![
+                row(0, gc, &["malloc", gc, "PyTuple_New (tupleobject.c:60)"], 30),
+                row(
+                    1,
+                    "odd_site (prog)",
+                    &["odd_site (prog)", "main (prog)"],
+                    20,
+                ),
+                row(2, gc, &["malloc", gc, "PyList_New (listobject.c:161)"], 10),
+            ],
+            3,
+        );
+        let t = &view.table;
+        let cx = CellContext::default();
+        let labels: Vec<String> = (0..t.len())
+            .map(|i| t.cell_text(i, t.row(i).unwrap(), 0, &cx))
+            .collect();
+        assert_eq!(
+            labels,
+            [
+                "gc_alloc (gcmodule.c:2283) ← PyTuple_New",
+                "odd_site (prog)",
+                "gc_alloc (gcmodule.c:2283) ← PyList_New",
+            ]
+        );
+    }
 
     #[test]
     fn a_site_is_called_from_the_frames_after_the_one_that_names_it() {

@@ -18,6 +18,7 @@ pub mod leaks;
 pub mod other;
 pub mod rows;
 pub mod table;
+pub mod told_apart;
 pub mod units;
 pub mod views;
 

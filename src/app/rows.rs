@@ -311,6 +311,10 @@ impl TableRow for SiteRow {
     fn metric(&self) -> u64 {
         self.live_bytes
     }
+
+    fn site_stack(&self) -> Option<(&str, &[String])> {
+        Some((&self.label, &self.frames))
+    }
 }
 
 #[cfg(test)]

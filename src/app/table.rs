@@ -195,6 +195,28 @@ pub fn fit(columns: &[Column], widest: &[u16], room: u16, exact_bytes: bool) -> 
     shown.into_iter().zip(widths).collect()
 }
 
+/// `label` then `apart` in `width` cells: the label is cut (`…`) rather than what tells it
+/// apart, which is the part that differs. Whole when it fits; `None` when not even `apart`
+/// and a cell of the label do (the cell is then cut at its end like any other).
+pub fn label_fitting(label: &str, apart: &str, width: u16) -> Option<String> {
+    if text_width(label) + text_width(apart) <= width {
+        return Some(format!("{label}{apart}"));
+    }
+    let room = width
+        .checked_sub(text_width(apart) + 1)
+        .filter(|&r| r > 0)?;
+    let mut cut = String::new();
+    for ch in label.chars() {
+        let mut with = cut.clone();
+        with.push(ch);
+        if text_width(&with) > room {
+            break;
+        }
+        cut = with;
+    }
+    Some(format!("{cut}…{apart}"))
+}
+
 /// Terminal cells `text` takes.
 pub fn text_width(text: &str) -> u16 {
     ratatui::text::Span::raw(text).width() as u16
@@ -225,6 +247,11 @@ pub trait TableRow {
     /// The figure bar columns are scaled to (the largest over the table is `CellContext::max`).
     fn metric(&self) -> u64 {
         0
+    }
+    /// A row naming an allocation site: its label (the filter column's text) and its frames,
+    /// so that rows with one label are told apart ([`super::told_apart`]).
+    fn site_stack(&self) -> Option<(&str, &[String])> {
+        None
     }
 }
 
@@ -321,6 +348,25 @@ pub trait TableModel {
         self.row(self.cursor().selected)
     }
 
+    /// What tells the label of the row at view position `i` apart from another row's with
+    /// the same label (` ← caller`), when another row has it.
+    fn told_apart(&self, i: usize) -> Option<&str> {
+        let _ = i;
+        None
+    }
+
+    /// The text of cell `column` of `row`, the row at view position `i`: the row's own, and
+    /// in the label column what tells it apart.
+    fn cell_text(&self, i: usize, row: &Self::Row, column: usize, cx: &CellContext) -> String {
+        let mut text = row.cell(column, cx);
+        if column == Self::Row::FILTER_COLUMN
+            && let Some(apart) = self.told_apart(i)
+        {
+            text.push_str(apart);
+        }
+        text
+    }
+
     /// The columns a table `width` cells wide shows, as (index, width) in table order (see
     /// [`fit`]): the drawing code draws these, and the digit keys sort by them.
     fn shown_columns(&self, width: u16, exact_bytes: bool) -> Vec<(usize, u16)> {
@@ -329,10 +375,10 @@ pub trait TableModel {
         let (start, end) = self.cursor().window(self.len());
         // The widest cell in view of each column, for the flexible ones.
         let mut widest: Vec<u16> = vec![0; columns.len()];
-        for row in (start..end).filter_map(|i| self.row(i)) {
+        for (i, row) in (start..end).filter_map(|i| Some((i, self.row(i)?))) {
             for (c, w) in widest.iter_mut().enumerate() {
                 if columns[c].width == 0 {
-                    *w = (*w).max(text_width(&row.cell(c, &cx)));
+                    *w = (*w).max(text_width(&self.cell_text(i, row, c, &cx)));
                 }
             }
         }
@@ -376,6 +422,9 @@ pub struct LocalTable<R> {
     max: u64,
     /// The list's full length as the source gave it; rows may still be arriving.
     total: Option<usize>,
+    /// Per row (source order): what tells its label apart from another row's with the same
+    /// label, computed when rows arrive.
+    told_apart: Vec<Option<String>>,
 }
 
 impl<R: TableRow> LocalTable<R> {
@@ -390,6 +439,7 @@ impl<R: TableRow> LocalTable<R> {
             cursor: Cursor::default(),
             max: 0,
             total: None,
+            told_apart: Vec::new(),
         }
     }
 
@@ -397,6 +447,7 @@ impl<R: TableRow> LocalTable<R> {
     pub fn set_rows(&mut self, rows: Vec<R>, total: usize) {
         self.rows = rows;
         self.total = Some(total);
+        self.tell_apart();
         self.cursor.selected = 0;
         self.refresh(None);
     }
@@ -406,7 +457,18 @@ impl<R: TableRow> LocalTable<R> {
         let keep = self.selected_index();
         self.rows.extend(rows);
         self.total = Some(total);
+        self.tell_apart();
         self.refresh(keep);
+    }
+
+    /// Settles what tells apart rows with one label, over the whole list.
+    fn tell_apart(&mut self) {
+        let stacks: Option<Vec<(&str, &[String])>> =
+            self.rows.iter().map(TableRow::site_stack).collect();
+        self.told_apart = match stacks {
+            Some(stacks) => super::told_apart::told_apart(&stacks),
+            None => Vec::new(),
+        };
     }
 
     pub fn rows(&self) -> &[R] {
@@ -530,6 +592,11 @@ impl<R: TableRow> TableModel for LocalTable<R> {
 
     fn row(&self, i: usize) -> Option<&R> {
         self.view.get(i).map(|&r| &self.rows[r as usize])
+    }
+
+    fn told_apart(&self, i: usize) -> Option<&str> {
+        let &r = self.view.get(i)?;
+        self.told_apart.get(r as usize)?.as_deref()
     }
 
     fn matches(&self, i: usize) -> &[usize] {
@@ -856,6 +923,20 @@ impl<R: TableRow> TableModel for PagedTable<R> {
 mod tests {
     use super::*;
     use heaptui_protocol::message::ObjectRow;
+
+    #[test]
+    fn a_label_told_apart_is_cut_before_what_tells_it_apart() {
+        let label = "gc_alloc (gcmodule.c:2283)";
+        assert_eq!(
+            label_fitting(label, " ← PyTuple_New", 40).as_deref(),
+            Some("gc_alloc (gcmodule.c:2283) ← PyTuple_New")
+        );
+        assert_eq!(
+            label_fitting(label, " ← PyTuple_New", 31).as_deref(),
+            Some("gc_alloc (gcmodu… ← PyTuple_New")
+        );
+        assert_eq!(label_fitting(label, " ← PyTuple_New", 15), None);
+    }
 
     fn rows(n: u32) -> Vec<ObjectRow> {
         (0..n)

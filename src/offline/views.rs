@@ -23,6 +23,7 @@ use serde::Serialize;
 
 use super::recording::{self, Recording};
 use super::table::{Column, Table};
+use crate::app::told_apart::told_apart;
 use crate::cli::{ReportArgs, ReportFormat};
 use crate::figures::{
     RANGE_NAMES, charge_name, granularity_name, histogram_text, position_name, query_text,
@@ -345,9 +346,14 @@ fn render_leaks(sites: &[LeakSite], out: &mut impl Write) -> io::Result<()> {
         Column::right("POSSIBLY LOST"),
         Column::right("BLOCKS"),
     ]);
-    for s in &sites[..shown] {
+    let stacks: Vec<(&str, &[String])> = sites
+        .iter()
+        .map(|s| (s.label.as_str(), s.frames.as_slice()))
+        .collect();
+    let told_apart = told_apart(&stacks);
+    for (s, apart) in sites[..shown].iter().zip(told_apart) {
         t.row(vec![
-            s.label.clone(),
+            format!("{}{}", s.label, apart.unwrap_or_default()),
             human(s.definitely_lost),
             s.definitely_lost_objects.to_string(),
             human(s.indirectly_lost),
@@ -673,6 +679,42 @@ mod tests {
             panic!("not a report")
         };
         args
+    }
+
+    #[test]
+    fn leak_sites_with_one_label_show_where_their_stacks_part() {
+        let site = |label: &str, frames: &[&str], lost: u64| LeakSite {
+            label: label.to_string(),
+            frames: frames.iter().map(|f| f.to_string()).collect(),
+            definitely_lost: lost,
+            definitely_lost_objects: 1,
+            indirectly_lost: 0,
+            indirectly_lost_objects: 0,
+            possibly_lost: 0,
+            possibly_lost_objects: 0,
+        };
+        let sites = [
+            site("git+0x281f2a", &["git+0x281f2a", "git+0x1000"], 300),
+            site("cmd_main (git.c:9)", &["cmd_main (git.c:9)"], 200),
+            site("git+0x281f2a", &["git+0x281f2a", "git+0x2000"], 100),
+        ];
+        let mut out = Vec::new();
+        render_leaks(&sites, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let labels: Vec<&str> = text
+            .lines()
+            .skip(3)
+            .map(|l| l.trim_start().split("  ").next().unwrap())
+            .collect();
+        assert_eq!(
+            labels,
+            [
+                "git+0x281f2a ← git+0x1000",
+                "cmd_main (git.c:9)",
+                "git+0x281f2a ← git+0x2000",
+            ],
+            "{text}"
+        );
     }
 
     #[test]

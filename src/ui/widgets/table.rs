@@ -9,7 +9,7 @@ use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Cell, HighlightSpacing, Row, Table, TableState};
 
-use crate::app::table::{Align, TableModel, TableRow, text_width};
+use crate::app::table::{Align, TableModel, TableRow, label_fitting, text_width};
 use crate::ui::theme;
 
 /// How a cell is coloured: by column, given its text. Sizes carry meaning (alone, shared).
@@ -44,11 +44,24 @@ pub fn draw<M: TableModel>(
 
     let rows = (start..end).map(|i| {
         let row = match model.row(i) {
-            Some(row) => Row::new(shown.iter().map(|&(c, _)| {
+            Some(row) => Row::new(shown.iter().map(|&(c, width)| {
                 let column = &columns[c];
-                let text = row.cell(c, &cx);
-                let line = if c == M::Row::FILTER_COLUMN && !model.matches(i).is_empty() {
-                    highlighted(&text, model.matches(i))
+                let mut text = model.cell_text(i, row, c, &cx);
+                let mut matches = model.matches(i);
+                if c == M::Row::FILTER_COLUMN
+                    && let Some(apart) = model.told_apart(i)
+                    && let Some(fitting) = label_fitting(&row.cell(c, &cx), apart, width)
+                {
+                    // The label may have been cut: its matches past the cut are gone.
+                    let kept = fitting.chars().count() - apart.chars().count();
+                    let cut = matches.partition_point(|&m| m + 1 < kept);
+                    if fitting != text {
+                        matches = &matches[..cut];
+                    }
+                    text = fitting;
+                }
+                let line = if c == M::Row::FILTER_COLUMN && !matches.is_empty() {
+                    highlighted(&text, matches)
                 } else {
                     Line::from(text)
                 };
