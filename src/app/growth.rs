@@ -138,6 +138,10 @@ impl TableRow for GrowthRow {
     fn metric(&self) -> u64 {
         latest(self)
     }
+
+    fn site_stack(&self) -> Option<(&str, &[String])> {
+        Some((&self.label, &self.frames))
+    }
 }
 
 #[cfg(test)]
@@ -186,5 +190,47 @@ mod tests {
         assert_eq!(order, ["leaky", "big", "steady"]);
         assert!(flagged(v.table.row(0).unwrap()));
         assert_eq!(v.snapshots, Some((3, 3)));
+    }
+
+    #[test]
+    fn sites_with_one_label_show_where_their_stacks_part() {
+        let site = |label: &str, frames: &[&str], latest: u64| GrowthRow {
+            frames: frames.iter().map(|f| f.to_string()).collect(),
+            ..row(label, &[latest], false, false)
+        };
+        let mut v = GrowthView::new();
+        v.receive(GrowthPage {
+            snapshots: 1,
+            run: 1,
+            page: PageInfo {
+                offset: 0,
+                total: 3,
+            },
+            rows: vec![
+                site(
+                    "Perl_reentrant_init",
+                    &["Perl_reentrant_init", "perl_construct"],
+                    30,
+                ),
+                site("S_main (perl.c:9)", &["S_main (perl.c:9)"], 20),
+                site(
+                    "Perl_reentrant_init",
+                    &["Perl_reentrant_init", "Perl_new_thread"],
+                    10,
+                ),
+            ],
+        });
+        let cx = CellContext::default();
+        let labels: Vec<String> = (0..3)
+            .map(|i| v.table.cell_text(i, v.table.row(i).unwrap(), 0, &cx))
+            .collect();
+        assert_eq!(
+            labels,
+            [
+                "Perl_reentrant_init ← perl_construct",
+                "S_main (perl.c:9)",
+                "Perl_reentrant_init ← Perl_new_thread",
+            ]
+        );
     }
 }

@@ -5,8 +5,9 @@
 //! forms: docs/reference.md §3). The function alone is short enough for an 80-column table;
 //! the frame's place is added only where the function leaves two rows alike.
 //!
-//! Computed once per list (the leaks screen, the allocation sites, `heaptui report --leaks`),
-//! from the rows' labels and frames only: a row whose label no other row shows is unchanged.
+//! Computed once per list (the leaks screen, the allocation sites, growth, `heaptui report
+//! --leaks`), from the rows' labels and frames only: a row whose label no other row shows is
+//! unchanged.
 
 use std::collections::HashMap;
 
