@@ -195,26 +195,113 @@ pub fn fit(columns: &[Column], widest: &[u16], room: u16, exact_bytes: bool) -> 
     shown.into_iter().zip(widths).collect()
 }
 
-/// `label` then `apart` in `width` cells: the label is cut (`…`) rather than what tells it
-/// apart, which is the part that differs. Whole when it fits; `None` when not even `apart`
-/// and a cell of the label do (the cell is then cut at its end like any other).
-pub fn label_fitting(label: &str, apart: &str, width: u16) -> Option<String> {
+/// A label and what tells it apart as a cell shows them ([`label_fitting`]).
+#[derive(Debug, PartialEq, Eq)]
+pub struct LabelFitting {
+    pub text: String,
+    /// How many characters of the label's start `text` keeps as they are (its matches past
+    /// them are not shown).
+    pub label_kept: usize,
+}
+
+/// The fewest characters of a label worth showing before `…`.
+const LABEL_FEW: usize = 3;
+
+/// `label` then `apart` in `width` cells. What tells rows apart is the part that differs, so
+/// it is the last to give way; in turn: both whole; the label cut in its place (`gc_alloc
+/// (gcmodu… ← PyTuple_New`); the label's function alone (`PyUnicode_New ← … ←
+/// PyUnicode_FromStringAndSize:1234`); the label cut further, to its first few characters
+/// (`PyU… ← … ← PyUnicode_FromStringAndSize:1234`); then what tells it apart cut at its
+/// start, its end kept (`PyU… ← …FromStringAndSize:1234`); last, that end alone. `None` only
+/// in no room.
+pub fn label_fitting(label: &str, apart: &str, width: u16) -> Option<LabelFitting> {
+    let label_chars = label.chars().count();
     if text_width(label) + text_width(apart) <= width {
-        return Some(format!("{label}{apart}"));
+        return Some(LabelFitting {
+            text: format!("{label}{apart}"),
+            label_kept: label_chars,
+        });
     }
-    let room = width
-        .checked_sub(text_width(apart) + 1)
-        .filter(|&r| r > 0)?;
+    // The label cut in its place (`(file:line)`), or else its function alone, or else cut
+    // in its function, while a few characters of it stay.
+    let room = width.saturating_sub(text_width(apart) + 1);
+    let cut = cut_to(label, room);
+    let function = super::told_apart::function(label);
+    let cut_fitting = |least: usize| {
+        let label_kept = cut.chars().count();
+        (room > 0 && label_kept >= least).then(|| LabelFitting {
+            text: format!("{cut}…{apart}"),
+            label_kept,
+        })
+    };
+    if let Some(fitting) = cut_fitting(function.chars().count()) {
+        return Some(fitting);
+    }
+    if text_width(function) + text_width(apart) <= width {
+        return Some(LabelFitting {
+            text: format!("{function}{apart}"),
+            label_kept: function.chars().count(),
+        });
+    }
+    if let Some(fitting) = cut_fitting(LABEL_FEW.min(label_chars)) {
+        return Some(fitting);
+    }
+    // The label to a few characters; what tells it apart, if it must be cut, after its
+    // first arrow (` ← `, ` via `) from the start, so that the end of the frame that
+    // differs stays (`… ← ` goes first: the `…` that marks the cut says as much).
+    let few: String = function.chars().take(LABEL_FEW).collect();
+    let (short, label_kept) = if few == function {
+        (few, function.chars().count())
+    } else {
+        (format!("{few}…"), LABEL_FEW)
+    };
+    let (lead, name) = [" ← ", " via "]
+        .iter()
+        .filter_map(|arrow| apart.find(arrow).map(|at| at + arrow.len()))
+        .min()
+        .map_or(("", apart), |at| apart.split_at(at));
+    if text_width(&short) + text_width(apart) <= width {
+        return Some(LabelFitting {
+            text: format!("{short}{apart}"),
+            label_kept,
+        });
+    }
+    let room = width.saturating_sub(text_width(&short) + text_width(lead) + 1);
+    if room > 0 {
+        return Some(LabelFitting {
+            text: format!("{short}{lead}…{}", end_in(name, room)),
+            label_kept,
+        });
+    }
+    (width > 1).then(|| LabelFitting {
+        text: format!("…{}", end_in(apart, width - 1)),
+        label_kept: 0,
+    })
+}
+
+/// The longest start of `text` in `room` cells.
+fn cut_to(text: &str, room: u16) -> String {
     let mut cut = String::new();
-    for ch in label.chars() {
-        let mut with = cut.clone();
-        with.push(ch);
-        if text_width(&with) > room {
+    for ch in text.chars() {
+        cut.push(ch);
+        if text_width(&cut) > room {
+            cut.pop();
             break;
         }
-        cut = with;
     }
-    Some(format!("{cut}…{apart}"))
+    cut
+}
+
+/// The longest end of `text` in `room` cells.
+fn end_in(text: &str, room: u16) -> &str {
+    let mut start = text.len();
+    for (at, _) in text.char_indices().rev() {
+        if text_width(&text[at..]) > room {
+            break;
+        }
+        start = at;
+    }
+    &text[start..]
 }
 
 /// Terminal cells `text` takes.
@@ -928,14 +1015,22 @@ mod tests {
     fn a_label_told_apart_is_cut_before_what_tells_it_apart() {
         let label = "gc_alloc (gcmodule.c:2283)";
         assert_eq!(
-            label_fitting(label, " ← PyTuple_New", 40).as_deref(),
-            Some("gc_alloc (gcmodule.c:2283) ← PyTuple_New")
+            label_fitting(label, " ← PyTuple_New", 40).map(|f| f.text),
+            Some("gc_alloc (gcmodule.c:2283) ← PyTuple_New".to_string())
         );
         assert_eq!(
-            label_fitting(label, " ← PyTuple_New", 31).as_deref(),
-            Some("gc_alloc (gcmodu… ← PyTuple_New")
+            label_fitting(label, " ← PyTuple_New", 31),
+            Some(LabelFitting {
+                text: "gc_alloc (gcmodu… ← PyTuple_New".to_string(),
+                label_kept: 16
+            })
         );
-        assert_eq!(label_fitting(label, " ← PyTuple_New", 15), None);
+        // Too narrow for the label cut: a few characters of it, and the end of the caller.
+        assert_eq!(
+            label_fitting(label, " ← PyTuple_New", 15).map(|f| f.text),
+            Some("gc_… ← …ple_New".to_string())
+        );
+        assert_eq!(label_fitting(label, " ← PyTuple_New", 0), None);
     }
 
     fn rows(n: u32) -> Vec<ObjectRow> {

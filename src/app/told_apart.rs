@@ -139,7 +139,7 @@ fn common_prefix(a: &[String], b: &[String]) -> usize {
 
 /// `PyTuple_New` of `PyTuple_New (tupleobject.c:60)`; a frame without a place (`git+0x281f2a`)
 /// whole.
-fn function(frame: &str) -> &str {
+pub fn function(frame: &str) -> &str {
     match frame.rfind(" (") {
         Some(at) if frame.ends_with(')') && at > 0 => &frame[..at],
         _ => frame,
@@ -164,6 +164,7 @@ fn with_line(frame: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::told_apart;
+    use crate::app::table::{label_fitting, text_width};
 
     fn frames(f: &[&str]) -> Vec<String> {
         f.iter().map(|s| s.to_string()).collect()
@@ -257,5 +258,66 @@ mod tests {
                 Some(" ← … ← git+0x20".to_string()),
             ]
         );
+    }
+
+    #[test]
+    fn rows_told_apart_stay_apart_in_a_column_narrower_than_what_tells_them_apart() {
+        let label = "PyUnicode_New (unicodeobject.c:1425)";
+        let stack = |line: u32| {
+            frames(&[
+                "malloc",
+                label,
+                "unicode_decode_utf8 (unicodeobject.c:4611)",
+                &format!("PyUnicode_FromStringAndSize (unicodeobject.c:{line})"),
+            ])
+        };
+        let (a, b) = (stack(1234), stack(1240));
+        let apart = told_apart(&[(label, &a), (label, &b)]);
+        assert_eq!(
+            apart,
+            [
+                Some(" ← … ← PyUnicode_FromStringAndSize:1234".to_string()),
+                Some(" ← … ← PyUnicode_FromStringAndSize:1240".to_string()),
+            ]
+        );
+        let shown = |width: u16| -> Vec<String> {
+            apart
+                .iter()
+                .map(|t| {
+                    label_fitting(label, t.as_deref().unwrap(), width)
+                        .unwrap()
+                        .text
+                })
+                .collect()
+        };
+        // Narrower than the callers alone: the label gives way to a few characters, and the
+        // callers keep their end, where the rows differ.
+        for width in [12, 24, 36, 44] {
+            let rows = shown(width);
+            assert_ne!(rows[0], rows[1], "at {width} cells");
+            for (row, line) in rows.iter().zip(["1234", "1240"]) {
+                assert!(text_width(row) <= width, "{row:?} in {width} cells");
+                assert!(row.ends_with(line), "{row:?} in {width} cells");
+            }
+        }
+        assert_eq!(
+            shown(36),
+            [
+                "PyU… ← …icode_FromStringAndSize:1234",
+                "PyU… ← …icode_FromStringAndSize:1240",
+            ]
+        );
+        assert_eq!(
+            shown(52),
+            [
+                "PyUnicode_New ← … ← PyUnicode_FromStringAndSize:1234",
+                "PyUnicode_New ← … ← PyUnicode_FromStringAndSize:1240",
+            ]
+        );
+        // Where the column holds the label cut and the caller, that is as before.
+        let gc = "gc_alloc (gcmodule.c:2283)";
+        let fitting = |width| label_fitting(gc, " ← PyTuple_New", width).unwrap().text;
+        assert_eq!(fitting(40), "gc_alloc (gcmodule.c:2283) ← PyTuple_New");
+        assert_eq!(fitting(31), "gc_alloc (gcmodu… ← PyTuple_New");
     }
 }

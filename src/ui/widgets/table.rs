@@ -53,12 +53,10 @@ pub fn draw<M: TableModel>(
                     && let Some(fitting) = label_fitting(&row.cell(c, &cx), apart, width)
                 {
                     // The label may have been cut: its matches past the cut are gone.
-                    let kept = fitting.chars().count() - apart.chars().count();
-                    let cut = matches.partition_point(|&m| m + 1 < kept);
-                    if fitting != text {
-                        matches = &matches[..cut];
+                    if fitting.text != text {
+                        matches = &matches[..matches.partition_point(|&m| m < fitting.label_kept)];
                     }
-                    text = fitting;
+                    text = fitting.text;
                 }
                 let line = if c == M::Row::FILTER_COLUMN && !matches.is_empty() {
                     highlighted(&text, matches)
