@@ -41,11 +41,20 @@ use super::{cache, walks};
 /// Words of the loader's data watched as its load counter (see the module docs).
 pub const CANDIDATES: usize = 4;
 
-/// The words that may be the loader's load counter (null: none, or found wrong).
-static COUNTERS: [AtomicPtr<u64>; CANDIDATES] =
-    [const { AtomicPtr::new(std::ptr::null_mut()) }; CANDIDATES];
-/// Each one's value when the caches were last cleared for it.
-static SEEN: [AtomicU64; CANDIDATES] = [const { AtomicU64::new(0) }; CANDIDATES];
+/// The words watched as the loader's load counter and each one's value when the caches were
+/// last cleared for it, on one cache line: every hook with stacks on reads them.
+#[repr(C, align(64))]
+struct Watched {
+    /// The words that may be the loader's load counter (null: none, or found wrong).
+    counters: [AtomicPtr<u64>; CANDIDATES],
+    /// Each one's value when the caches were last cleared for it.
+    seen: [AtomicU64; CANDIDATES],
+}
+
+static WATCHED: Watched = Watched {
+    counters: [const { AtomicPtr::new(std::ptr::null_mut()) }; CANDIDATES],
+    seen: [const { AtomicU64::new(0) }; CANDIDATES],
+};
 
 /// `dl_iterate_phdr`'s count of loads (`dlpi_adds`). Takes the loader lock: never from a hook.
 fn loads_so_far() -> u64 {
@@ -132,8 +141,8 @@ pub fn init() -> bool {
     let words = unsafe { std::slice::from_raw_parts(global.cast::<u64>(), size / 8) };
     let watched = candidates(words, adds);
     for (i, &k) in watched.iter().enumerate() {
-        SEEN[i].store(adds, Ordering::Relaxed);
-        COUNTERS[i].store(global.cast::<u64>().wrapping_add(k), Ordering::Release);
+        WATCHED.seen[i].store(adds, Ordering::Relaxed);
+        WATCHED.counters[i].store(global.cast::<u64>().wrapping_add(k), Ordering::Release);
     }
     !watched.is_empty()
 }
@@ -143,7 +152,7 @@ pub fn init() -> bool {
 #[inline]
 pub fn check() {
     for i in 0..CANDIDATES {
-        let counter = COUNTERS[i].load(Ordering::Relaxed);
+        let counter = WATCHED.counters[i].load(Ordering::Relaxed);
         if counter.is_null() {
             continue;
         }
@@ -151,7 +160,7 @@ pub fn check() {
         // aligned, mapped for good; the loader writes it under its own lock, so it is read
         // atomically.
         let now = unsafe { AtomicU64::from_ptr(counter) }.load(Ordering::Relaxed);
-        let seen = SEEN[i].load(Ordering::Relaxed);
+        let seen = WATCHED.seen[i].load(Ordering::Relaxed);
         if now != seen {
             loaded(i, seen, now);
         }
@@ -160,7 +169,7 @@ pub fn check() {
 
 /// Watched word `i` moved from `seen` to `now`: clears the caches and counts the change,
 /// once. Every busy thread may notice the same move; only the one whose compare-exchange
-/// moves `SEEN[i]` from `seen` to `now` clears and counts it, so `CHANGES` counts moves of
+/// moves `WATCHED.seen[i]` from `seen` to `now` clears and counts it, so `CHANGES` counts moves of
 /// the words, not moves times threads. The others go on at once, without waiting for the
 /// winner's clear (waiting inside a hook could wait on a thread stopped for good); a walk in
 /// that short window may still meet the old caches, as it could before the claim. Returns
@@ -168,7 +177,7 @@ pub fn check() {
 #[cold]
 #[inline(never)]
 fn loaded(i: usize, seen: u64, now: u64) -> bool {
-    if SEEN[i]
+    if WATCHED.seen[i]
         .compare_exchange(seen, now, Ordering::Relaxed, Ordering::Relaxed)
         .is_err()
     {
@@ -181,7 +190,7 @@ fn loaded(i: usize, seen: u64, now: u64) -> bool {
     // trusted any more (checking them against `dl_iterate_phdr` here would take the
     // loader's lock inside a hook, which a fork child could find held for good).
     if CHANGES.fetch_add(1, Ordering::Relaxed) + 1 >= MOST_LOADS {
-        for c in &COUNTERS {
+        for c in &WATCHED.counters {
             c.store(std::ptr::null_mut(), Ordering::Release);
         }
         crate::agent_log!(
@@ -204,7 +213,7 @@ pub fn verify() {
         return;
     }
     let word = |i: usize| {
-        let counter = COUNTERS[i].load(Ordering::Acquire);
+        let counter = WATCHED.counters[i].load(Ordering::Acquire);
         // SAFETY: as in `check`.
         (!counter.is_null()).then(|| unsafe { AtomicU64::from_ptr(counter) })
     };
@@ -216,7 +225,7 @@ pub fn verify() {
             continue;
         };
         if !agrees(before, adds, w.load(Ordering::Relaxed)) {
-            COUNTERS[i].store(std::ptr::null_mut(), Ordering::Release);
+            WATCHED.counters[i].store(std::ptr::null_mut(), Ordering::Release);
         }
     }
     if !found() {
@@ -234,7 +243,8 @@ fn agrees(before: u64, adds: u64, after: u64) -> bool {
 
 /// Whether a load counter is watched (for the tests and the log).
 pub fn found() -> bool {
-    COUNTERS
+    WATCHED
+        .counters
         .iter()
         .any(|c| !c.load(Ordering::Relaxed).is_null())
 }
@@ -284,7 +294,8 @@ mod tests {
     fn a_load_clears_the_caches_wherever_it_came_from() {
         assert!(init(), "the loader's load counter is found (glibc)");
         let watched = || {
-            COUNTERS
+            WATCHED
+                .counters
                 .iter()
                 .filter(|c| !c.load(Ordering::Relaxed).is_null())
                 .count()
@@ -320,7 +331,7 @@ mod tests {
     #[test]
     fn a_change_seen_by_many_threads_is_cleared_and_counted_once() {
         const THREADS: usize = 8;
-        let seen = SEEN[0].load(Ordering::Relaxed);
+        let seen = WATCHED.seen[0].load(Ordering::Relaxed);
         let changes = CHANGES.load(Ordering::Relaxed);
         let before = walks::generation();
         let start = std::sync::Barrier::new(THREADS);
@@ -340,7 +351,7 @@ mod tests {
         });
         assert_eq!(claimed, 1, "one thread claims the change");
         assert_eq!(CHANGES.load(Ordering::Relaxed), changes + 1);
-        assert_eq!(SEEN[0].load(Ordering::Relaxed), seen + 1);
+        assert_eq!(WATCHED.seen[0].load(Ordering::Relaxed), seen + 1);
         assert!(walks::generation() > before, "the claim cleared the walks");
     }
 }
