@@ -153,10 +153,8 @@ int main(void) {
 }
 "#;
 
-#[test]
-fn a_finished_threads_stale_stack_words_are_no_root_from_outside_either() {
-    let dir = Scratch::new("outside-finished-stack");
-    let exe = live_common::compile_c(dir.path(), "finished", FINISHED_STACK);
+/// `exe` started without the agent, stdin held open, and the first line it printed.
+fn started(exe: &Path) -> (std::process::Child, String) {
     let mut child = Command::new(exe)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -166,6 +164,14 @@ fn a_finished_threads_stale_stack_words_are_no_root_from_outside_either() {
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
+    (child, line)
+}
+
+#[test]
+fn a_finished_threads_stale_stack_words_are_no_root_from_outside_either() {
+    let dir = Scratch::new("outside-finished-stack");
+    let exe = live_common::compile_c(dir.path(), "finished", FINISHED_STACK);
+    let (mut child, line) = started(&exe);
     let sizes: Vec<u64> = line
         .split_whitespace()
         .skip(1)
@@ -253,15 +259,7 @@ int main(void) {
 fn a_live_thread_running_a_fiber_keeps_its_own_stacks_roots_from_outside() {
     let dir = Scratch::new("outside-fiber-stack");
     let exe = live_common::compile_c(dir.path(), "fiber", FIBER_STACK);
-    let mut child = Command::new(exe)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let (mut child, line) = started(&exe);
     assert!(line.starts_with("ready "), "{line}");
     let pid = child.id();
     let live = json_report(&format!("pid:{pid}"));
