@@ -161,7 +161,7 @@ pub fn configure(wrappers: Wrappers) -> Result<(), Wrappers> {
 /// The function of a symbolized frame: `name (file:line)` → `name`. A location is the last
 /// ` (…)` when it holds no parenthesis (a C++ parameter list such as `f(void (*)(int))`
 /// keeps its own).
-fn function_of(frame: &str) -> &str {
+pub fn function_of(frame: &str) -> &str {
     if let Some(body) = frame.strip_suffix(')')
         && let Some(at) = body.rfind(" (")
         && !body[at + 2..].contains(['(', ')'])

@@ -226,7 +226,7 @@ pub fn label_fitting(label: &str, apart: &str, width: u16) -> Option<LabelFittin
     // in its function, while a few characters of it stay.
     let room = width.saturating_sub(text_width(apart) + 1);
     let cut = cut_to(label, room);
-    let function = super::told_apart::function(label);
+    let function = heaptui_analysis::labels::function_of(label);
     let cut_fitting = |least: usize| {
         let label_kept = cut.chars().count();
         (room > 0 && label_kept >= least).then(|| LabelFitting {
@@ -260,12 +260,8 @@ pub fn label_fitting(label: &str, apart: &str, width: u16) -> Option<LabelFittin
         .filter_map(|arrow| apart.find(arrow).map(|at| at + arrow.len()))
         .min()
         .map_or(("", apart), |at| apart.split_at(at));
-    if text_width(&short) + text_width(apart) <= width {
-        return Some(LabelFitting {
-            text: format!("{short}{apart}"),
-            label_kept,
-        });
-    }
+    // (The short label with the whole of `apart` never fits here: `cut_fitting` above
+    // would have kept as many characters of the label.)
     let room = width.saturating_sub(text_width(&short) + text_width(lead) + 1);
     if room > 0 {
         return Some(LabelFitting {

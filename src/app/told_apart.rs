@@ -12,6 +12,7 @@
 use std::collections::HashMap;
 
 use super::leaks::caller_start;
+use heaptui_analysis::labels::function_of;
 
 /// For each row of a list, given as its label and its frames (innermost first): `None` when no
 /// other row has its label, else what to write after the label to tell it apart (` ← caller`,
@@ -116,7 +117,7 @@ impl Parting<'_> {
             if full {
                 with_line(frame)
             } else {
-                function(frame).to_string()
+                function_of(frame).to_string()
             }
         };
         match *self {
@@ -137,19 +138,10 @@ fn common_prefix(a: &[String], b: &[String]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
-/// `PyTuple_New` of `PyTuple_New (tupleobject.c:60)`; a frame without a place (`git+0x281f2a`)
-/// whole.
-pub fn function(frame: &str) -> &str {
-    match frame.rfind(" (") {
-        Some(at) if frame.ends_with(')') && at > 0 => &frame[..at],
-        _ => frame,
-    }
-}
-
 /// `r_object:1228` of `r_object (marshal.c:1228)`: the function and its line (two rows
 /// parting at one function part in one file); a place without a line whole.
 fn with_line(frame: &str) -> String {
-    let function = function(frame);
+    let function = function_of(frame);
     let place = frame[function.len()..]
         .trim_start_matches(" (")
         .trim_end_matches(')');

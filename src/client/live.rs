@@ -103,9 +103,9 @@ async fn open(
             .cloned()
             .map_err(|e| format!("{address}: {e}"))
     };
-    let agent = tokio::time::timeout(CONNECT_TIMEOUT, shake)
+    let agent = tokio::time::timeout(session::HANDSHAKE_TIMEOUT, shake)
         .await
-        .map_err(|_| ClientError::new(session::silent_peer(address, CONNECT_TIMEOUT)))?
+        .map_err(|_| ClientError::new(session::silent_peer(address, session::HANDSHAKE_TIMEOUT)))?
         .map_err(ClientError::new)?;
     Ok((conn, agent))
 }

@@ -22,7 +22,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the agent may take to answer the hello: its server thread answers at once, so a
 /// peer that stays silent this long is not a heaptui agent (and must not hold a `report` for
 /// the [`ANSWER_TIMEOUT`] of a capture). The TUI's connection waits as long.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+pub(super) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One admitted connection.
 pub struct Session {

@@ -58,6 +58,7 @@ use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use super::counters::{Counters, Op};
 use super::held_frees::{SLOTS, used_slots};
+use crate::sync::CacheLine;
 
 /// New blocks a thread holds before they are applied together.
 pub const BATCH: usize = 16;
@@ -106,7 +107,7 @@ pub(super) static NEW: [NewSlot; SLOTS] = [const {
 /// lock: the reader holds the lock of the block's shard, so either the entry was taken
 /// before (into the table the reader looked in, or as freed) or it cannot be taken before the
 /// reader unlocks, and then the −1 comes after the read (read-write coherence).
-static FILLED: AtomicU32 = AtomicU32::new(0);
+static FILLED: CacheLine<AtomicU32> = CacheLine(AtomicU32::new(0));
 
 /// Whether any slot may hold new blocks (see [`FILLED`]). The caller holds the lock of the
 /// shard of the block it looks for; the Acquire keeps its reads of the slots after this.
