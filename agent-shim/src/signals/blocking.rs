@@ -332,6 +332,7 @@ macro_rules! real {
         unsafe { std::mem::transmute::<*mut c_void, $ty>(p) }
     }};
 }
+pub(super) use real;
 
 type NanosleepFn = unsafe extern "C-unwind" fn(*const libc::timespec, *mut libc::timespec) -> c_int;
 type ClockNanosleepFn = unsafe extern "C-unwind" fn(

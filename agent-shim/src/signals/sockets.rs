@@ -42,7 +42,7 @@ use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use super::Real;
-use super::blocking::{Timeout, eintr_size, ns_ms, run};
+use super::blocking::{Timeout, eintr_size, ns_ms, real, run};
 use crate::sys::{self, errno, set_errno};
 
 pub(super) static RECV: Real = Real::new(c"recv");
@@ -245,25 +245,13 @@ pub fn resume(
     )
 }
 
-macro_rules! real {
-    ($real:expr, $ty:ty) => {{
-        let p = $real.get();
-        if p.is_null() {
-            set_errno(libc::ENOSYS);
-            return -1;
-        }
-        // SAFETY: `p` is libc's definition of the function, whose C signature `$ty` is.
-        unsafe { std::mem::transmute::<*mut c_void, $ty>(p) }
-    }};
-}
-
 /// `recv(2)`.
 ///
 /// # Safety
 /// As `recv(2)`.
 pub unsafe fn recv(fd: c_int, buf: *mut c_void, len: usize, flags: c_int) -> libc::ssize_t {
     type F = unsafe extern "C-unwind" fn(c_int, *mut c_void, usize, c_int) -> libc::ssize_t;
-    let real = real!(RECV, F);
+    let real = real!(RECV, F, -1);
     // SAFETY: the caller's arguments.
     resume(fd, Way::Receive, true, &mut || unsafe {
         real(fd, buf, len, flags)
@@ -290,7 +278,7 @@ pub unsafe fn recvfrom(
         *mut libc::sockaddr,
         *mut libc::socklen_t,
     ) -> libc::ssize_t;
-    let real = real!(RECVFROM, F);
+    let real = real!(RECVFROM, F, -1);
     resume(fd, Way::Receive, true, &mut || {
         // SAFETY: the caller's arguments.
         unsafe { real(fd, buf, len, flags, addr, addr_len) }
@@ -303,7 +291,7 @@ pub unsafe fn recvfrom(
 /// As `recvmsg(2)`.
 pub unsafe fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int) -> libc::ssize_t {
     type F = unsafe extern "C-unwind" fn(c_int, *mut libc::msghdr, c_int) -> libc::ssize_t;
-    let real = real!(RECVMSG, F);
+    let real = real!(RECVMSG, F, -1);
     // SAFETY: the caller's arguments.
     resume(fd, Way::Receive, true, &mut || unsafe {
         real(fd, msg, flags)
@@ -316,7 +304,7 @@ pub unsafe fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int) -> libc::
 /// As `send(2)`.
 pub unsafe fn send(fd: c_int, buf: *const c_void, len: usize, flags: c_int) -> libc::ssize_t {
     type F = unsafe extern "C-unwind" fn(c_int, *const c_void, usize, c_int) -> libc::ssize_t;
-    let real = real!(SEND, F);
+    let real = real!(SEND, F, -1);
     // SAFETY: the caller's arguments.
     resume(fd, Way::Send, true, &mut || unsafe {
         real(fd, buf, len, flags)
@@ -343,7 +331,7 @@ pub unsafe fn sendto(
         *const libc::sockaddr,
         libc::socklen_t,
     ) -> libc::ssize_t;
-    let real = real!(SENDTO, F);
+    let real = real!(SENDTO, F, -1);
     resume(fd, Way::Send, true, &mut || {
         // SAFETY: the caller's arguments.
         unsafe { real(fd, buf, len, flags, addr, addr_len) }
@@ -356,7 +344,7 @@ pub unsafe fn sendto(
 /// As `sendmsg(2)`.
 pub unsafe fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_int) -> libc::ssize_t {
     type F = unsafe extern "C-unwind" fn(c_int, *const libc::msghdr, c_int) -> libc::ssize_t;
-    let real = real!(SENDMSG, F);
+    let real = real!(SENDMSG, F, -1);
     // SAFETY: the caller's arguments.
     resume(fd, Way::Send, true, &mut || unsafe { real(fd, msg, flags) })
 }
@@ -371,7 +359,7 @@ pub unsafe fn accept(
     addr_len: *mut libc::socklen_t,
 ) -> c_int {
     type F = unsafe extern "C-unwind" fn(c_int, *mut libc::sockaddr, *mut libc::socklen_t) -> c_int;
-    let real = real!(ACCEPT, F);
+    let real = real!(ACCEPT, F, -1);
     // SAFETY: the caller's arguments.
     resume(fd, Way::Receive, true, &mut || unsafe {
         real(fd, addr, addr_len) as libc::ssize_t
@@ -394,7 +382,7 @@ pub unsafe fn accept4(
         *mut libc::socklen_t,
         c_int,
     ) -> c_int;
-    let real = real!(ACCEPT4, F);
+    let real = real!(ACCEPT4, F, -1);
     // SAFETY: the caller's arguments.
     resume(fd, Way::Receive, true, &mut || unsafe {
         real(fd, addr, addr_len, flags) as libc::ssize_t
@@ -407,7 +395,7 @@ pub unsafe fn accept4(
 /// As `connect(2)`.
 pub unsafe fn connect(fd: c_int, addr: *const libc::sockaddr, len: libc::socklen_t) -> c_int {
     type F = unsafe extern "C-unwind" fn(c_int, *const libc::sockaddr, libc::socklen_t) -> c_int;
-    let real = real!(CONNECT, F);
+    let real = real!(CONNECT, F, -1);
     // SAFETY: the caller's arguments.
     resume(fd, Way::Connect, true, &mut || unsafe {
         real(fd, addr, len) as libc::ssize_t
