@@ -59,6 +59,36 @@ pub fn stack_shaped(guard: Extent, stack: Extent, private_anonymous: bool) -> bo
         && stack.end - stack.start >= 4 * 4096
 }
 
+/// The stack part of every finished thread's stack in `maps` (sorted by address), as
+/// [`below_tls`] gives it: each mapping that `view` shows [`stack_shaped`] above the one
+/// before it, whose thread descriptor `descriptor_of` finds at its top and that is no live
+/// thread's (`live`: the thread pointers of the threads that exist; a live thread may run on
+/// another stack, a fiber or an alternate signal stack, and the frames suspended on its own
+/// are then what it holds).
+pub fn finished_stacks<M>(
+    maps: &[M],
+    view: impl Fn(&M) -> (Extent, bool),
+    mut descriptor_of: impl FnMut(&M) -> Option<u64>,
+    live: &[u64],
+    static_tls: u64,
+) -> Vec<Range<u64>> {
+    let mut live = live.to_vec();
+    live.sort_unstable();
+    let mut finished = Vec::new();
+    for pair in maps.windows(2) {
+        let ((guard, _), (stack, private_anonymous)) = (view(&pair[0]), view(&pair[1]));
+        if !stack_shaped(guard, stack, private_anonymous) {
+            continue;
+        }
+        if let Some(tp) = descriptor_of(&pair[1])
+            && live.binary_search(&tp).is_err()
+        {
+            finished.push(below_tls(stack.start, tp, static_tls));
+        }
+    }
+    finished
+}
+
 /// The part of a thread stack mapping starting at `start`, whose thread pointer is `tp`, that
 /// is not a root once the thread has ended: everything below its static TLS (`static_tls`
 /// bytes below `tp` at most).
@@ -101,6 +131,29 @@ mod tests {
             !stack_shaped(guard, e(0x2000, 0x6000, true, false), true),
             "read-only"
         );
+    }
+
+    #[test]
+    fn only_stacks_of_threads_that_are_gone_are_cut_below_their_tls() {
+        let e = |start, end, open| Extent {
+            start,
+            end,
+            readable: open,
+            writable: open,
+        };
+        // guard, stack of a finished thread, guard, stack of a live thread, a data mapping.
+        let maps = [
+            e(0x1000, 0x2000, false),
+            e(0x2000, 0x8000, true),
+            e(0x8000, 0x9000, false),
+            e(0x9000, 0xf000, true),
+            e(0xf000, 0x1_0000, true),
+        ];
+        let tp = |m: &Extent| Some(m.end - 0x800);
+        let finished = finished_stacks(&maps, |m| (*m, true), tp, &[0xe800], 0x100);
+        assert_eq!(finished, vec![0x2000..0x7700]);
+        // No descriptor found: scanned whole.
+        assert!(finished_stacks(&maps, |m| (*m, true), |_| None, &[], 0x100).is_empty());
     }
 
     #[test]

@@ -289,23 +289,22 @@ pub(super) fn build(
     // the frames the threads returned from (docs/reference.md §3, as in the agent's capture).
     // A live thread's stack is no finished one, even when the thread runs on another stack (a
     // fiber, an alternate signal stack): the frames suspended on its own are then its roots.
-    for pair in stopped.maps.maps.windows(2) {
-        let (guard, m) = (&pair[0], &pair[1]);
-        let extent = |m: &super::maps::Mapping| stacks::Extent {
+    let view = |m: &super::maps::Mapping| {
+        let extent = stacks::Extent {
             start: m.start,
             end: m.end,
             readable: m.readable,
             writable: m.writable,
         };
-        let stack_shaped = stacks::stack_shaped(extent(guard), extent(m), m.is_anonymous());
-        if let Some(tp) = stack_shaped
-            .then(|| stacks::descriptor_at_top(m.start, m.end, |at| image.word(at)))
-            .flatten()
-            .filter(|tp| !fs_bases.contains(tp))
-        {
-            not_globals.push(stacks::below_tls(m.start, tp, glibc.static_tls));
-        }
-    }
+        (extent, m.is_anonymous())
+    };
+    not_globals.extend(stacks::finished_stacks(
+        &stopped.maps.maps,
+        view,
+        |m| stacks::descriptor_at_top(m.start, m.end, |at| image.word(at)),
+        &fs_bases,
+        glibc.static_tls,
+    ));
     let not_globals = heaptui_capture::ranges::merge(not_globals);
     let globals_ranges: Vec<Range<u64>> = image
         .ranges()

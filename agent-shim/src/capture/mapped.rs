@@ -134,9 +134,8 @@ impl Exclusions {
     /// # Safety
     /// `maps` must describe this process's memory as it is now (read after the stop).
     pub unsafe fn add_finished_stacks(&mut self, maps: &[Mapping], static_tls: u64, live: &[u64]) {
-        for pair in maps.windows(2) {
-            let (guard, m) = (&pair[0], &pair[1]);
-            let extent = |m: &Mapping| stacks::Extent {
+        let view = |m: &Mapping| {
+            let extent = stacks::Extent {
                 start: m.start,
                 end: m.end,
                 readable: m.readable,
@@ -144,15 +143,13 @@ impl Exclusions {
             };
             let private_anonymous =
                 !m.shared && (m.path.is_empty() || m.path.starts_with("[anon:"));
-            if !stacks::stack_shaped(extent(guard), extent(m), private_anonymous) {
-                continue;
-            }
-            // SAFETY: `m` is a readable mapping as it is now (per the contract).
-            if let Some(tp) = unsafe { thread_descriptor_at_top(m) }
-                && !live.contains(&tp)
-            {
-                self.add(stacks::below_tls(m.start, tp, static_tls));
-            }
+            (extent, private_anonymous)
+        };
+        // SAFETY: each mapping is readable as it is now (per the contract; `finished_stacks`
+        // asks only of stack-shaped, hence readable, ones).
+        let descriptor_of = |m: &Mapping| unsafe { thread_descriptor_at_top(m) };
+        for r in stacks::finished_stacks(maps, view, descriptor_of, live, static_tls) {
+            self.add(r);
         }
     }
 
