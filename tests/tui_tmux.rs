@@ -367,18 +367,22 @@ fn demo_units_show_the_workload_code() {
         s.contains("Allocation units · function · outermost") && s.contains("worker_main (")
     });
     t.keys(&["p"]);
-    let s = t.wait_for("the innermost functions", |s| {
-        s.contains("Allocation units · function · innermost") && s.contains("append_rows (")
-    });
     // `main`'s start-up helpers are inlined into it, and so is `xmalloc`: the inline frames
     // name them (docs/reference.md §3 "Labels"), not `main` or `?`.
-    for function in [
+    let functions = [
         "build_cache (",
         "load_config (",
         "append_rows (",
         "parse_request (",
         "ship_batch (",
-    ] {
+    ];
+    // Every row drawn: tmux can be read while the terminal is half redrawn (one loaded run
+    // caught the new title over the first seven rows, without load_config's).
+    let s = t.wait_for("the innermost functions", |s| {
+        s.contains("Allocation units · function · innermost")
+            && functions.iter().all(|f| s.contains(f))
+    });
+    for function in functions {
         assert!(
             row(&s, function).contains("heaptui-demo-"),
             "{function}:\n{s}"
