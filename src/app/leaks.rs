@@ -185,6 +185,49 @@ mod tests {
     }
 
     #[test]
+    fn rows_arriving_page_by_page_are_told_apart_as_when_they_arrive_at_once() {
+        let row = |site: u32, label: &str, caller: &str| LeakRow {
+            site,
+            label: label.to_string(),
+            frames: ["malloc", label, caller].map(String::from).to_vec(),
+            definitely_lost: 100 - u64::from(site),
+            ..LeakRow::default()
+        };
+        let rows = vec![
+            row(0, "gc_alloc (gcmodule.c:2283)", "PyTuple_New"),
+            row(1, "odd_site (prog)", "main"),
+            row(2, "xmalloc (w.c:98)", "load_config"),
+            // Twins of rows in earlier pages: those rows change when these arrive.
+            row(3, "gc_alloc (gcmodule.c:2283)", "PyList_New"),
+            row(4, "xmalloc (w.c:98)", "parse_args"),
+            row(5, "xmalloc (w.c:98)", "parse_args"),
+        ];
+        let labels = |view: &LeaksView| -> Vec<String> {
+            let (t, cx) = (&view.table, CellContext::default());
+            (0..t.len())
+                .map(|i| t.cell_text(i, t.row(i).unwrap(), 0, &cx))
+                .collect()
+        };
+        let mut at_once = LeaksView::new();
+        at_once.table.set_rows(rows.clone(), rows.len());
+        let mut paged = LeaksView::new();
+        paged.table.set_rows(rows[..2].to_vec(), rows.len());
+        assert_eq!(
+            labels(&paged),
+            ["gc_alloc (gcmodule.c:2283)", "odd_site (prog)"]
+        );
+        for page in rows[2..].chunks(2) {
+            paged.table.extend(page.to_vec(), rows.len());
+        }
+        assert_eq!(labels(&paged), labels(&at_once));
+        assert_eq!(
+            labels(&paged)[0],
+            "gc_alloc (gcmodule.c:2283) ← PyTuple_New"
+        );
+        assert!(labels(&paged)[2].starts_with("xmalloc (w.c:98) ← load_config"));
+    }
+
+    #[test]
     fn a_site_is_called_from_the_frames_after_the_one_that_names_it() {
         let frames: Vec<String> = [
             "xmalloc (w.c:98)",

@@ -13,7 +13,8 @@
 
 use std::borrow::Cow;
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::BuildHasher;
 
 use super::fuzzy::{Matcher, Skim};
 
@@ -508,6 +509,10 @@ pub struct LocalTable<R> {
     /// Per row (source order): what tells its label apart from another row's with the same
     /// label, computed when rows arrive.
     told_apart: Vec<Option<String>>,
+    /// The rows (source order) of each label, by the label's hash: a page that arrives settles
+    /// only the labels it shows (rows whose labels' hashes collide are settled together, which
+    /// [`super::told_apart::told_apart`] sorts out by the labels themselves).
+    rows_by_label: HashMap<u64, Vec<u32>>,
 }
 
 impl<R: TableRow> LocalTable<R> {
@@ -523,6 +528,7 @@ impl<R: TableRow> LocalTable<R> {
             max: 0,
             total: None,
             told_apart: Vec::new(),
+            rows_by_label: HashMap::new(),
         }
     }
 
@@ -530,7 +536,9 @@ impl<R: TableRow> LocalTable<R> {
     pub fn set_rows(&mut self, rows: Vec<R>, total: usize) {
         self.rows = rows;
         self.total = Some(total);
-        self.tell_apart();
+        self.told_apart.clear();
+        self.rows_by_label.clear();
+        self.tell_apart(0);
         self.cursor.selected = 0;
         self.refresh(None);
     }
@@ -538,20 +546,41 @@ impl<R: TableRow> LocalTable<R> {
     /// Adds a further page of rows; the selected row stays selected.
     pub fn extend(&mut self, rows: Vec<R>, total: usize) {
         let keep = self.selected_index();
+        let first_new = self.rows.len();
         self.rows.extend(rows);
         self.total = Some(total);
-        self.tell_apart();
+        self.tell_apart(first_new);
         self.refresh(keep);
     }
 
-    /// Settles what tells apart rows with one label, over the whole list.
-    fn tell_apart(&mut self) {
-        let stacks: Option<Vec<(&str, &[String])>> =
-            self.rows.iter().map(TableRow::site_stack).collect();
-        self.told_apart = match stacks {
-            Some(stacks) => super::told_apart::told_apart(&stacks),
-            None => Vec::new(),
-        };
+    /// Settles what tells apart rows with one label once the rows from `first_new` on have
+    /// arrived: only the labels they show can have changed, so a list that arrives page by
+    /// page costs its length, not its length times its pages.
+    fn tell_apart(&mut self, first_new: usize) {
+        let mut touched: HashSet<u64> = HashSet::new();
+        for (r, row) in self.rows.iter().enumerate().skip(first_new) {
+            let Some((label, _)) = row.site_stack() else {
+                // Rows that name no site (objects, frames) have nothing to tell apart.
+                return;
+            };
+            let hash = self.rows_by_label.hasher().hash_one(label);
+            self.rows_by_label.entry(hash).or_default().push(r as u32);
+            touched.insert(hash);
+        }
+        self.told_apart.resize(self.rows.len(), None);
+        for hash in touched {
+            let rows = &self.rows_by_label[&hash];
+            if rows.len() < 2 {
+                continue;
+            }
+            let stacks: Vec<(&str, &[String])> = rows
+                .iter()
+                .filter_map(|&r| self.rows[r as usize].site_stack())
+                .collect();
+            for (&r, apart) in rows.iter().zip(super::told_apart::told_apart(&stacks)) {
+                self.told_apart[r as usize] = apart;
+            }
+        }
     }
 
     pub fn rows(&self) -> &[R] {

@@ -46,18 +46,28 @@ pub fn draw<M: TableModel>(
         let row = match model.row(i) {
             Some(row) => Row::new(shown.iter().map(|&(c, width)| {
                 let column = &columns[c];
-                let mut text = model.cell_text(i, row, c, &cx);
                 let mut matches = model.matches(i);
-                if c == M::Row::FILTER_COLUMN
-                    && let Some(apart) = model.told_apart(i)
-                    && let Some(fitting) = label_fitting(&row.cell(c, &cx), apart, width)
-                {
-                    // The label may have been cut: its matches past the cut are gone.
-                    if fitting.text != text {
-                        matches = &matches[..matches.partition_point(|&m| m < fitting.label_kept)];
+                let apart = if c == M::Row::FILTER_COLUMN {
+                    model.told_apart(i)
+                } else {
+                    None
+                };
+                let text = match apart {
+                    // A label told apart from another's, fitted to the column: it may have
+                    // been cut, and its matches past the cut with it.
+                    Some(apart) => {
+                        let label = row.cell(c, &cx);
+                        match label_fitting(&label, apart, width) {
+                            Some(fitting) => {
+                                matches = &matches
+                                    [..matches.partition_point(|&m| m < fitting.label_kept)];
+                                fitting.text
+                            }
+                            None => label + apart,
+                        }
                     }
-                    text = fitting.text;
-                }
+                    None => row.cell(c, &cx),
+                };
                 let line = if c == M::Row::FILTER_COLUMN && !matches.is_empty() {
                     highlighted(&text, matches)
                 } else {
