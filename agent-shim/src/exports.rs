@@ -559,6 +559,326 @@ pub unsafe extern "C-unwind" fn connect(
     unsafe { crate::signals::sockets::connect(fd, addr, len) }
 }
 
+// `read`, `write`, `readv`, `writev`, `__read_chk`: resumed after the agent's signal only when
+// they fail with EINTR (signals::read_write), and free until then. Each is a naked stub that
+// keeps the caller's arguments on the stack (written there, so a capture finds no stale word
+// in its frame), calls libc's function through the address the agent resolved (the first
+// field of its `Real`), and returns any result but -1 straight away; on -1 it jumps with the
+// caller's arguments to the function that looks at errno, which returns to the caller. Until
+// the address is resolved (a call before the agent's constructor) it jumps to the whole
+// wrapper. The CFI describes every push, so `pthread_cancel` unwinds through the stub.
+
+/// Defines the stub of a three-argument function (see above).
+macro_rules! unarmed_stub {
+    ($name:ident($a:ident: $ta:ty, $b:ident: $tb:ty, $c:ident: $tc:ty), $real:path, $whole:path, $failed:path) => {
+        #[doc = concat!("# Safety\nAs `", stringify!($name), "(2)`.")]
+        #[unsafe(naked)]
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C-unwind" fn $name($a: $ta, $b: $tb, $c: $tc) -> libc::ssize_t {
+            core::arch::naked_asm!(
+                ".cfi_startproc",
+                "mov rax, qword ptr [rip + {real}]",
+                "test rax, rax",
+                "jz {whole}",
+                "push rdi",
+                ".cfi_adjust_cfa_offset 8",
+                "push rsi",
+                ".cfi_adjust_cfa_offset 8",
+                "push rdx",
+                ".cfi_adjust_cfa_offset 8",
+                "call rax",
+                ".cfi_remember_state",
+                "cmp rax, -1",
+                "je 2f",
+                "add rsp, 24",
+                ".cfi_adjust_cfa_offset -24",
+                "ret",
+                "2:",
+                ".cfi_restore_state",
+                "pop rdx",
+                ".cfi_adjust_cfa_offset -8",
+                "pop rsi",
+                ".cfi_adjust_cfa_offset -8",
+                "pop rdi",
+                ".cfi_adjust_cfa_offset -8",
+                "jmp {failed}",
+                ".cfi_endproc",
+                real = sym $real,
+                whole = sym $whole,
+                failed = sym $failed,
+            )
+        }
+    };
+}
+
+/// Defines the jump targets of a stub: the whole wrapper, and the one taken after -1, which
+/// looks at errno first and zeroes the stack its frames will occupy only for an `EINTR` (see
+/// `scrub_stack`).
+macro_rules! unarmed_targets {
+    ($whole:ident, $failed:ident, ($($arg:ident: $ty:ty),*), $impl_whole:path, $impl_failed:path) => {
+        /// # Safety
+        /// As the function it wraps.
+        unsafe extern "C-unwind" fn $whole($($arg: $ty),*) -> libc::ssize_t {
+            // SAFETY: the caller's arguments.
+            unsafe { $impl_whole($($arg),*) }
+        }
+
+        /// # Safety
+        /// As the function it wraps, which just returned -1.
+        unsafe extern "C-unwind" fn $failed($($arg: $ty),*) -> libc::ssize_t {
+            if !crate::signals::read_write::interrupted() {
+                return -1;
+            }
+            crate::signals::blocking::scrub_stack();
+            // SAFETY: the caller's arguments.
+            unsafe { $impl_failed($($arg),*) }
+        }
+    };
+}
+
+unarmed_targets!(
+    read_whole,
+    read_failed,
+    (fd: c_int, buf: *mut c_void, count: usize),
+    crate::signals::read_write::read,
+    crate::signals::read_write::read_failed
+);
+unarmed_stub!(
+    read(fd: c_int, buf: *mut c_void, count: usize),
+    crate::signals::read_write::READ,
+    read_whole,
+    read_failed
+);
+unarmed_targets!(
+    write_whole,
+    write_failed,
+    (fd: c_int, buf: *const c_void, count: usize),
+    crate::signals::read_write::write,
+    crate::signals::read_write::write_failed
+);
+unarmed_stub!(
+    write(fd: c_int, buf: *const c_void, count: usize),
+    crate::signals::read_write::WRITE,
+    write_whole,
+    write_failed
+);
+unarmed_targets!(
+    readv_whole,
+    readv_failed,
+    (fd: c_int, iov: *const libc::iovec, count: c_int),
+    crate::signals::read_write::readv,
+    crate::signals::read_write::readv_failed
+);
+unarmed_stub!(
+    readv(fd: c_int, iov: *const libc::iovec, count: c_int),
+    crate::signals::read_write::READV,
+    readv_whole,
+    readv_failed
+);
+unarmed_targets!(
+    writev_whole,
+    writev_failed,
+    (fd: c_int, iov: *const libc::iovec, count: c_int),
+    crate::signals::read_write::writev,
+    crate::signals::read_write::writev_failed
+);
+unarmed_stub!(
+    writev(fd: c_int, iov: *const libc::iovec, count: c_int),
+    crate::signals::read_write::WRITEV,
+    writev_whole,
+    writev_failed
+);
+unarmed_targets!(
+    read_chk_whole,
+    read_chk_failed,
+    (fd: c_int, buf: *mut c_void, count: usize, size: usize),
+    crate::signals::read_write::read_chk,
+    crate::signals::read_write::read_chk_failed
+);
+
+/// `__read_chk`: as the stubs above, with a fourth argument (the buffer's size) kept too, and
+/// one more push of it so the stack stays 16-byte aligned at the call.
+///
+/// # Safety
+/// As `read(2)`, `buf` holding `size` bytes.
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn __read_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    count: usize,
+    size: usize,
+) -> libc::ssize_t {
+    core::arch::naked_asm!(
+        ".cfi_startproc",
+        "mov rax, qword ptr [rip + {real}]",
+        "test rax, rax",
+        "jz {whole}",
+        "push rdi",
+        ".cfi_adjust_cfa_offset 8",
+        "push rsi",
+        ".cfi_adjust_cfa_offset 8",
+        "push rdx",
+        ".cfi_adjust_cfa_offset 8",
+        "push rcx",
+        ".cfi_adjust_cfa_offset 8",
+        "push rcx",
+        ".cfi_adjust_cfa_offset 8",
+        "call rax",
+        ".cfi_remember_state",
+        "cmp rax, -1",
+        "je 2f",
+        "add rsp, 40",
+        ".cfi_adjust_cfa_offset -40",
+        "ret",
+        "2:",
+        ".cfi_restore_state",
+        "pop rcx",
+        ".cfi_adjust_cfa_offset -8",
+        "pop rcx",
+        ".cfi_adjust_cfa_offset -8",
+        "pop rdx",
+        ".cfi_adjust_cfa_offset -8",
+        "pop rsi",
+        ".cfi_adjust_cfa_offset -8",
+        "pop rdi",
+        ".cfi_adjust_cfa_offset -8",
+        "jmp {failed}",
+        ".cfi_endproc",
+        real = sym crate::signals::read_write::READ_CHK,
+        whole = sym read_chk_whole,
+        failed = sym read_chk_failed,
+    )
+}
+
+// Timed waits whose EINTR glibc hands to the caller, and the socket calls on many messages
+// (signals::blocking, signals::sockets); cancellation points, so "C-unwind" as above.
+
+/// # Safety
+/// As `sem_timedwait(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn sem_timedwait(
+    sem: *mut libc::sem_t,
+    abstime: *const libc::timespec,
+) -> c_int {
+    crate::signals::blocking::scrub_stack();
+    // SAFETY: the caller's arguments.
+    unsafe { crate::signals::blocking::sem_timedwait(sem, abstime) }
+}
+
+/// # Safety
+/// As `sem_clockwait(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn sem_clockwait(
+    sem: *mut libc::sem_t,
+    clock: libc::clockid_t,
+    abstime: *const libc::timespec,
+) -> c_int {
+    crate::signals::blocking::scrub_stack();
+    // SAFETY: the caller's arguments.
+    unsafe { crate::signals::blocking::sem_clockwait(sem, clock, abstime) }
+}
+
+/// # Safety
+/// As `aio_suspend(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn aio_suspend(
+    list: *const *const c_void,
+    count: c_int,
+    tmo: *const libc::timespec,
+) -> c_int {
+    crate::signals::blocking::scrub_stack();
+    // SAFETY: the caller's arguments.
+    unsafe { crate::signals::blocking::aio_suspend(list, count, tmo, false) }
+}
+
+/// # Safety
+/// As `aio_suspend(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn aio_suspend64(
+    list: *const *const c_void,
+    count: c_int,
+    tmo: *const libc::timespec,
+) -> c_int {
+    crate::signals::blocking::scrub_stack();
+    // SAFETY: the caller's arguments.
+    unsafe { crate::signals::blocking::aio_suspend(list, count, tmo, true) }
+}
+
+/// # Safety
+/// As `thrd_sleep(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn thrd_sleep(
+    req: *const libc::timespec,
+    rem: *mut libc::timespec,
+) -> c_int {
+    crate::signals::blocking::scrub_stack();
+    // SAFETY: the caller's arguments.
+    unsafe { crate::signals::blocking::thrd_sleep(req, rem) }
+}
+
+/// # Safety
+/// As `recvmmsg(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn recvmmsg(
+    fd: c_int,
+    msgs: *mut libc::mmsghdr,
+    count: libc::c_uint,
+    flags: c_int,
+    tmo: *mut libc::timespec,
+) -> c_int {
+    crate::signals::blocking::scrub_stack();
+    // SAFETY: the caller's arguments.
+    unsafe { crate::signals::sockets::recvmmsg(fd, msgs, count, flags, tmo) }
+}
+
+/// # Safety
+/// As `sendmmsg(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn sendmmsg(
+    fd: c_int,
+    msgs: *mut libc::mmsghdr,
+    count: libc::c_uint,
+    flags: c_int,
+) -> c_int {
+    crate::signals::blocking::scrub_stack();
+    // SAFETY: the caller's arguments.
+    unsafe { crate::signals::sockets::sendmmsg(fd, msgs, count, flags) }
+}
+
+/// # Safety
+/// As `recv(2)`, `buf` holding `size` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn __recv_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    len: usize,
+    size: usize,
+    flags: c_int,
+) -> libc::ssize_t {
+    crate::signals::blocking::scrub_stack();
+    // SAFETY: the caller's arguments.
+    unsafe { crate::signals::sockets::recv_chk(fd, buf, len, size, flags) }
+}
+
+/// # Safety
+/// As `recvfrom(2)`, `buf` holding `size` bytes.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C-unwind" fn __recvfrom_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    len: usize,
+    size: usize,
+    flags: c_int,
+    addr: *mut libc::sockaddr,
+    addr_len: *mut libc::socklen_t,
+) -> libc::ssize_t {
+    crate::signals::blocking::scrub_stack();
+    // SAFETY: the caller's arguments.
+    unsafe { crate::signals::sockets::recvfrom_chk(fd, buf, len, size, flags, addr, addr_len) }
+}
+
 /// `syscall(3)`, variadic in C: on x86-64 a variadic call passes its integer arguments as a
 /// fixed one does (registers, the sixth on the stack), so the six that any system call can
 /// take are read as parameters, as glibc's own `syscall` reads them; the ones the caller did

@@ -63,6 +63,13 @@ fn every_wrapped_call_returns_and_sets_errno_as_glibc_does() {
         "msgrcv_interrupted ret=-1 errno=4",
         "semtimedop_timeout ret=-1 errno=11",
         "msgrcv ret=3 errno=kept",
+        "read ret=1 errno=kept",
+        "read_timeout ret=-1 errno=11",
+        "read_interrupted ret=-1 errno=4",
+        "recvmmsg ret=1 errno=kept",
+        "sem_timedwait_timeout ret=-1 errno=110",
+        "sem_timedwait_interrupted ret=-1 errno=4",
+        "thrd_sleep ret=0 errno=kept",
     ] {
         assert!(run.stdout.lines().any(|l| l == row), "no row {row:?}");
     }

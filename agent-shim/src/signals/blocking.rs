@@ -33,8 +33,18 @@
 //!   `rem`, `sleep`'s unslept seconds and `select`'s updated `timeval`, as the kernel gave them).
 //!
 //! The rest of signal(7)'s list goes through [`run`] too: the socket calls under
-//! `SO_RCVTIMEO`/`SO_SNDTIMEO` (`signals::sockets`), and every blocking call made by number
-//! through libc's `syscall(3)`, libaio's `io_getevents` among them (`signals::raw_syscall`).
+//! `SO_RCVTIMEO`/`SO_SNDTIMEO` (`signals::sockets`; `read` and `write` on such sockets reach it
+//! only after failing, `signals::read_write`, told apart by the stop handler's note of the call
+//! it cut short rather than by an armed byte: see "unarmed calls" below), and every blocking
+//! call made by number through libc's `syscall(3)`, libaio's `io_getevents` among them
+//! (`signals::raw_syscall`). So do the timed waits whose `EINTR` glibc hands to the caller
+//! rather than going back to waiting: `sem_timedwait`, `sem_clockwait` (nptl/sem_waitcommon.c)
+//! and `aio_suspend` (sysdeps/pthread/aio_suspend.c); and C11's `thrd_sleep`, which, like
+//! `sleep`, reaches the kernel without an interposable call. glibc 2.36's other timed waits
+//! loop on their futex's `EINTR` until the deadline (nptl/pthread_cond_wait.c,
+//! pthread_mutex_timedlock.c, pthread_rwlock_common.c, pthread_join_common.c), and the waits
+//! without a timeout (`sem_wait`, `pthread_cond_wait`, mutexes) are restarted by the kernel
+//! after an `SA_RESTART` handler: those need nothing.
 //! Not covered: a call made with the `syscall` instruction itself (Go's runtime, for one),
 //! which no interposition can see.
 //!
@@ -104,6 +114,11 @@ pub(super) static SEMOP: Real = Real::new(c"semop");
 pub(super) static SEMTIMEDOP: Real = Real::new(c"semtimedop");
 pub(super) static MSGRCV: Real = Real::new(c"msgrcv");
 pub(super) static MSGSND: Real = Real::new(c"msgsnd");
+pub(super) static SEM_TIMEDWAIT: Real = Real::new(c"sem_timedwait");
+pub(super) static SEM_CLOCKWAIT: Real = Real::new(c"sem_clockwait");
+pub(super) static AIO_SUSPEND: Real = Real::new(c"aio_suspend");
+pub(super) static AIO_SUSPEND64: Real = Real::new(c"aio_suspend64");
+pub(super) static THRD_SLEEP: Real = Real::new(c"thrd_sleep");
 
 pub(super) fn init() {
     for f in [
@@ -127,6 +142,11 @@ pub(super) fn init() {
         &SEMTIMEDOP,
         &MSGRCV,
         &MSGSND,
+        &SEM_TIMEDWAIT,
+        &SEM_CLOCKWAIT,
+        &AIO_SUSPEND,
+        &AIO_SUSPEND64,
+        &THRD_SLEEP,
     ] {
         f.get();
     }
@@ -187,29 +207,135 @@ fn slot(tid: u32, create: bool) -> Option<&'static AtomicU8> {
 
 /// Called by the agent's own signal handlers (stop, and `SIGUSR2` when the program has no
 /// handler of its own) with the handler's `ucontext`: marks the thread's wrapped blocking
-/// call, if this signal is what cut it short. Async-signal-safe.
+/// call, if this signal is what cut it short; on a thread in no wrapped call, notes the
+/// system call it cut short for the unarmed wrappers ([`take_unarmed_cut`]), or forgets an
+/// earlier note. Async-signal-safe; reads errno before anything changes it (the handlers
+/// call this first), which is then the interrupted code's.
 pub fn agent_signal_arrived(uctx: *const c_void) {
-    let Some(slot) = slot(sys::current_tid(), false) else {
-        return;
-    };
-    if slot.load(Ordering::Relaxed) & IN_CALL == 0 || uctx.is_null() {
+    let tid = sys::current_tid();
+    let armed = slot(tid, false).filter(|s| s.load(Ordering::Relaxed) & IN_CALL != 0);
+    if uctx.is_null() {
         return;
     }
     // SAFETY: the kernel passes a valid ucontext_t to an SA_SIGINFO handler.
-    let uc = unsafe { &*(uctx as *const libc::ucontext_t) };
-    if uc.uc_mcontext.gregs[libc::REG_RAX as usize] == -i64::from(libc::EINTR) {
-        slot.fetch_or(BY_AGENT, Ordering::Relaxed);
+    let gregs = unsafe { &(*(uctx as *const libc::ucontext_t)).uc_mcontext.gregs };
+    let cut = gregs[libc::REG_RAX as usize] == -i64::from(libc::EINTR);
+    match armed {
+        Some(slot) if cut => {
+            slot.fetch_or(BY_AGENT, Ordering::Relaxed);
+        }
+        Some(_) => {}
+        None => {
+            let reg = |r: c_int| gregs[r as usize] as u64;
+            let note = (cut && after_syscall_instruction(reg(libc::REG_RIP))).then(|| {
+                let print = call_print(reg(libc::REG_RDI), reg(libc::REG_RSI), reg(libc::REG_RDX));
+                (print, errno())
+            });
+            set_unarmed_note(tid, note);
+        }
     }
 }
 
 /// Called by the agent's handlers when a program signal was handled on top of them or is
 /// pending for delivery right after: the thread's wrapped call must then report its `EINTR`.
 pub fn program_signal_arrived() {
-    if let Some(slot) = slot(sys::current_tid(), false)
+    let tid = sys::current_tid();
+    set_unarmed_note(tid, None);
+    if let Some(slot) = slot(tid, false)
         && slot.load(Ordering::Relaxed) & IN_CALL != 0
     {
         slot.fetch_or(OTHER, Ordering::Relaxed);
     }
+}
+
+// ---- unarmed calls ----
+//
+// `read`, `write`, `readv` and `writev` run for every file a program touches: their wrappers
+// (signals::read_write) must cost nothing until the call fails, so they cannot arm the
+// thread's byte before it. Instead the stop handler, finding a thread in no armed call whose
+// system call it just ended with EINTR (rax holds -EINTR and the interrupted instruction
+// follows a `syscall`), notes which call that was: the thread, its errno at that moment (the
+// call's entry errno: glibc's wrappers touch errno only after the system call), and a print of
+// the call's first three argument registers (the kernel leaves them as they were). A wrapper
+// whose call failed with EINTR takes the note: the agent alone cut it short when the note
+// is this thread's and its print is the call's own arguments'. A program signal handled
+// during or right after the stop erases the note, as it marks an armed call OTHER; every later
+// stop of the thread replaces or erases it, so a note never outlives the next snapshot.
+
+/// Notes, one pair of words per thread (indexed by the tid's low bits; a thread sharing its
+/// index with another stopped in the same snapshot may lose its note, and its call then
+/// reports the `EINTR`, as without the wrapper): the tid in the top [`TID_BITS`] of both, the
+/// call's print below it in the first, the errno in the low 32 bits of the second. Zero: no
+/// note (no thread has tid 0).
+static UNARMED_NOTES: [[AtomicU64; 2]; 1 << 14] =
+    [const { [AtomicU64::new(0), AtomicU64::new(0)] }; 1 << 14];
+const TID_BITS: u32 = 22;
+const PRINT_BITS: u32 = 64 - TID_BITS;
+const PRINT_MASK: u64 = (1 << PRINT_BITS) - 1;
+
+fn unarmed_cell(tid: u32) -> &'static [AtomicU64; 2] {
+    &UNARMED_NOTES[tid as usize % UNARMED_NOTES.len()]
+}
+
+fn tid_bits(tid: u32) -> u64 {
+    u64::from(tid) << PRINT_BITS
+}
+
+/// The print of a call's first three arguments (the first an `int`: only its low 32 bits
+/// are the call's, the rest of the register is whatever the caller left there).
+fn call_print(first: u64, second: u64, third: u64) -> u64 {
+    let mixed = (first & 0xffff_ffff).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        ^ second.wrapping_mul(0xc2b2_ae3d_27d4_eb4f)
+        ^ third.wrapping_mul(0x1656_67b1_9e37_79f9);
+    mixed >> TID_BITS
+}
+
+/// Whether the instruction before `rip` is a `syscall` (0f 05), read only within `rip`'s own
+/// page (mapped and executable: the thread runs there).
+fn after_syscall_instruction(rip: u64) -> bool {
+    rip % 4096 >= 2
+        // SAFETY: two bytes of the page the interrupted thread executes from.
+        && unsafe { std::ptr::read_unaligned((rip - 2) as *const [u8; 2]) } == [0x0f, 0x05]
+}
+
+/// Notes the call with `print` and `errno` as this thread's (None: erases this thread's note,
+/// leaving another thread's alone).
+fn set_unarmed_note(tid: u32, note: Option<(u64, c_int)>) {
+    let [print_word, errno_word] = unarmed_cell(tid);
+    match note {
+        Some((print, errno)) => {
+            errno_word.store(tid_bits(tid) | u64::from(errno as u32), Ordering::Relaxed);
+            print_word.store(tid_bits(tid) | print, Ordering::Relaxed);
+        }
+        None => {
+            let word = print_word.load(Ordering::Relaxed);
+            if word != 0 && word & !PRINT_MASK == tid_bits(tid) {
+                let _ = print_word.compare_exchange(word, 0, Ordering::Relaxed, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// For an unarmed call on this thread that just failed with `EINTR`, with its first three
+/// arguments: the errno it was called with when the agent's signal alone cut it short (the
+/// note is taken, and the retry counted), None when the `EINTR` is the program's.
+pub fn take_unarmed_cut(first: u64, second: u64, third: u64) -> Option<c_int> {
+    let tid = sys::current_tid();
+    let [print_word, errno_word] = unarmed_cell(tid);
+    let word = print_word.load(Ordering::Relaxed);
+    if word == 0 || word & !PRINT_MASK != tid_bits(tid) {
+        return None;
+    }
+    print_word
+        .compare_exchange(word, 0, Ordering::Relaxed, Ordering::Relaxed)
+        .ok()?;
+    let errno = errno_word.load(Ordering::Relaxed);
+    if word & PRINT_MASK != call_print(first, second, third) || errno & !PRINT_MASK != tid_bits(tid)
+    {
+        return None;
+    }
+    RETRIES.fetch_add(1, Ordering::Relaxed);
+    Some(errno as u32 as c_int)
 }
 
 /// A wrapped call in progress on this thread. Deliberately without `Drop`: a destructor
@@ -309,14 +435,26 @@ pub fn run<R: Copy>(
     r
 }
 
-/// For the functions that report failure as -1 and errno.
-pub fn eintr(r: c_int) -> bool {
-    r == -1 && errno() == libc::EINTR
+/// A result type of the calls that report failure as -1 and errno.
+pub trait MinusOne: Copy + PartialEq {
+    const FAILED: Self;
 }
 
-/// [`eintr`] for the functions that return a size.
-pub fn eintr_size(r: libc::ssize_t) -> bool {
-    r == -1 && errno() == libc::EINTR
+impl MinusOne for c_int {
+    const FAILED: Self = -1;
+}
+
+impl MinusOne for libc::ssize_t {
+    const FAILED: Self = -1;
+}
+
+impl MinusOne for libc::c_long {
+    const FAILED: Self = -1;
+}
+
+/// Whether a call that reports failure as -1 and errno ended with `EINTR`.
+pub fn eintr<R: MinusOne>(r: R) -> bool {
+    r == R::FAILED && errno() == libc::EINTR
 }
 
 /// The real function behind `$real` with type `$ty`, or `$fail` returned (errno ENOSYS) when
@@ -387,6 +525,23 @@ pub(super) fn monotonic(ns: Option<i128>) -> Timeout {
     }
 }
 
+/// What a retry of `clock_nanosleep(clock, flags, req, _)` waits for: what is left of a
+/// relative sleep on its own clock, an absolute one unchanged.
+///
+/// # Safety
+/// `req` is null or readable.
+pub(super) unsafe fn clock_timeout(
+    clock: libc::clockid_t,
+    flags: c_int,
+    req: *const libc::timespec,
+) -> Timeout {
+    // SAFETY: guaranteed by the caller.
+    match unsafe { read_ts(req) }.map(|t| ts_ns(&t)) {
+        Some(ns) if flags & libc::TIMER_ABSTIME == 0 && ns > 0 => Timeout::Relative { clock, ns },
+        _ => Timeout::Same,
+    }
+}
+
 /// Reads a caller's timespec (None for a null pointer).
 ///
 /// # Safety
@@ -401,12 +556,21 @@ pub(super) unsafe fn read_ts(ts: *const libc::timespec) -> Option<libc::timespec
 ///
 /// # Safety
 /// `tmo` is null or readable; `call` gets `tmo` itself or a pointer to a live local.
-unsafe fn with_timespec(
+pub(super) unsafe fn with_timespec<R: MinusOne>(
     tmo: *const libc::timespec,
-    call: &mut dyn FnMut(*const libc::timespec) -> c_int,
-) -> c_int {
+    call: &mut dyn FnMut(*const libc::timespec) -> R,
+) -> R {
     // SAFETY: guaranteed by the caller.
     let timeout = monotonic(unsafe { read_ts(tmo) }.map(|t| ts_ns(&t)));
+    with_timeout(timeout, tmo, call)
+}
+
+/// As [`with_timespec`], counting down `timeout` (the caller's reading of `tmo`).
+pub(super) fn with_timeout<R: MinusOne>(
+    timeout: Timeout,
+    tmo: *const libc::timespec,
+    call: &mut dyn FnMut(*const libc::timespec) -> R,
+) -> R {
     run(
         timeout,
         &mut |left| match left {
@@ -418,7 +582,7 @@ unsafe fn with_timespec(
 }
 
 /// As [`with_timespec`] for a timeout in milliseconds (negative: none).
-fn with_millis(timeout: c_int, call: &mut dyn FnMut(c_int) -> c_int) -> c_int {
+pub(super) fn with_millis<R: MinusOne>(timeout: c_int, call: &mut dyn FnMut(c_int) -> R) -> R {
     run(
         monotonic((timeout >= 0).then(|| i128::from(timeout) * 1_000_000)),
         &mut |left| call(left.map_or(timeout, ns_ms)),
@@ -473,11 +637,7 @@ pub unsafe fn clock_nanosleep(
 ) -> c_int {
     let real = real!(CLOCK_NANOSLEEP, ClockNanosleepFn, libc::ENOSYS);
     // SAFETY: the caller's pointer.
-    let req_ns = unsafe { read_ts(req) }.map(|t| ts_ns(&t));
-    let timeout = match req_ns {
-        Some(ns) if flags & libc::TIMER_ABSTIME == 0 && ns > 0 => Timeout::Relative { clock, ns },
-        _ => Timeout::Same,
-    };
+    let timeout = unsafe { clock_timeout(clock, flags, req) };
     run(
         timeout,
         &mut |left| match left {
@@ -814,7 +974,7 @@ pub unsafe fn msgrcv(
         Timeout::Same,
         // SAFETY: the caller's arguments.
         &mut |_| unsafe { real(id, msg, size, kind, flags) },
-        &eintr_size,
+        &eintr,
     )
 }
 
@@ -830,6 +990,92 @@ pub unsafe fn msgsnd(id: c_int, msg: *const c_void, size: libc::size_t, flags: c
         Timeout::Same,
         &mut |_| unsafe { real(id, msg, size, flags) },
         &eintr,
+    )
+}
+
+/// `sem_timedwait(3)`: glibc's hands the `EINTR` of its timed futex wait to the caller
+/// (nptl/sem_waitcommon.c), which the kernel returns after any handler when the wait has a
+/// timeout. The deadline is absolute: a retry passes it unchanged. (`sem_wait` has no
+/// timeout, and the kernel restarts its wait after the agent's `SA_RESTART` handler.)
+///
+/// # Safety
+/// As `sem_timedwait(3)`.
+pub unsafe fn sem_timedwait(sem: *mut libc::sem_t, abstime: *const libc::timespec) -> c_int {
+    type F = unsafe extern "C-unwind" fn(*mut libc::sem_t, *const libc::timespec) -> c_int;
+    let real = real!(SEM_TIMEDWAIT, F, -1);
+    // SAFETY: the caller's arguments.
+    run(
+        Timeout::Same,
+        &mut |_| unsafe { real(sem, abstime) },
+        &eintr,
+    )
+}
+
+/// `sem_clockwait(3)`: as [`sem_timedwait`], on the caller's clock.
+///
+/// # Safety
+/// As `sem_clockwait(3)`.
+pub unsafe fn sem_clockwait(
+    sem: *mut libc::sem_t,
+    clock: libc::clockid_t,
+    abstime: *const libc::timespec,
+) -> c_int {
+    type F = unsafe extern "C-unwind" fn(
+        *mut libc::sem_t,
+        libc::clockid_t,
+        *const libc::timespec,
+    ) -> c_int;
+    let real = real!(SEM_CLOCKWAIT, F, -1);
+    // SAFETY: the caller's arguments.
+    run(
+        Timeout::Same,
+        &mut |_| unsafe { real(sem, clock, abstime) },
+        &eintr,
+    )
+}
+
+/// `aio_suspend(3)` (and `aio_suspend64`, the same function under the name that
+/// `_FILE_OFFSET_BITS=64` gives it): glibc's waits on a futex until the relative timeout and
+/// returns the wait's `EINTR` (sysdeps/pthread/aio_suspend.c). A retry passes what is left.
+///
+/// # Safety
+/// As `aio_suspend(3)`.
+pub unsafe fn aio_suspend(
+    list: *const *const c_void,
+    count: c_int,
+    tmo: *const libc::timespec,
+    large_file: bool,
+) -> c_int {
+    type F =
+        unsafe extern "C-unwind" fn(*const *const c_void, c_int, *const libc::timespec) -> c_int;
+    let real = if large_file {
+        real!(AIO_SUSPEND64, F, -1)
+    } else {
+        real!(AIO_SUSPEND, F, -1)
+    };
+    // SAFETY: the caller's arguments, the timeout theirs or a local one.
+    unsafe { with_timespec(tmo, &mut |ts| real(list, count, ts)) }
+}
+
+/// `thrd_sleep(3)`: C11's sleep, which reaches the kernel through glibc's internal
+/// `__clock_nanosleep` (no interposable symbol on the way) and reports an interruption as -1
+/// (errno untouched; the time left in `rem`).
+///
+/// # Safety
+/// As `thrd_sleep(3)`.
+pub unsafe fn thrd_sleep(req: *const libc::timespec, rem: *mut libc::timespec) -> c_int {
+    let real = real!(THRD_SLEEP, NanosleepFn, -2);
+    // SAFETY: the caller's pointer.
+    let timeout = monotonic(unsafe { read_ts(req) }.map(|t| ts_ns(&t)));
+    run(
+        timeout,
+        &mut |left| match left {
+            // SAFETY: the caller's arguments.
+            None => unsafe { real(req, rem) },
+            // SAFETY: a local timespec and the caller's `rem`.
+            Some(ns) => unsafe { real(&ns_ts(ns), rem) },
+        },
+        &|r| r == -1,
     )
 }
 

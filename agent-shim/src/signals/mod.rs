@@ -3,7 +3,8 @@
 //! Owns: the real libc functions behind the agent's signal-related wrappers (resolved with
 //! `dlsym(RTLD_NEXT)` in the constructor, before any program thread exists), the blocking-call
 //! wrappers that hide the stop signal's `EINTR` ([`blocking`], [`sockets`] for the socket calls
-//! under a timeout, [`raw_syscall`] for the calls made through `syscall(3)`), and the `SIGUSR2` chaining
+//! under a timeout, [`read_write`] for `read` and `write` on such sockets, [`raw_syscall`] for
+//! the calls made through `syscall(3)`), and the `SIGUSR2` chaining
 //! that keeps both the program's handler and the `HEAPTUI_DUMP` trigger ([`chain`]).
 //!
 //! The agent's own code must install its handlers through [`chain::real_sigaction`], never
@@ -15,22 +16,27 @@
 pub mod blocking;
 pub mod chain;
 pub mod raw_syscall;
+pub mod read_write;
 pub mod sockets;
 
 use std::ffi::{CStr, c_int, c_void};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
-/// A libc function looked up once with `dlsym(RTLD_NEXT)`.
+/// A libc function looked up once with `dlsym(RTLD_NEXT)`. `repr(C)` with the address first:
+/// the naked stubs of `read` and `write` (exports.rs) load it from the static's own address.
+#[repr(C)]
 pub struct Real {
-    name: &'static CStr,
     ptr: AtomicPtr<c_void>,
+    name: &'static CStr,
 }
+
+const _: () = assert!(std::mem::offset_of!(Real, ptr) == 0);
 
 impl Real {
     pub const fn new(name: &'static CStr) -> Self {
         Self {
-            name,
             ptr: AtomicPtr::new(std::ptr::null_mut()),
+            name,
         }
     }
 
@@ -86,6 +92,7 @@ pub fn has_signal(set: &libc::sigset_t, sig: c_int) -> bool {
 pub fn init() {
     blocking::init();
     sockets::init();
+    read_write::init();
     chain::init();
 }
 

@@ -19,8 +19,8 @@
 //! - the ones whose timeout the kernel updates in place on `EINTR` (`ppoll`, `select`,
 //!   `pselect6`), and those with none (`pause`, `rt_sigsuspend`, `semop`, `msgrcv`,
 //!   `msgsnd`): retried with the same arguments;
-//! - the socket calls (`recvfrom`, `recvmsg`, `accept`, `accept4`, `sendto`, `sendmsg`,
-//!   `connect`), as `signals::sockets` resumes them.
+//! - the socket calls (`recvfrom`, `recvmsg`, `recvmmsg`, `accept`, `accept4`, `sendto`,
+//!   `sendmsg`, `sendmmsg`, `connect`), as `signals::sockets` resumes them.
 //!
 //! The signal masks that `ppoll`, `epoll_pwait`, `epoll_pwait2`, `rt_sigsuspend`, and (inside
 //! a pointer and length pair) `pselect6` and `io_pgetevents` install, and the set
@@ -38,16 +38,18 @@
 
 use std::ffi::{c_int, c_long};
 
-use super::blocking::{Timeout, monotonic, ns_ms, ns_ts, read_ts, run};
+use super::blocking::{
+    Timeout, clock_timeout, eintr, run, with_millis, with_timeout, with_timespec,
+};
 use super::sockets::{Way, resume};
-use crate::sys::{self, errno, set_errno, ts_ns};
+use crate::sys::{self, set_errno};
 
 /// `io_pgetevents` on x86-64 (the libc crate does not name it).
 const SYS_IO_PGETEVENTS: c_long = 333;
 
 /// The calls that may block in a way the agent's signal would cut short (and so go through
 /// [`blocking_call`]).
-const RESUMED: [c_long; 25] = [
+const RESUMED: [c_long; 27] = [
     libc::SYS_nanosleep,
     libc::SYS_clock_nanosleep,
     libc::SYS_rt_sigtimedwait,
@@ -68,10 +70,12 @@ const RESUMED: [c_long; 25] = [
     libc::SYS_msgsnd,
     libc::SYS_recvfrom,
     libc::SYS_recvmsg,
+    libc::SYS_recvmmsg,
     libc::SYS_accept,
     libc::SYS_accept4,
     libc::SYS_sendto,
     libc::SYS_sendmsg,
+    libc::SYS_sendmmsg,
     libc::SYS_connect,
 ];
 
@@ -118,10 +122,6 @@ pub unsafe fn pass(n: c_long, args: [c_long; 6]) -> c_long {
     } else {
         r
     }
-}
-
-fn eintr_long(r: c_long) -> bool {
-    r == -1 && errno() == libc::EINTR
 }
 
 /// When argument `at` points at a kernel signal set (`size_at` holding its size, 8) that holds
@@ -171,69 +171,20 @@ unsafe fn without_stop_in_pair(
     }
 }
 
-/// Runs call `n` whose argument `at` is a relative timeout timespec (null: none).
-///
-/// # Safety
-/// As the call; `args[at]` is null or readable.
-unsafe fn with_timespec_at(n: c_long, args: [c_long; 6], at: usize) -> c_long {
-    // SAFETY: guaranteed by the caller.
-    let req = unsafe { read_ts(args[at] as *const libc::timespec) };
-    // SAFETY: guaranteed by the caller.
-    unsafe { with_timeout_at(n, args, at, monotonic(req.map(|t| ts_ns(&t)))) }
-}
-
-/// Runs call `n`, whose argument `at` is a timespec, until the agent's signal is not what
-/// ended it; a retry passes what is left of `timeout` there.
+/// Call `n` with `ts` (the caller's timespec or a live local) as argument `at`.
 ///
 /// # Safety
 /// As the call.
-unsafe fn with_timeout_at(n: c_long, args: [c_long; 6], at: usize, timeout: Timeout) -> c_long {
-    run(
-        timeout,
-        &mut |left| {
-            let local = left.map(ns_ts);
-            let mut args = args;
-            if let Some(ts) = &local {
-                args[at] = ts as *const libc::timespec as c_long;
-            }
-            // SAFETY: the caller's arguments, the timeout theirs or a live local.
-            unsafe { pass(n, args) }
-        },
-        &eintr_long,
-    )
-}
-
-/// Runs call `n` whose argument `at` is a timeout in milliseconds (negative: none).
-///
-/// # Safety
-/// As the call.
-unsafe fn with_millis_at(n: c_long, args: [c_long; 6], at: usize) -> c_long {
-    let ms = args[at] as c_int;
-    run(
-        monotonic((ms >= 0).then(|| i128::from(ms) * 1_000_000)),
-        &mut |left| {
-            let mut args = args;
-            if let Some(ns) = left {
-                args[at] = c_long::from(ns_ms(ns));
-            }
-            // SAFETY: the caller's arguments, with what is left of the timeout.
-            unsafe { pass(n, args) }
-        },
-        &eintr_long,
-    )
-}
-
-/// Runs call `n` again with the same arguments after the agent's interruptions.
-///
-/// # Safety
-/// As the call.
-unsafe fn same(n: c_long, args: [c_long; 6]) -> c_long {
-    // SAFETY: the caller's arguments.
-    run(
-        Timeout::Same,
-        &mut |_| unsafe { pass(n, args) },
-        &eintr_long,
-    )
+unsafe fn pass_timespec_at(
+    n: c_long,
+    args: [c_long; 6],
+    at: usize,
+    ts: *const libc::timespec,
+) -> c_long {
+    let mut args = args;
+    args[at] = ts as c_long;
+    // SAFETY: the caller's arguments, the timeout theirs or a live local.
+    unsafe { pass(n, args) }
 }
 
 /// One of the calls [`resumed`] names, resumed after the agent's signal (module docs).
@@ -259,38 +210,42 @@ pub unsafe fn blocking_call(n: c_long, args: [c_long; 6]) -> c_long {
             }
             _ => {}
         }
+        let timespec_at = |at: usize| {
+            with_timespec(args[at] as *const libc::timespec, &mut |ts| {
+                pass_timespec_at(n, args, at, ts)
+            })
+        };
+        let millis_at = |at: usize| {
+            with_millis(args[at] as c_int, &mut |ms| {
+                let mut args = args;
+                args[at] = c_long::from(ms);
+                pass(n, args)
+            })
+        };
+        let socket = |way: Way| {
+            resume(args[0] as c_int, way, false, &mut || pass(n, args) as isize) as c_long
+        };
         match n {
-            libc::SYS_nanosleep => with_timespec_at(n, args, 0),
-            libc::SYS_clock_nanosleep if args[1] as c_int & libc::TIMER_ABSTIME == 0 => {
-                let req = read_ts(args[2] as *const libc::timespec).map(|t| ts_ns(&t));
-                let timeout = match req {
-                    Some(ns) if ns > 0 => Timeout::Relative {
-                        clock: args[0] as libc::clockid_t,
-                        ns,
-                    },
-                    _ => Timeout::Same,
-                };
-                with_timeout_at(n, args, 2, timeout)
+            libc::SYS_nanosleep => timespec_at(0),
+            libc::SYS_clock_nanosleep => {
+                let tmo = args[2] as *const libc::timespec;
+                let timeout = clock_timeout(args[0] as libc::clockid_t, args[1] as c_int, tmo);
+                with_timeout(timeout, tmo, &mut |ts| pass_timespec_at(n, args, 2, ts))
             }
-            libc::SYS_rt_sigtimedwait => with_timespec_at(n, args, 2),
-            libc::SYS_semtimedop | libc::SYS_epoll_pwait2 => with_timespec_at(n, args, 3),
-            libc::SYS_io_getevents | SYS_IO_PGETEVENTS => with_timespec_at(n, args, 4),
-            libc::SYS_poll => with_millis_at(n, args, 2),
-            libc::SYS_epoll_wait | libc::SYS_epoll_pwait => with_millis_at(n, args, 3),
-            libc::SYS_recvfrom | libc::SYS_recvmsg | libc::SYS_accept | libc::SYS_accept4 => {
-                resume(args[0] as c_int, Way::Receive, false, &mut || {
-                    pass(n, args) as isize
-                }) as c_long
-            }
-            libc::SYS_sendto | libc::SYS_sendmsg => {
-                resume(args[0] as c_int, Way::Send, false, &mut || {
-                    pass(n, args) as isize
-                }) as c_long
-            }
-            libc::SYS_connect => resume(args[0] as c_int, Way::Connect, false, &mut || {
-                pass(n, args) as isize
-            }) as c_long,
-            _ => same(n, args),
+            libc::SYS_rt_sigtimedwait => timespec_at(2),
+            libc::SYS_semtimedop | libc::SYS_epoll_pwait2 => timespec_at(3),
+            libc::SYS_io_getevents | SYS_IO_PGETEVENTS => timespec_at(4),
+            libc::SYS_poll => millis_at(2),
+            libc::SYS_epoll_wait | libc::SYS_epoll_pwait => millis_at(3),
+            libc::SYS_recvfrom
+            | libc::SYS_recvmsg
+            | libc::SYS_recvmmsg
+            | libc::SYS_accept
+            | libc::SYS_accept4 => socket(Way::Receive),
+            libc::SYS_sendto | libc::SYS_sendmsg | libc::SYS_sendmmsg => socket(Way::Send),
+            libc::SYS_connect => socket(Way::Connect),
+            // The rest: no timeout, or one the kernel updates in place on EINTR.
+            _ => run(Timeout::Same, &mut |_| pass(n, args), &eintr),
         }
     }
 }
@@ -298,6 +253,7 @@ pub unsafe fn blocking_call(n: c_long, args: [c_long; 6]) -> c_long {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sys::errno;
 
     #[test]
     fn passes_results_and_errno_as_glibc_does() {

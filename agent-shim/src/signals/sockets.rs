@@ -31,9 +31,9 @@
 //! there; and a Unix-domain `connect`, whose socket poll reports ready before it is
 //! connected, is retried at once with its whole timeout. Either can end later than it would
 //! have without the agent, never earlier, and never with an `EINTR` the program would not have
-//! seen. `read`/`write`/`readv`/`writev` and `recvmmsg`/`sendmmsg` on such a socket are not
-//! wrapped (interposing `read` and `write` would put every file read of every program through
-//! the agent for a case this rare): a snapshot can still end them with `EINTR`.
+//! seen. `recvmmsg`/`sendmmsg` and the fortified `__recv_chk`/`__recvfrom_chk` go the same way;
+//! `read`/`write`/`readv`/`writev` too, from `signals::read_write`, which reaches [`resume`]
+//! only after the call failed with the agent's `EINTR`.
 //!
 //! Must never: allocate, lock, print, or change a call's result when the agent did not cause
 //! its `EINTR`.
@@ -42,7 +42,7 @@ use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use super::Real;
-use super::blocking::{Timeout, eintr_size, ns_ms, real, run};
+use super::blocking::{Timeout, eintr, ns_ms, real, run};
 use crate::sys::{self, errno, set_errno};
 
 pub(super) static RECV: Real = Real::new(c"recv");
@@ -54,6 +54,10 @@ pub(super) static SENDMSG: Real = Real::new(c"sendmsg");
 pub(super) static ACCEPT: Real = Real::new(c"accept");
 pub(super) static ACCEPT4: Real = Real::new(c"accept4");
 pub(super) static CONNECT: Real = Real::new(c"connect");
+pub(super) static RECVMMSG: Real = Real::new(c"recvmmsg");
+pub(super) static SENDMMSG: Real = Real::new(c"sendmmsg");
+pub(super) static RECV_CHK: Real = Real::new(c"__recv_chk");
+pub(super) static RECVFROM_CHK: Real = Real::new(c"__recvfrom_chk");
 
 /// `CLOCK_MONOTONIC_COARSE`'s resolution in nanoseconds (set by [`init`]; 10 ms until then,
 /// more than any kernel's tick).
@@ -75,7 +79,19 @@ pub(super) fn init() {
         }
     }
     for f in [
-        &RECV, &RECVFROM, &RECVMSG, &SEND, &SENDTO, &SENDMSG, &ACCEPT, &ACCEPT4, &CONNECT,
+        &RECV,
+        &RECVFROM,
+        &RECVMSG,
+        &SEND,
+        &SENDTO,
+        &SENDMSG,
+        &ACCEPT,
+        &ACCEPT4,
+        &CONNECT,
+        &RECVMMSG,
+        &SENDMMSG,
+        &RECV_CHK,
+        &RECVFROM_CHK,
     ] {
         f.get();
     }
@@ -241,7 +257,7 @@ pub fn resume(
                 }
             }
         },
-        &eintr_size,
+        &eintr,
     )
 }
 
@@ -400,4 +416,99 @@ pub unsafe fn connect(fd: c_int, addr: *const libc::sockaddr, len: libc::socklen
     resume(fd, Way::Connect, true, &mut || unsafe {
         real(fd, addr, len) as libc::ssize_t
     }) as c_int
+}
+
+/// `recvmmsg(2)`: its own timeout is checked only after a datagram arrived (the kernel leaves
+/// it unchanged when the call fails), so the wait for the first one is the socket's, as for
+/// `recvmsg`; a retry passes the same arguments.
+///
+/// # Safety
+/// As `recvmmsg(2)`.
+pub unsafe fn recvmmsg(
+    fd: c_int,
+    msgs: *mut libc::mmsghdr,
+    count: libc::c_uint,
+    flags: c_int,
+    tmo: *mut libc::timespec,
+) -> c_int {
+    type F = unsafe extern "C-unwind" fn(
+        c_int,
+        *mut libc::mmsghdr,
+        libc::c_uint,
+        c_int,
+        *mut libc::timespec,
+    ) -> c_int;
+    let real = real!(RECVMMSG, F, -1);
+    // SAFETY: the caller's arguments.
+    resume(fd, Way::Receive, true, &mut || unsafe {
+        real(fd, msgs, count, flags, tmo) as libc::ssize_t
+    }) as c_int
+}
+
+/// `sendmmsg(2)`: an `EINTR` means no message went (the count of those sent otherwise).
+///
+/// # Safety
+/// As `sendmmsg(2)`.
+pub unsafe fn sendmmsg(
+    fd: c_int,
+    msgs: *mut libc::mmsghdr,
+    count: libc::c_uint,
+    flags: c_int,
+) -> c_int {
+    type F = unsafe extern "C-unwind" fn(c_int, *mut libc::mmsghdr, libc::c_uint, c_int) -> c_int;
+    let real = real!(SENDMMSG, F, -1);
+    // SAFETY: the caller's arguments.
+    resume(fd, Way::Send, true, &mut || unsafe {
+        real(fd, msgs, count, flags) as libc::ssize_t
+    }) as c_int
+}
+
+/// `__recv_chk`, the `recv` that `_FORTIFY_SOURCE` compiles a receive into a buffer of known
+/// size to: glibc's checks the size and calls its internal `recv`, which no wrapper sees.
+///
+/// # Safety
+/// As `recv(2)`, `buf` holding `size` bytes.
+pub unsafe fn recv_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    len: usize,
+    size: usize,
+    flags: c_int,
+) -> libc::ssize_t {
+    type F = unsafe extern "C-unwind" fn(c_int, *mut c_void, usize, usize, c_int) -> libc::ssize_t;
+    let real = real!(RECV_CHK, F, -1);
+    // SAFETY: the caller's arguments.
+    resume(fd, Way::Receive, true, &mut || unsafe {
+        real(fd, buf, len, size, flags)
+    })
+}
+
+/// `__recvfrom_chk`: as [`recv_chk`] for `recvfrom`.
+///
+/// # Safety
+/// As `recvfrom(2)`, `buf` holding `size` bytes.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn recvfrom_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    len: usize,
+    size: usize,
+    flags: c_int,
+    addr: *mut libc::sockaddr,
+    addr_len: *mut libc::socklen_t,
+) -> libc::ssize_t {
+    type F = unsafe extern "C-unwind" fn(
+        c_int,
+        *mut c_void,
+        usize,
+        usize,
+        c_int,
+        *mut libc::sockaddr,
+        *mut libc::socklen_t,
+    ) -> libc::ssize_t;
+    let real = real!(RECVFROM_CHK, F, -1);
+    resume(fd, Way::Receive, true, &mut || {
+        // SAFETY: the caller's arguments.
+        unsafe { real(fd, buf, len, size, flags, addr, addr_len) }
+    })
 }

@@ -21,8 +21,12 @@
  * returns -errno. raw_ppoll, raw_pselect6 and raw_io_pgetevents install a mask that blocks
  * every signal but SIGUSR1 (the stop signal among them): the agent must take the stop signal
  * out of it, or the threads could not be stopped for the snapshots. */
+#include <aio.h>
 #include <errno.h>
 #include <poll.h>
+#include <semaphore.h>
+#include <threads.h>
+#include <sys/uio.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/epoll.h>
@@ -42,7 +46,19 @@ enum { NANOSLEEP, CLOCK_REL, CLOCK_ABS, SLEEP, USLEEP, POLL, PPOLL, EPOLL_WAIT, 
        SELECT, PSELECT, PAUSE, SIGSUSPEND, SIGWAITINFO, SIGTIMEDWAIT, EPOLL_PWAIT2, SEMOP,
        SEMTIMEDOP, MSGRCV, MSGSND, RECV, RECVFROM, RECVMSG, SEND, SENDTO, SENDMSG, ACCEPT,
        ACCEPT4, CONNECT_TCP, CONNECT_UNIX, RAW_NANOSLEEP, RAW_PPOLL, RAW_RECVFROM,
-       RAW_IO_GETEVENTS, LIBAIO_IO_GETEVENTS, RAW_PSELECT6, RAW_IO_PGETEVENTS, N };
+       RAW_IO_GETEVENTS, LIBAIO_IO_GETEVENTS, RAW_PSELECT6, RAW_IO_PGETEVENTS, READ_SOCK,
+       WRITE_SOCK, READV_SOCK, WRITEV_SOCK, READ_CHK, RECVMMSG, SENDMMSG, RAW_RECVMMSG,
+       SEM_TIMEDWAIT, SEM_CLOCKWAIT, AIO_SUSPEND, THRD_SLEEP, RECV_CHK, RECVFROM_CHK, N };
+/* The calls on sockets that wait to receive, and those that wait to send. */
+static int receives(int i) {
+    return i == RECV || i == RECVFROM || i == RECVMSG || i == RAW_RECVFROM || i == READ_SOCK ||
+           i == READV_SOCK || i == READ_CHK || i == RECVMMSG || i == RAW_RECVMMSG ||
+           i == RECV_CHK || i == RECVFROM_CHK;
+}
+static int sends(int i) {
+    return i == SEND || i == SENDTO || i == SENDMSG || i == WRITE_SOCK || i == WRITEV_SOCK ||
+           i == SENDMMSG;
+}
 static const char *names[N] = {"nanosleep", "clock_nanosleep", "clock_nanosleep_abs", "sleep",
                                "usleep", "poll", "ppoll", "epoll_wait", "epoll_pwait",
                                "select", "pselect", "pause", "sigsuspend", "sigwaitinfo",
@@ -51,7 +67,10 @@ static const char *names[N] = {"nanosleep", "clock_nanosleep", "clock_nanosleep_
                                "sendto", "sendmsg", "accept", "accept4", "connect_tcp",
                                "connect_unix", "raw_nanosleep", "raw_ppoll", "raw_recvfrom",
                                "raw_io_getevents", "libaio_io_getevents", "raw_pselect6",
-                               "raw_io_pgetevents"};
+                               "raw_io_pgetevents", "read_socket", "write_socket",
+                               "readv_socket", "writev_socket", "read_chk_socket", "recvmmsg",
+                               "sendmmsg", "raw_recvmmsg", "sem_timedwait", "sem_clockwait",
+                               "aio_suspend", "thrd_sleep", "recv_chk", "recvfrom_chk"};
 #define WAKE (SIGRTMIN + 10)
 #define NEVER (SIGRTMIN + 11)
 static __thread volatile sig_atomic_t woke;
@@ -76,6 +95,18 @@ static int sock_of[N], unix_listener, tcp_full_listener, unix_full_listener;
 static struct sockaddr_in tcp_full_addr;
 static struct sockaddr_un unix_full_addr;
 static aio_context_t aio_ctx;
+/* A semaphore nobody posts (sem_timedwait, sem_clockwait); a POSIX AIO read of a pipe nothing
+ * is written to (aio_suspend). */
+static sem_t never_posted;
+static int aio_pipe[2];
+static struct aiocb aio_pending;
+static char aio_byte;
+/* The fortified calls, called by name (what the compiler makes of read, recv and recvfrom
+ * into a buffer of known size under _FORTIFY_SOURCE). */
+extern ssize_t __read_chk(int fd, void *buf, size_t count, size_t size);
+extern ssize_t __recv_chk(int fd, void *buf, size_t len, size_t size, int flags);
+extern ssize_t __recvfrom_chk(int fd, void *buf, size_t len, size_t size, int flags,
+                              struct sockaddr *addr, socklen_t *addr_len);
 static int (*libaio_setup)(int, unsigned long *);
 static int (*libaio_getevents)(unsigned long, long, long, struct io_event *, struct timespec *);
 static unsigned long libaio_ctx;
@@ -107,14 +138,12 @@ static void wait_pending(int fd) {
 }
 
 static void open_sockets(void) {
-    for (int i = RECV; i <= RAW_RECVFROM; i++) {
-        if (i == ACCEPT || i == ACCEPT4 || i == CONNECT_TCP || i == CONNECT_UNIX ||
-            i == RAW_NANOSLEEP || i == RAW_PPOLL)
-            continue;
+    for (int i = 0; i < N; i++) {
+        if (!receives(i) && !sends(i)) continue;
         int sv[2];
         if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) exit(4);
         sock_of[i] = sv[0];
-        if (i >= SEND && i <= SENDMSG) {
+        if (sends(i)) {
             char chunk[4096] = {0};
             while (send(sv[0], chunk, sizeof chunk, MSG_DONTWAIT) > 0) {}
             if (errno != EAGAIN) exit(4);
@@ -169,15 +198,21 @@ static int block_socket(int which, int secs) {
     struct iovec iov = {&byte, 1};
     struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
     int fd = sock_of[which], e;
+    struct mmsghdr mm = {.msg_hdr = msg};
+    if (receives(which)) set_timeout(fd, SO_RCVTIMEO, secs);
+    if (sends(which)) set_timeout(fd, SO_SNDTIMEO, secs);
     switch (which) {
-    case RECV: case RECVFROM: case RECVMSG: case RAW_RECVFROM:
-        set_timeout(fd, SO_RCVTIMEO, secs);
-        break;
-    case SEND: case SENDTO: case SENDMSG:
-        set_timeout(fd, SO_SNDTIMEO, secs);
-        break;
-    }
-    switch (which) {
+    case READ_SOCK: return timed_out(read(fd, &byte, 1), EAGAIN);
+    case WRITE_SOCK: return timed_out(write(fd, &byte, 1), EAGAIN);
+    case READV_SOCK: return timed_out(readv(fd, &iov, 1), EAGAIN);
+    case WRITEV_SOCK: return timed_out(writev(fd, &iov, 1), EAGAIN);
+    case READ_CHK: return timed_out(__read_chk(fd, &byte, 1, sizeof byte), EAGAIN);
+    case RECVMMSG: return timed_out(recvmmsg(fd, &mm, 1, 0, NULL), EAGAIN);
+    case SENDMMSG: return timed_out(sendmmsg(fd, &mm, 1, 0), EAGAIN);
+    case RAW_RECVMMSG: return timed_out(syscall(SYS_recvmmsg, fd, &mm, 1, 0, NULL), EAGAIN);
+    case RECV_CHK: return timed_out(__recv_chk(fd, &byte, 1, 1, 0), EAGAIN);
+    case RECVFROM_CHK:
+        return timed_out(__recvfrom_chk(fd, &byte, 1, 1, 0, NULL, NULL), EAGAIN);
     case RECV: return timed_out(recv(fd, &byte, 1, 0), EAGAIN);
     case RECVFROM: return timed_out(recvfrom(fd, &byte, 1, 0, NULL, NULL), EAGAIN);
     case RECVMSG: return timed_out(recvmsg(fd, &msg, 0), EAGAIN);
@@ -327,6 +362,23 @@ static int block(int which, int secs) {
         int got = libaio_getevents(libaio_ctx, 1, 1, events, &ts);
         return got == 0 ? 0 : got < 0 ? -got : -1;
     }
+    case SEM_TIMEDWAIT:
+    case SEM_CLOCKWAIT: {
+        struct timespec at;
+        clock_gettime(which == SEM_TIMEDWAIT ? CLOCK_REALTIME : CLOCK_MONOTONIC, &at);
+        at.tv_sec += secs;
+        r = which == SEM_TIMEDWAIT ? sem_timedwait(&never_posted, &at)
+                                   : sem_clockwait(&never_posted, CLOCK_MONOTONIC, &at);
+        return r < 0 && errno == ETIMEDOUT ? 0 : r < 0 ? errno : -1;
+    }
+    case AIO_SUSPEND: {
+        const struct aiocb *list[1] = {&aio_pending};
+        r = aio_suspend(list, 1, &ts);
+        return r < 0 && errno == EAGAIN ? 0 : r < 0 ? errno : -1;
+    }
+    case THRD_SLEEP:
+        r = thrd_sleep(&ts, &rem);
+        return r == 0 ? 0 : r == -1 ? EINTR : -1;
     case SELECT:
         r = select(pipefd[0] + 1, &rs, NULL, NULL, &tv);
         break;
@@ -400,6 +452,11 @@ int main(void) {
         msgsnd(full_queue, &filler, sizeof filler.text, IPC_NOWAIT) != 0)
         return 4;
     open_sockets();
+    if (sem_init(&never_posted, 0, 0) != 0 || pipe(aio_pipe) != 0) return 4;
+    aio_pending.aio_fildes = aio_pipe[0];
+    aio_pending.aio_buf = &aio_byte;
+    aio_pending.aio_nbytes = 1;
+    if (aio_read(&aio_pending) != 0) return 4;
     sigfillset(&all_but_usr1);
     sigdelset(&all_but_usr1, SIGUSR1);
     pthread_barrier_init(&phase, NULL, N + 1);

@@ -18,8 +18,12 @@
  * Output uses write(2) only (stdio would allocate on first use, at a different moment in
  * each run). Built with -fno-builtin so every call reaches the library. */
 #define _GNU_SOURCE
+#include <aio.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <semaphore.h>
+#include <threads.h>
+#include <sys/uio.h>
 #include <malloc.h>
 #include <poll.h>
 #include <pthread.h>
@@ -45,6 +49,12 @@
 
 /* Still in libc, no longer declared by its headers. */
 extern sighandler_t bsd_signal(int sig, sighandler_t handler);
+/* The fortified calls, called by name (what read, recv and recvfrom compile to under
+ * _FORTIFY_SOURCE). */
+extern ssize_t __read_chk(int fd, void *buf, size_t count, size_t size);
+extern ssize_t __recv_chk(int fd, void *buf, size_t len, size_t size, int flags);
+extern ssize_t __recvfrom_chk(int fd, void *buf, size_t len, size_t size, int flags,
+                              struct sockaddr *addr, socklen_t *addr_len);
 
 #define SENTINEL 4242 /* no errno value has this number */
 
@@ -348,6 +358,43 @@ static void blocking(void) {
     INT("connect_refused", connect(lone, (struct sockaddr *)&nobody,
                                    offsetof(struct sockaddr_un, sun_path) + 23));
     close(lone);
+    /* read and write, on the pair and elsewhere (signals::read_write). */
+    INT("write", write(sp[1], &byte, 1));
+    INT("read", read(sp[0], &byte, 1));
+    INT("read_timeout", read(sp[0], &byte, 1));
+    INT("read_bad_fd", read(-1, &byte, 1));
+    INT("write_bad_fd", write(-1, &byte, 1));
+    INT("writev", writev(sp[1], &iov, 1));
+    INT("readv", readv(sp[0], &iov, 1));
+    INT("readv_timeout", readv(sp[0], &iov, 1));
+    INT("writev_bad_count", writev(sp[1], &iov, -1));
+    INT("read_chk_timeout", __read_chk(sp[0], &byte, 1, 1));
+    INT("read_chk_pipe_empty", (fcntl(not_socket[0], F_SETFL, O_NONBLOCK),
+                                __read_chk(not_socket[0], &byte, 1, 1)));
+    INT("recv_chk", (send(sp[1], &byte, 1, 0), __recv_chk(sp[0], &byte, 1, 1, 0)));
+    INT("recv_chk_timeout", __recv_chk(sp[0], &byte, 1, 1, 0));
+    INT("recvfrom_chk_timeout", __recvfrom_chk(sp[0], &byte, 1, 1, 0, NULL, NULL));
+    INT("recvfrom_chk_bad_fd", __recvfrom_chk(-1, &byte, 1, 1, 0, NULL, NULL));
+    struct mmsghdr mm = {.msg_hdr = mh};
+    INT("sendmmsg", sendmmsg(sp[1], &mm, 1, 0));
+    INT("recvmmsg", recvmmsg(sp[0], &mm, 1, 0, NULL));
+    INT("recvmmsg_timeout", recvmmsg(sp[0], &mm, 1, 0, NULL));
+    INT("sendmmsg_bad_fd", sendmmsg(-1, &mm, 1, 0));
+    INT("recvmmsg_not_socket", recvmmsg(not_socket[0], &mm, 1, 0, NULL));
+    /* Timed waits whose EINTR glibc hands back (signals::blocking). */
+    sem_t sem;
+    sem_init(&sem, 0, 1);
+    struct timespec past = {0, 0};
+    INT("sem_timedwait", sem_timedwait(&sem, &past));
+    INT("sem_timedwait_timeout", sem_timedwait(&sem, &past));
+    INT("sem_timedwait_bad_ts", sem_timedwait(&sem, &bad_ts));
+    INT("sem_clockwait_timeout", sem_clockwait(&sem, CLOCK_MONOTONIC, &past));
+    INT("sem_clockwait_bad_clock", sem_clockwait(&sem, 999, &past));
+    INT("thrd_sleep", thrd_sleep(&short_ts, NULL));
+    INT("thrd_sleep_bad_ts", thrd_sleep(&bad_ts, NULL));
+    const struct aiocb *no_requests[1] = {NULL};
+    INT("aio_suspend_nothing", aio_suspend(no_requests, 1, &short_ts));
+    INT("aio_suspend_bad_count", aio_suspend(no_requests, -1, &short_ts));
     /* Calls by number through syscall(3) (signals::raw_syscall). */
     INT("syscall_close_bad_fd", syscall(SYS_close, -1));
     INT("syscall_nanosleep", syscall(SYS_nanosleep, &short_ts, NULL));
@@ -378,6 +425,11 @@ static void blocking(void) {
     INT("msgrcv_interrupted", msgrcv(queue, &msg, sizeof msg.text, 0, 0));
     setsockopt(sp[0], SOL_SOCKET, SO_RCVTIMEO, &long_tv, sizeof long_tv);
     INT("recv_interrupted", recv(sp[0], &byte, 1, 0));
+    INT("read_interrupted", read(sp[0], &byte, 1));
+    struct timespec far;
+    clock_gettime(CLOCK_REALTIME, &far);
+    far.tv_sec += 10;
+    INT("sem_timedwait_interrupted", sem_timedwait(&sem, &far));
     INT("syscall_recvfrom_interrupted", syscall(SYS_recvfrom, sp[0], &byte, 1, 0, NULL, NULL));
     INT("syscall_nanosleep_interrupted", syscall(SYS_nanosleep, &long_ts, NULL));
     keep_poking = 0;
