@@ -190,11 +190,12 @@ fn demo(args: &cli::DemoArgs) -> anyhow::Result<()> {
     let policy = dir.join("demo-policy.toml");
     std::fs::write(&policy, include_str!("../demo/policy.toml"))
         .with_context(|| format!("cannot write {}", policy.display()))?;
+    // Each run leaves its output log and its recording (so that the units view, u, has the
+    // event stream it counts; a few MB): the newest few of each are kept, older ones removed.
+    remove_old_demo_files(&dir, ".log", KEPT_DEMO_RUNS - 1);
+    remove_old_demo_files(&dir, ".rec", KEPT_DEMO_RUNS - 1);
     let log = program_log("demo")?;
     let audit = dir.join("demo-audit.jsonl");
-    // Recorded, so that the units view (u) has the event stream it counts. A recording grows to
-    // a few MB: the newest few are kept, older ones removed.
-    remove_old_recordings(&dir, KEPT_DEMO_RECORDINGS - 1);
     let record = dir.join(format!("demo-{}.rec", std::process::id()));
     let launch = launch::Launch {
         listen: None,
@@ -210,7 +211,8 @@ fn demo(args: &cli::DemoArgs) -> anyhow::Result<()> {
     let status = tui::run_program(&[embedded::demo_path()?.into()], &launch, args.refresh)?;
     eprintln!(
         "heaptui: the demo ended ({status}); its output is in {}, policy decisions in {}, \
-         its recording in {} (heaptui open replays it; the last {KEPT_DEMO_RECORDINGS} are kept)",
+         its recording in {} (heaptui open replays it; the last {KEPT_DEMO_RUNS} runs' logs and \
+         recordings are kept)",
         log.display(),
         audit.display(),
         record.display()
@@ -218,11 +220,12 @@ fn demo(args: &cli::DemoArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// How many demo recordings stay in the token directory.
-const KEPT_DEMO_RECORDINGS: usize = 3;
+/// How many demo runs' output logs and recordings stay in the token directory.
+const KEPT_DEMO_RUNS: usize = 3;
 
-/// Removes `demo-*.rec` files in `dir` but the `keep` newest; one that cannot be removed stays.
-fn remove_old_recordings(dir: &std::path::Path, keep: usize) {
+/// Removes `demo-*<suffix>` files in `dir` but the `keep` newest; one that cannot be removed
+/// stays.
+fn remove_old_demo_files(dir: &std::path::Path, suffix: &str, keep: usize) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
@@ -231,7 +234,7 @@ fn remove_old_recordings(dir: &std::path::Path, keep: usize) {
         .filter(|e| {
             let name = e.file_name();
             let name = name.to_string_lossy();
-            name.starts_with("demo-") && name.ends_with(".rec")
+            name.starts_with("demo-") && name.ends_with(suffix)
         })
         .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
         .collect();
@@ -267,7 +270,7 @@ mod tests {
     use std::time::{Duration, SystemTime};
 
     #[test]
-    fn old_demo_recordings_go_the_newest_stay() {
+    fn old_demo_recordings_and_logs_go_the_newest_stay() {
         let dir = std::env::temp_dir().join(format!("heaptui-recordings-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -276,14 +279,29 @@ mod tests {
             let file = std::fs::File::create(dir.join(format!("demo-{i}.rec"))).unwrap();
             file.set_modified(epoch + Duration::from_secs(i)).unwrap();
         }
+        for i in 0..3u64 {
+            let file = std::fs::File::create(dir.join(format!("demo-{i}.log"))).unwrap();
+            file.set_modified(epoch + Duration::from_secs(i)).unwrap();
+        }
         std::fs::write(dir.join("run-1.log"), "kept").unwrap();
-        super::remove_old_recordings(&dir, 2);
+        std::fs::write(dir.join("demo-audit.jsonl"), "kept").unwrap();
+        super::remove_old_demo_files(&dir, ".rec", 2);
+        super::remove_old_demo_files(&dir, ".log", 1);
         let mut left: Vec<String> = std::fs::read_dir(&dir)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         left.sort();
-        assert_eq!(left, ["demo-3.rec", "demo-4.rec", "run-1.log"]);
+        assert_eq!(
+            left,
+            [
+                "demo-2.log",
+                "demo-3.rec",
+                "demo-4.rec",
+                "demo-audit.jsonl",
+                "run-1.log"
+            ]
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

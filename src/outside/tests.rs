@@ -157,14 +157,27 @@ impl Target {
 }
 
 impl Drop for Target {
+    /// A line, then the end of its input: every target exits on either, and threads.c then
+    /// removes its System V semaphore, which would outlive a killed process. Killed only when it
+    /// has not ended within `EXIT_GRACE` (stopped or stuck: a test failed).
     fn drop(&mut self) {
         if let Some(mut s) = self.stdin.take() {
             let _ = s.write_all(b"\n");
+        }
+        let deadline = std::time::Instant::now() + EXIT_GRACE;
+        while std::time::Instant::now() < deadline {
+            match self.child.try_wait() {
+                Ok(None) => std::thread::sleep(std::time::Duration::from_millis(5)),
+                _ => return,
+            }
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 }
+
+/// How long a dropped [`Target`] has to exit on its own.
+const EXIT_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
 #[test]
 fn the_blocks_of_several_arenas_are_found_with_their_usable_sizes_and_no_free_chunk() {

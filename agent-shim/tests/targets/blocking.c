@@ -443,6 +443,7 @@ int main(void) {
     inbox = msgget(IPC_PRIVATE, 0600);
     full_queue = msgget(IPC_PRIVATE, 0600);
     atexit(remove_ipc);
+    before_giving_up = remove_ipc;
     if (sems < 0 || inbox < 0 || full_queue < 0) return 4;
     struct msqid_ds q;
     msgctl(full_queue, IPC_STAT, &q);

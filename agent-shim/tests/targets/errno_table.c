@@ -277,8 +277,19 @@ static void *poker(void *arg) {
     return NULL;
 }
 
+/* System V objects outlive the process: removed at the end of the table, and on every other
+ * exit path. */
+static int sems = -1, queue = -1;
+static void remove_ipc(void) {
+    if (sems >= 0) semctl(sems, 0, IPC_RMID);
+    if (queue >= 0) msgctl(queue, IPC_RMID, NULL);
+    sems = queue = -1;
+}
+
 static void blocking(void) {
-    int sems = semget(IPC_PRIVATE, 1, 0600), queue = msgget(IPC_PRIVATE, 0600);
+    sems = semget(IPC_PRIVATE, 1, 0600);
+    queue = msgget(IPC_PRIVATE, 0600);
+    atexit(remove_ipc);
     struct timespec short_ts = {0, 1000}, bad_ts = {0, -1}, over_ts = {0, 2000000000};
     INT("nanosleep", nanosleep(&short_ts, NULL));
     INT("nanosleep_bad", nanosleep(&bad_ts, NULL));
@@ -458,8 +469,7 @@ static void blocking(void) {
     struct timespec patience = {5, 0};
     INT("sigtimedwait_process_signal", sigtimedwait(&usr1, &info, &patience));
     sigprocmask(SIG_SETMASK, &prev, NULL);
-    semctl(sems, 0, IPC_RMID);
-    msgctl(queue, IPC_RMID, NULL);
+    remove_ipc();
 }
 
 static void processes(char **envp) {

@@ -36,8 +36,13 @@ __attribute__((noinline)) static const char *capture_failure(void) {
     return strstr(log, "snapshot failed:");
 }
 
+/* Run before a failed snapshot ends the target with _exit (which skips atexit handlers): a
+ * target that made System V objects removes them here, as they outlive the process. */
+static void (*before_giving_up)(void);
+
 /* Ends the target: snapshot `n` `what`, with the agent's reason when it logged one. */
 __attribute__((noinline)) static void snapshot_gave_up(int n, const char *what) {
+    if (before_giving_up) before_giving_up();
     const char *failure = capture_failure();
     char line[512];
     int len = snprintf(line, sizeof line, "snapshot %d %s: %.*s\n", n, what,

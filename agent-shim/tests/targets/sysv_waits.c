@@ -86,6 +86,7 @@ int main(void) {
     sem_id = semget(IPC_PRIVATE, 1, 0600);
     queue_id = msgget(IPC_PRIVATE, 0600);
     atexit(remove_ipc);
+    before_giving_up = remove_ipc;
     if (sem_id < 0 || queue_id < 0) return 4;
     pthread_t t[2];
     pthread_create(&t[0], NULL, semop_waiter, NULL);
