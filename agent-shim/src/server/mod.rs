@@ -13,7 +13,8 @@
 //! Where it listens: a process that cannot take `HEAPTUI_LISTEN` (the port is in use, e.g. by
 //! the parent of a child exec'd under `HEAPTUI_FOLLOW_EXEC`) listens on its per-process socket
 //! `pid-<PID>.sock` in the token directory instead, and says so in its one `listening on`
-//! line; a fork child under `HEAPTUI_FOLLOW_FORK=1` starts a server of its own there, with its
+//! line, unless its parent serves too: under `HEAPTUI_FOLLOW_EXEC` the process the agent was
+//! loaded into says once, for all the programs it starts, where they listen; a fork child under `HEAPTUI_FOLLOW_FORK=1` starts a server of its own there, with its
 //! own token, from the fork handler, silently. Either way `heaptui` finds it as `pid:PID`
 //! through the record. The agent sweeps the files of dead agents from the token directory when
 //! it loads, and removes its own at exit. A fork child always closes its parent's server
@@ -230,19 +231,31 @@ fn serve(origin: Origin) -> Result<(), String> {
     if let Err(e) = record {
         crate::agent_log!("{e}: heaptui ps and pid:{pid} will not find this process");
     }
+    // Under HEAPTUI_FOLLOW_EXEC the process the agent was loaded into says, in its one line,
+    // where the programs it starts will listen; those say nothing when they land there.
+    let started_by_agent = cfg.follow_exec && token::parent_serves(dir);
+    let followers = if cfg.follow_exec && !started_by_agent {
+        "; programs it starts (HEAPTUI_FOLLOW_EXEC) listen on per-process sockets: heaptui ps \
+         lists them"
+    } else {
+        ""
+    };
     match (origin, fell_back) {
-        (Origin::Loaded, None) => {
-            crate::agent_log!("listening on {shown} (token file {})", token_path.display())
-        }
+        (Origin::ForkChild, _) => {}
         // Said once per process: a program exec'd from one that said it already (`sh -c
-        // 'exec prog'`) is at the same place. A fork child's server said nothing, so the
-        // program it execs does (pg_ctl starts the postmaster that way).
-        (Origin::Loaded, Some(_)) if said_before_exec.as_deref() == Some(shown.as_str()) => {}
-        (Origin::Loaded, Some(why)) => crate::agent_log!(
-            "{why}; per-process socket for pid:{pid}: listening on {shown} (token file {})",
+        // 'exec prog'`) is at the same place. A fork child's server said nothing.
+        (Origin::Loaded, _) if said_before_exec.as_deref() == Some(shown.as_str()) => {}
+        // Said once per program tree: a shell script's every command would say it otherwise.
+        (Origin::Loaded, Some(_)) if started_by_agent => {}
+        (Origin::Loaded, None) => crate::agent_log!(
+            "listening on {shown} (token file {}){followers}",
             token_path.display()
         ),
-        (Origin::ForkChild, _) => {}
+        (Origin::Loaded, Some(why)) => crate::agent_log!(
+            "{why}; per-process socket for pid:{pid}: listening on {shown} (token file \
+             {}){followers}",
+            token_path.display()
+        ),
     }
     Ok(())
 }

@@ -157,6 +157,26 @@ fn own_start() -> Option<u64> {
         .and_then(token_dir::start_of)
 }
 
+/// Whether this process's parent runs the agent with a server of its own: its record (its pid,
+/// its start time) is in the directory. Under `HEAPTUI_FOLLOW_EXEC` the parent has then said
+/// where the programs it starts listen.
+pub fn parent_serves(dir: &Path) -> bool {
+    // SAFETY: getppid cannot fail.
+    let ppid = unsafe { libc::getppid() } as u32;
+    let Some(record) = std::fs::read_to_string(dir.join(token_dir::record_name(ppid)))
+        .ok()
+        .as_deref()
+        .and_then(Record::parse)
+    else {
+        return false;
+    };
+    let start = std::fs::read_to_string(format!("/proc/{ppid}/stat"))
+        .ok()
+        .as_deref()
+        .and_then(token_dir::start_of);
+    record.pid == ppid && Some(record.start) == start
+}
+
 /// Where this very process listened, and said so, before an `exec` replaced its program with
 /// the agent there too: its record (same pid, same start time, not quiet) is still in the
 /// directory.
