@@ -101,7 +101,7 @@ fn run(case: &Case) {
         times.push(t.elapsed());
         peak = peak.max(ALLOCATOR.peak_usage() - before);
         kept = ALLOCATOR.current_usage() - before;
-        groups = a.groups().len();
+        groups = a.group_count() as usize;
         analysis = Some(a);
     }
     times.sort();

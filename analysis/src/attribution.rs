@@ -18,10 +18,17 @@
 //! per lost structure, its lowest-address member that nothing else lost points into.
 //!
 //! What is kept per object is three `u32`s (immediate dominator, holder slot, and the
-//! member lists); every temporary of the computation is dropped before `new` returns.
+//! member lists); per group, columns: its bytes, its interned sharer set, and its referents
+//! in one adjacency list (`Sharers`, `referents`). No group owns a vector: [`Group`] records,
+//! two small vectors each, are made only when [`Analysis::groups`] is asked, because a heap of
+//! millions of small groups (a hash table's entries) would spend more on them than on
+//! everything else, and the kept form (`kept`) packs the columns directly. Every temporary of
+//! the computation is dropped before `new` returns.
 //! This module computes; it must never read or write files, nor know the wire protocol.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::OnceLock;
 
 use thiserror::Error;
 
@@ -58,6 +65,53 @@ pub(crate) fn released_set(
         proprietary += thread.proprietary;
     }
     Ok((set, proprietary))
+}
+
+/// Hashes sharer sets one word at a time with a multiply (a set is interned per thread-shared
+/// component, and components can be millions; std's SipHash was a visible part of it). The
+/// sets are the engine's own, not chosen by anyone.
+#[derive(Default)]
+struct WordHasher(u64);
+
+impl Hasher for WordHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        bytes.iter().for_each(|&b| self.write_u64(u64::from(b)));
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(u64::from(v));
+    }
+
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0 ^ (self.0 >> 32)
+    }
+}
+
+/// Bytes the thread-shared groups of `sets` free when the threads of `released` (sorted) end:
+/// those of every set made of released threads only.
+pub(crate) fn shared_within(
+    sets: &[Vec<Sharer>],
+    thread_shared_bytes: &[u64],
+    released: &[u32],
+) -> u64 {
+    sets.iter()
+        .zip(thread_shared_bytes)
+        .filter(|(sharers, _)| {
+            sharers.iter().all(|s| match s {
+                Sharer::Thread(tid) => released.binary_search(tid).is_ok(),
+                Sharer::Globals => false,
+            })
+        })
+        .map(|(_, &bytes)| bytes)
+        .sum()
 }
 
 /// Where the non-object nodes sit in the dominator computation's node ids: objects keep
@@ -224,9 +278,110 @@ pub struct Analysis {
     members: SlotMembers,
     numbering: Numbering,
     threads: Vec<ThreadFigures>,
-    groups: Vec<Group>,
+    /// Bytes held in each holder slot (frames, groups, the two leak slots).
+    slot_bytes: Vec<u64>,
+    /// The groups each holder slot refers to directly (frames first, then groups), group
+    /// indices ascending.
+    referents: Csr,
+    sharers: Sharers,
+    /// The groups as [`Group`] records, made only when asked ([`Analysis::groups`]): millions
+    /// of groups with two small vectors each would cost more than everything else here, and
+    /// the kept form reads the columns above instead.
+    groups: OnceLock<Vec<Group>>,
     leaks: Leaks,
     totals: Totals,
+}
+
+/// The sharer set of every group, interned: a million groups shared by the same two threads
+/// hold one set.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Sharers {
+    /// Index in `sets` of each group's sharers.
+    pub of_group: Vec<u32>,
+    /// The distinct sets, each ascending (threads by tid, globals last), in the order their
+    /// first group comes in.
+    pub sets: Vec<Vec<Sharer>>,
+    /// Per set: bytes of the thread-shared groups with exactly that set (their release).
+    pub thread_shared_bytes: Vec<u64>,
+}
+
+impl Sharers {
+    /// Each group's set: its thread's for a frame-shared group, the globals' for a global-only
+    /// one, its component's (`sharer_sets`) for a thread-shared one. Interned by content in
+    /// group order, asked once per thread, component and the globals rather than per group.
+    /// Adds the thread-shared groups' bytes to each sharer thread's `shared`, and the
+    /// frame-shared groups' to their thread's `proprietary`.
+    fn new(
+        graph: &HeapGraph,
+        numbering: &Numbering,
+        group_bytes: &[u64],
+        sharer_sets: &groups::SharerSets,
+        by_tid: &[u32],
+        threads: &mut [ThreadFigures],
+    ) -> Sharers {
+        let mut index: HashMap<Vec<Sharer>, u32, BuildHasherDefault<WordHasher>> =
+            HashMap::default();
+        let mut out = Sharers {
+            of_group: Vec::with_capacity(numbering.len()),
+            ..Sharers::default()
+        };
+        let mut intern = |set: Vec<Sharer>, out: &mut Sharers| -> u32 {
+            *index.entry(set).or_insert_with_key(|set| {
+                out.sets.push(set.clone());
+                out.thread_shared_bytes.push(0);
+                (out.sets.len() - 1) as u32
+            })
+        };
+        let mut of_thread = vec![NONE; threads.len()];
+        let mut of_globals = NONE;
+        let mut of_component = vec![NONE; sharer_sets.components()];
+        let mut component_bytes = vec![0u64; sharer_sets.components()];
+        let t0 = numbering.kind_start[THREAD_SHARED];
+        for g in 0..numbering.len() as u32 {
+            let size = group_bytes[g as usize];
+            let s = match numbering.kind(g) {
+                FRAME_SHARED => {
+                    let t = numbering.thread[g as usize] as usize;
+                    threads[t].proprietary += size;
+                    if of_thread[t] == NONE {
+                        of_thread[t] = intern(vec![Sharer::Thread(graph.threads[t].tid)], &mut out);
+                    }
+                    of_thread[t]
+                }
+                GLOBAL_ONLY => {
+                    if of_globals == NONE {
+                        of_globals = intern(vec![Sharer::Globals], &mut out);
+                    }
+                    of_globals
+                }
+                _ => {
+                    let c = sharer_sets.set_of[(g - t0) as usize] as usize;
+                    component_bytes[c] += size;
+                    if of_component[c] == NONE {
+                        let set = sharer_sets
+                            .members(c)
+                            .map(|bit| match by_tid.get(bit) {
+                                Some(&t) => Sharer::Thread(graph.threads[t as usize].tid),
+                                None => Sharer::Globals,
+                            })
+                            .collect();
+                        of_component[c] = intern(set, &mut out);
+                    }
+                    out.thread_shared_bytes[of_component[c] as usize] += size;
+                    of_component[c]
+                }
+            };
+            out.of_group.push(s);
+        }
+        for (c, &bytes) in component_bytes.iter().enumerate() {
+            for bit in sharer_sets.members(c) {
+                if let Some(&t) = by_tid.get(bit) {
+                    threads[t as usize].shared += bytes;
+                }
+            }
+        }
+        out
+    }
 }
 
 impl Analysis {
@@ -341,53 +496,15 @@ impl Analysis {
             });
         }
 
-        let t0 = numbering.kind_start[THREAD_SHARED];
-        let mut group_list = Vec::with_capacity(numbering.len());
-        for g in 0..group_count {
-            let s = (frames + g) as usize;
-            let size = slot_bytes[s];
-            let sharers = match numbering.kind(g) {
-                FRAME_SHARED => {
-                    let t = numbering.thread[g as usize] as usize;
-                    threads[t].proprietary += size;
-                    vec![Sharer::Thread(graph.threads[t].tid)]
-                }
-                GLOBAL_ONLY => vec![Sharer::Globals],
-                _ => {
-                    let bits = sharer_sets.of((g - t0) as usize);
-                    // Exact capacity: groups can be many and each set large.
-                    let count = bits.iter().map(|w| w.count_ones() as usize).sum();
-                    let mut sharers = Vec::with_capacity(count);
-                    for (w, &word) in bits.iter().enumerate() {
-                        let mut word = word;
-                        while word != 0 {
-                            let bit = w * 64 + word.trailing_zeros() as usize;
-                            word &= word - 1;
-                            if bit == by_tid.len() {
-                                sharers.push(Sharer::Globals);
-                            } else {
-                                let t = by_tid[bit] as usize;
-                                threads[t].shared += size;
-                                sharers.push(Sharer::Thread(graph.threads[t].tid));
-                            }
-                        }
-                    }
-                    sharers
-                }
-            };
-            group_list.push(Group {
-                id: id_of(g),
-                entry: numbering.entries[g as usize],
-                size,
-                objects: members.of(s as u32).len() as u64,
-                sharers,
-                refs: referents
-                    .successors(frames + g)
-                    .iter()
-                    .map(|&r| id_of(r))
-                    .collect(),
-            });
-        }
+        let sharers = Sharers::new(
+            graph,
+            &numbering,
+            &slot_bytes[frames as usize..],
+            &sharer_sets,
+            &by_tid,
+            &mut threads,
+        );
+        drop(sharer_sets);
         for t in &mut threads {
             t.total = t.proprietary + t.shared;
         }
@@ -419,7 +536,10 @@ impl Analysis {
             members,
             numbering,
             threads,
-            groups: group_list,
+            slot_bytes,
+            referents,
+            sharers,
+            groups: OnceLock::new(),
             leaks,
             totals,
         }
@@ -446,13 +566,85 @@ impl Analysis {
         order
     }
 
-    /// All groups, ordered F1..Fn, T1..Tn, G1..Gn.
+    /// All groups, ordered F1..Fn, T1..Tn, G1..Gn, made on the first call (see the field).
     pub fn groups(&self) -> &[Group] {
-        &self.groups
+        self.groups.get_or_init(|| {
+            (0..self.group_count())
+                .map(|g| Group {
+                    id: group_id(&self.numbering, g),
+                    entry: self.numbering.entries[g as usize],
+                    size: self.group_bytes(g),
+                    objects: self.group_objects(g),
+                    sharers: self.sharers.sets[self.sharers.of_group[g as usize] as usize].clone(),
+                    refs: self
+                        .group_refs(g)
+                        .iter()
+                        .map(|&r| group_id(&self.numbering, r))
+                        .collect(),
+                })
+                .collect()
+        })
     }
 
     pub fn group(&self, id: GroupId) -> Option<&Group> {
-        self.group_index(id).map(|g| &self.groups[g as usize])
+        self.group_index(id).map(|g| &self.groups()[g as usize])
+    }
+
+    /// Number of groups.
+    pub fn group_count(&self) -> u32 {
+        self.numbering.len() as u32
+    }
+
+    /// First group index of each kind (F, T, G), then the group count.
+    pub(crate) fn group_starts(&self) -> [u32; 4] {
+        self.numbering.kind_start
+    }
+
+    /// Entry object of each group, in group order.
+    pub(crate) fn group_entries(&self) -> &[ObjectIndex] {
+        &self.numbering.entries
+    }
+
+    /// Bytes of group index `g`.
+    pub(crate) fn group_bytes(&self, g: u32) -> u64 {
+        self.slot_bytes[(self.layout.frames() + g) as usize]
+    }
+
+    /// Members of group index `g`.
+    pub(crate) fn group_objects(&self, g: u32) -> u64 {
+        self.members.of(self.layout.frames() + g).len() as u64
+    }
+
+    /// Group indices group `g` refers to directly, ascending.
+    pub(crate) fn group_refs(&self, g: u32) -> &[u32] {
+        self.referents.successors(self.layout.frames() + g)
+    }
+
+    /// The groups' referents as one adjacency list: offsets (one per group, then the end,
+    /// relative to the first) and group indices.
+    pub(crate) fn group_ref_lists(&self) -> (&[usize], &[u32]) {
+        let frames = self.layout.frames() as usize;
+        let offsets = &self.referents.offsets()[frames..=frames + self.numbering.len()];
+        let base = offsets[0];
+        (
+            offsets,
+            &self.referents.targets()[base..offsets[offsets.len() - 1]],
+        )
+    }
+
+    /// The interned sharer sets of the groups.
+    pub(crate) fn sharers(&self) -> &Sharers {
+        &self.sharers
+    }
+
+    /// Immediate dominator of every object as a node id (see the field).
+    pub(crate) fn dominators(&self) -> &[u32] {
+        &self.idom
+    }
+
+    /// Holder slot of every object (see the field).
+    pub(crate) fn slots(&self) -> &[u32] {
+        &self.slot
     }
 
     /// The class of one object.
@@ -542,19 +734,8 @@ impl Analysis {
 
     /// Bytes freed if every thread in `tids` ended: `Σ size(o) : ∅ ≠ T(o) ⊆ S`.
     pub fn release(&self, tids: &[u32]) -> Result<u64, UnknownThread> {
-        let (set, mut bytes) = released_set(&self.threads, tids)?;
-        let t0 = self.numbering.kind_start[THREAD_SHARED] as usize;
-        let t1 = self.numbering.kind_start[GLOBAL_ONLY] as usize;
-        for group in &self.groups[t0..t1] {
-            let within = group.sharers.iter().all(|s| match s {
-                Sharer::Thread(tid) => set.binary_search(tid).is_ok(),
-                Sharer::Globals => false,
-            });
-            if within {
-                bytes += group.size;
-            }
-        }
-        Ok(bytes)
+        let (set, bytes) = released_set(&self.threads, tids)?;
+        Ok(bytes + shared_within(&self.sharers.sets, &self.sharers.thread_shared_bytes, &set))
     }
 
     /// Groups the holder refers to directly (ascending).
@@ -572,7 +753,15 @@ impl Analysis {
                         .collect()
                 })
                 .unwrap_or_default(),
-            Holder::Group(id) => self.group(id).map(|g| g.refs.clone()).unwrap_or_default(),
+            Holder::Group(id) => self
+                .group_index(id)
+                .map(|g| {
+                    self.group_refs(g)
+                        .iter()
+                        .map(|&r| group_id(&self.numbering, r))
+                        .collect()
+                })
+                .unwrap_or_default(),
         }
     }
 
@@ -580,21 +769,27 @@ impl Analysis {
     /// [F2, F3, T1]. A group holder is not listed among its own developed referents even
     /// when a cycle of references leads back to it.
     pub fn developed_referents(&self, holder: Holder) -> Vec<GroupId> {
-        let mut seen: HashSet<GroupId> = HashSet::new();
-        let mut todo = self.direct_referents(holder);
-        while let Some(id) = todo.pop() {
-            if seen.insert(id)
-                && let Some(g) = self.group(id)
-            {
-                todo.extend(g.refs.iter().filter(|r| !seen.contains(r)));
+        let mut seen = vec![false; self.numbering.len()];
+        let mut todo: Vec<u32> = self
+            .direct_referents(holder)
+            .into_iter()
+            .filter_map(|id| self.group_index(id))
+            .collect();
+        while let Some(g) = todo.pop() {
+            if !std::mem::replace(&mut seen[g as usize], true) {
+                todo.extend(self.group_refs(g).iter().filter(|&&r| !seen[r as usize]));
             }
         }
-        if let Holder::Group(id) = holder {
-            seen.remove(&id);
+        if let Holder::Group(id) = holder
+            && let Some(g) = self.group_index(id)
+        {
+            seen[g as usize] = false;
         }
-        let mut out: Vec<GroupId> = seen.into_iter().collect();
-        out.sort_unstable();
-        out
+        // Group indices ascend in id order (F, T, G, each by number).
+        (0..self.group_count())
+            .filter(|&g| seen[g as usize])
+            .map(|g| group_id(&self.numbering, g))
+            .collect()
     }
 
     fn group_index(&self, id: GroupId) -> Option<u32> {

@@ -64,6 +64,16 @@ impl Csr {
     pub fn edge_count(&self) -> usize {
         self.targets.len()
     }
+
+    /// Where each node's successors start in [`Csr::targets`], then the edge count.
+    pub fn offsets(&self) -> &[usize] {
+        &self.offsets
+    }
+
+    /// Every node's successors, one node after another.
+    pub fn targets(&self) -> &[u32] {
+        &self.targets
+    }
 }
 
 impl Successors for Csr {

@@ -295,6 +295,11 @@ impl Edges {
     pub fn targets(&self) -> &[ObjectIndex] {
         &self.targets
     }
+
+    /// Where each object's references start in [`Edges::targets`], then their count.
+    pub fn offsets(&self) -> &[u64] {
+        &self.offsets
+    }
 }
 
 /// Why a graph is not well formed.

@@ -183,9 +183,24 @@ pub(crate) struct SharerSets {
 }
 
 impl SharerSets {
-    pub fn of(&self, k: usize) -> &[u64] {
-        let s = self.set_of[k] as usize * self.words;
-        &self.bits[s..s + self.words]
+    /// Number of distinct sets (strongly connected components of thread-shared groups).
+    pub fn components(&self) -> usize {
+        self.bits.len().checked_div(self.words).unwrap_or(0)
+    }
+
+    /// The bits set in set `c`, ascending.
+    pub fn members(&self, c: usize) -> impl Iterator<Item = usize> + '_ {
+        let words = &self.bits[c * self.words..(c + 1) * self.words];
+        words.iter().enumerate().flat_map(|(w, &word)| {
+            let mut word = word;
+            std::iter::from_fn(move || {
+                (word != 0).then(|| {
+                    let bit = w * 64 + word.trailing_zeros() as usize;
+                    word &= word - 1;
+                    bit
+                })
+            })
+        })
     }
 }
 

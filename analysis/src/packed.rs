@@ -246,6 +246,14 @@ impl PackedCsr {
         }
     }
 
+    /// A list from its packed offsets (one per source, then the end) and targets.
+    pub(crate) fn from_columns(offsets: Packed, targets: Packed) -> Self {
+        debug_assert!(
+            !offsets.is_empty() && offsets.get(offsets.len() - 1) as usize == targets.len()
+        );
+        PackedCsr { offsets, targets }
+    }
+
     /// Number of sources.
     pub fn sources(&self) -> usize {
         self.offsets.len().saturating_sub(1)

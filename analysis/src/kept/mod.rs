@@ -10,8 +10,9 @@
 //! when asked (a few milliseconds for millions of blocks), an object's referrers by one pass
 //! over the references.
 //!
-//! A `Kept` is made once from a [`HeapGraph`] and its [`Analysis`] ([`Kept::new`]), after
-//! which both can be dropped: every figure of docs/reference.md §3 and every question the
+//! A `Kept` is made once from a [`HeapGraph`] and its [`Analysis`] ([`Kept::new`]), packed
+//! straight from the graph's columns and the analysis's per-object and per-group columns (no
+//! per-group record is made on the way), after which both can be dropped: every figure of docs/reference.md §3 and every question the
 //! protocol asks is answered from it alone, and it writes the graph back as a binary snapshot
 //! file. It travels between processes as bytes ([`Kept::encode`], [`Kept::decode`], see
 //! `kept_codec`), decoded with fallible allocations so that a process short of memory refuses
@@ -20,43 +21,12 @@
 //! This module owns the kept form and its invariants. It computes nothing that `attribution`
 //! decides (classes, groups, sharers); it only stores and reads them back.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
-
-use crate::attribution::{Analysis, UnknownThread, released_set};
+use crate::attribution::{Analysis, UnknownThread, released_set, shared_within};
 use crate::figures::{
-    Group, GroupId, GroupKind, Holder, Leaks, ObjectClass, Sharer, ThreadFigures, Totals,
+    GroupId, GroupKind, Holder, Leaks, ObjectClass, Sharer, ThreadFigures, Totals,
 };
 use crate::graph::{HeapGraph, NO_SITE, ObjectIndex, ObjectRecord, Process, Site, Thread};
 use crate::packed::{Packed, PackedCsr};
-
-/// Hashes sharer sets one word at a time with a multiply (millions of groups are interned by
-/// their set; std's SipHash was a visible part of making a `Kept`). The sets are the agent's
-/// own, not chosen by anyone.
-#[derive(Default)]
-struct WordHasher(u64);
-
-impl Hasher for WordHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        bytes.iter().for_each(|&b| self.write_u64(u64::from(b)));
-    }
-
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x517c_c1b7_2722_0a95);
-    }
-
-    fn write_u32(&mut self, v: u32) {
-        self.write_u64(u64::from(v));
-    }
-
-    fn write_usize(&mut self, v: usize) {
-        self.write_u64(v as u64);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0 ^ (self.0 >> 32)
-    }
-}
 
 /// Group kinds in id order, as indices of [`GroupTable::kind_start`].
 const KINDS: [GroupKind; 3] = [
@@ -110,44 +80,24 @@ impl GroupView<'_> {
 }
 
 impl GroupTable {
-    /// Packs the analysis's groups, interning their sharer sets.
-    fn new(groups: &[Group], kind_start: [u32; 4]) -> GroupTable {
-        let mut set_index: HashMap<&[Sharer], u32, BuildHasherDefault<WordHasher>> =
-            HashMap::default();
-        let mut sets: Vec<Vec<Sharer>> = Vec::new();
-        let mut set_bytes: Vec<u64> = Vec::new();
-        let mut set_of = Vec::with_capacity(groups.len());
-        // Neighbouring groups mostly have the same sharers (one thread's, the globals'): the
-        // previous group's set is tried before hashing.
-        let mut previous: Option<(&[Sharer], u32)> = None;
-        for g in groups {
-            let s = match previous {
-                Some((sharers, s)) if sharers == g.sharers.as_slice() => s,
-                _ => *set_index.entry(&g.sharers).or_insert_with(|| {
-                    sets.push(g.sharers.clone());
-                    set_bytes.push(0);
-                    (sets.len() - 1) as u32
-                }),
-            };
-            previous = Some((&g.sharers, s));
-            if g.id.kind == GroupKind::ThreadShared {
-                set_bytes[s as usize] += g.size;
-            }
-            set_of.push(s);
-        }
-        let index = |id: GroupId| -> u64 {
-            let k = KINDS.iter().position(|&k| k == id.kind).unwrap_or(0);
-            u64::from(kind_start[k] + id.number - 1)
-        };
+    /// Packs the analysis's groups, straight from its columns (no per-group record is made).
+    fn new(analysis: &Analysis) -> GroupTable {
+        let count = analysis.group_count() as usize;
+        let sharers = analysis.sharers();
+        let (ref_offsets, ref_targets) = analysis.group_ref_lists();
+        let base = ref_offsets[0];
         GroupTable {
-            kind_start,
-            entries: Packed::new(groups.len(), |g| u64::from(groups[g].entry)),
-            sizes: Packed::new(groups.len(), |g| groups[g].size),
-            members: Packed::new(groups.len(), |g| groups[g].objects),
-            sharers: Packed::from_slice(&set_of),
-            sets,
-            set_bytes,
-            refs: PackedCsr::new(groups.len(), |g| groups[g].refs.iter().map(|&r| index(r))),
+            kind_start: analysis.group_starts(),
+            entries: Packed::from_slice(analysis.group_entries()),
+            sizes: Packed::new(count, |g| analysis.group_bytes(g as u32)),
+            members: Packed::new(count, |g| analysis.group_objects(g as u32)),
+            sharers: Packed::from_slice(&sharers.of_group),
+            sets: sharers.sets.clone(),
+            set_bytes: sharers.thread_shared_bytes.clone(),
+            refs: PackedCsr::from_columns(
+                Packed::new(count + 1, |g| (ref_offsets[g] - base) as u64),
+                Packed::from_slice(ref_targets),
+            ),
         }
     }
 
@@ -268,22 +218,9 @@ impl Kept {
             frames += t.frames.len() as u32;
         }
         frame_base.push(frames);
-        let groups = GroupTable::new(analysis.groups(), group_starts(analysis));
-        let group_count = groups.len() as u32;
-        let slot_of = |o: usize| -> u64 {
-            let o = o as ObjectIndex;
-            u64::from(match analysis.class_of(o) {
-                ObjectClass::FrameProprietary { thread, frame } => {
-                    frame_base[thread] + frame as u32
-                }
-                ObjectClass::DefinitelyLost => frames + group_count,
-                ObjectClass::IndirectlyLost => frames + group_count + 1,
-                _ => {
-                    let id = analysis.group_of(o).expect("a shared object is in a group");
-                    frames + groups.index(id).expect("the group exists")
-                }
-            })
-        };
+        let groups = GroupTable::new(analysis);
+        let objects = graph.object_count() as ObjectIndex;
+        let doms = analysis.dominators();
         let ids_are_seqs = cols.id == cols.seq;
         Kept {
             process: graph.process.clone(),
@@ -301,13 +238,10 @@ impl Kept {
             site: Packed::new(n, |o| u64::from(cols.site[o].wrapping_add(1))),
             thread: Packed::from_slice(&cols.thread),
             seqs: Packed::from_slice(&cols.seq),
-            edges: PackedCsr::new(n, |o| {
-                graph
-                    .edges()
-                    .of(o as ObjectIndex)
-                    .iter()
-                    .map(|&t| u64::from(t))
-            }),
+            edges: PackedCsr::from_columns(
+                Packed::from_slice(graph.edges().offsets()),
+                Packed::from_slice(graph.edges().targets()),
+            ),
             edge_interior: graph.edges().interior_bits().to_vec(),
             possibly: {
                 let mut bits = analysis.possibly_bits().to_vec();
@@ -316,11 +250,11 @@ impl Kept {
                 }
                 bits
             },
-            slots: Packed::new(n, slot_of),
-            doms: Packed::new(n, |o| {
-                analysis
-                    .dominator(o as ObjectIndex)
-                    .map_or(0, |d| u64::from(d) + 1)
+            slots: Packed::from_slice(analysis.slots()),
+            // Immediate dominators that are not objects (frames, threads, the roots) are 0.
+            doms: Packed::new(n, |o| match doms[o] {
+                d if d < objects => u64::from(d) + 1,
+                _ => 0,
             }),
             frame_base,
             groups,
@@ -709,17 +643,8 @@ impl Kept {
     /// Bytes freed if every thread in `tids` ended: `Σ size(o) : ∅ ≠ T(o) ⊆ S`
     /// (docs/reference.md §3 "Release").
     pub fn release(&self, tids: &[u32]) -> Result<u64, UnknownThread> {
-        let (set, mut bytes) = released_set(&self.figures, tids)?;
-        for (sharers, &shared) in self.groups.sets.iter().zip(&self.groups.set_bytes) {
-            let within = sharers.iter().all(|s| match s {
-                Sharer::Thread(tid) => set.binary_search(tid).is_ok(),
-                Sharer::Globals => false,
-            });
-            if within {
-                bytes += shared;
-            }
-        }
-        Ok(bytes)
+        let (set, bytes) = released_set(&self.figures, tids)?;
+        Ok(bytes + shared_within(&self.groups.sets, &self.groups.set_bytes, &set))
     }
 
     /// Groups the holder refers to directly (ascending).
@@ -779,26 +704,14 @@ impl Kept {
     }
 }
 
-/// The analysis's group index of each kind's first group, then the group count.
-fn group_starts(analysis: &Analysis) -> [u32; 4] {
-    let mut starts = [0u32; 4];
-    for (k, kind) in KINDS.iter().enumerate() {
-        starts[k + 1] = starts[k]
-            + analysis
-                .groups()
-                .iter()
-                .filter(|g| g.id.kind == *kind)
-                .count() as u32;
-    }
-    starts
-}
-
 mod codec;
 pub use codec::{DecodeError, KEPT_MAGIC, KEPT_VERSION};
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
+
     use crate::synthetic::{SyntheticConfig, generate};
 
     /// Every answer of the kept form equals the graph's and the analysis's.
