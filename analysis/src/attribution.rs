@@ -335,6 +335,9 @@ impl Sharers {
         let mut of_thread = vec![NONE; threads.len()];
         let mut of_globals = NONE;
         let mut of_component = vec![NONE; sharer_sets.components()];
+        let mut by_bits: HashMap<&[u64], u32, BuildHasherDefault<WordHasher>> = HashMap::default();
+        // Neighbouring components mostly have the same set: it is tried before hashing.
+        let mut previous: (&[u64], u32) = (&[], NONE);
         let mut component_bytes = vec![0u64; sharer_sets.components()];
         let t0 = numbering.kind_start[THREAD_SHARED];
         for g in 0..numbering.len() as u32 {
@@ -358,14 +361,31 @@ impl Sharers {
                     let c = sharer_sets.set_of[(g - t0) as usize] as usize;
                     component_bytes[c] += size;
                     if of_component[c] == NONE {
-                        let set = sharer_sets
-                            .members(c)
-                            .map(|bit| match by_tid.get(bit) {
-                                Some(&t) => Sharer::Thread(graph.threads[t as usize].tid),
-                                None => Sharer::Globals,
-                            })
-                            .collect();
-                        of_component[c] = intern(set, &mut out);
+                        // Components are many (a million in a hash table shared by a thread
+                        // and the globals), their distinct sets few.
+                        let bits = sharer_sets.words_of(c);
+                        of_component[c] = if previous.0 == bits {
+                            previous.1
+                        } else {
+                            match by_bits.get(bits) {
+                                Some(&s) => s,
+                                None => {
+                                    let set = sharer_sets
+                                        .members(c)
+                                        .map(|bit| match by_tid.get(bit) {
+                                            Some(&t) => {
+                                                Sharer::Thread(graph.threads[t as usize].tid)
+                                            }
+                                            None => Sharer::Globals,
+                                        })
+                                        .collect();
+                                    let s = intern(set, &mut out);
+                                    by_bits.insert(bits, s);
+                                    s
+                                }
+                            }
+                        };
+                        previous = (bits, of_component[c]);
                     }
                     out.thread_shared_bytes[of_component[c] as usize] += size;
                     of_component[c]

@@ -54,6 +54,16 @@ impl Csr {
         csr
     }
 
+    /// An empty graph with room for `nodes` nodes and `edges` edges.
+    pub fn with_capacity(nodes: usize, edges: usize) -> Csr {
+        let mut offsets = Vec::with_capacity(nodes + 1);
+        offsets.push(0);
+        Csr {
+            offsets,
+            targets: Vec::with_capacity(edges),
+        }
+    }
+
     /// Appends the successor list of the next node.
     pub fn push(&mut self, list: impl IntoIterator<Item = u32>) {
         self.targets.extend(list);
@@ -128,39 +138,24 @@ pub fn dominator_tree(graph: &impl Successors, root: u32) -> DomTree {
     assert!(n < NONE as usize, "too many nodes for u32 ids");
     assert!((root as usize) < n, "root {root} out of range 0..{n}");
 
-    let (preorder, parent) = depth_first(graph, root);
-    let reached = preorder.len();
+    let (preorder, parent, number) = depth_first(graph, root);
 
     // Predecessors of every reached node, in preorder numbers; built here rather than
-    // from the node-space graph so the semidominator loop reads numbers directly.
-    let preds = {
-        let mut number = vec![NONE; n];
-        for (i, &v) in preorder.iter().enumerate() {
-            number[v as usize] = i as u32;
-        }
-        let mut offsets = vec![0usize; reached + 1];
-        for &v in &preorder {
-            for &w in graph.successors(v) {
-                offsets[number[w as usize] as usize + 1] += 1;
-            }
-        }
-        for i in 0..reached {
-            offsets[i + 1] += offsets[i];
-        }
-        let mut fill = offsets.clone();
-        let mut targets = vec![0u32; offsets[reached]];
-        for (i, &v) in preorder.iter().enumerate() {
-            for &w in graph.successors(v) {
-                let slot = &mut fill[number[w as usize] as usize];
-                targets[*slot] = i as u32;
-                *slot += 1;
-            }
-        }
-        Csr { offsets, targets }
+    // from the node-space graph so the semidominator loop reads numbers directly. Offsets
+    // are `u32` when the edges allow (they nearly always do): half the memory to write.
+    let edges: usize = (0..n as u32)
+        .filter(|&v| number[v as usize] != NONE)
+        .map(|v| graph.successors(v).len())
+        .sum();
+    let idom_pre = if u32::try_from(edges).is_ok() {
+        let preds = Preds::<u32>::new(graph, &number, preorder.len(), edges);
+        drop(number);
+        semi_nca(&preds, parent)
+    } else {
+        let preds = Preds::<u64>::new(graph, &number, preorder.len(), edges);
+        drop(number);
+        semi_nca(&preds, parent)
     };
-
-    let idom_pre = semi_nca(&preds, parent);
-    drop(preds);
 
     let mut idom = vec![NONE; n];
     for (i, &v) in preorder.iter().enumerate() {
@@ -169,9 +164,10 @@ pub fn dominator_tree(graph: &impl Successors, root: u32) -> DomTree {
     DomTree { idom, preorder }
 }
 
-/// Iterative depth-first search: the reached nodes in preorder, and each one's tree
-/// parent as a preorder number (the root's parent is 0, itself).
-fn depth_first(graph: &impl Successors, root: u32) -> (Vec<u32>, Vec<u32>) {
+/// Iterative depth-first search: the reached nodes in preorder, each one's tree parent as
+/// a preorder number (the root's parent is 0, itself), and each node's preorder number
+/// ([`NONE`] when not reached).
+fn depth_first(graph: &impl Successors, root: u32) -> (Vec<u32>, Vec<u32>, Vec<u32>) {
     let n = graph.node_count();
     let mut number = vec![NONE; n];
     let mut preorder = Vec::new();
@@ -202,12 +198,67 @@ fn depth_first(graph: &impl Successors, root: u32) -> (Vec<u32>, Vec<u32>) {
             }
         }
     }
-    (preorder, parent)
+    (preorder, parent, number)
+}
+
+/// The predecessors of every reached node, in preorder numbers, as one adjacency list
+/// whose offsets are `O` (`u32` or `u64`).
+struct Preds<O> {
+    offsets: Vec<O>,
+    targets: Vec<u32>,
+}
+
+impl<O: Copy + Default + TryFrom<usize> + Into<u64>> Preds<O> {
+    /// `number` is each node's preorder number, `reached` how many have one and `edges`
+    /// how many successors they have in all (which `O` must hold).
+    fn new(graph: &impl Successors, number: &[u32], reached: usize, edges: usize) -> Self {
+        let offset =
+            |k: usize| O::try_from(k).unwrap_or_else(|_| unreachable!("checked by the caller"));
+        let at = |o: O| o.into() as usize;
+        // Nodes in id order, so that the graph's own lists are read in order; the order of a
+        // node's predecessors does not matter to the semidominators.
+        let reached_nodes = || (0..number.len() as u32).filter(|&v| number[v as usize] != NONE);
+        // Counts at `1 + number`, summed into starts at `number`, which the fill advances to
+        // the ends: then shifted one place, they are the offsets.
+        let mut offsets = vec![O::default(); reached + 1];
+        for v in reached_nodes() {
+            for &w in graph.successors(v) {
+                let c = &mut offsets[number[w as usize] as usize + 1];
+                *c = offset(at(*c) + 1);
+            }
+        }
+        for i in 0..reached {
+            offsets[i + 1] = offset(at(offsets[i + 1]) + at(offsets[i]));
+        }
+        let mut targets = vec![0u32; edges];
+        for v in reached_nodes() {
+            let i = number[v as usize];
+            for &w in graph.successors(v) {
+                let c = &mut offsets[number[w as usize] as usize];
+                targets[at(*c)] = i;
+                *c = offset(at(*c) + 1);
+            }
+        }
+        offsets.copy_within(0..reached, 1);
+        offsets[0] = O::default();
+        Preds { offsets, targets }
+    }
+}
+
+impl<O: Copy + Into<u64>> Successors for Preds<O> {
+    fn node_count(&self) -> usize {
+        self.offsets.len() - 1
+    }
+
+    fn successors(&self, v: u32) -> &[u32] {
+        let v = v as usize;
+        &self.targets[self.offsets[v].into() as usize..self.offsets[v + 1].into() as usize]
+    }
 }
 
 /// Semi-NCA over preorder numbers: `preds` are the predecessors of each number and
 /// `parent` the depth-first tree. Returns each number's immediate dominator number.
-fn semi_nca(preds: &Csr, parent: Vec<u32>) -> Vec<u32> {
+fn semi_nca(preds: &impl Successors, parent: Vec<u32>) -> Vec<u32> {
     let count = parent.len();
     let mut idom = parent.clone();
     // The link-eval forest: `ancestor[v]` starts as the tree parent; once `v` is linked

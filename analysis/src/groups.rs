@@ -94,7 +94,7 @@ impl Numbering {
 }
 
 /// Objects listed per holder slot (a counting sort of objects by slot), ascending within
-/// each slot.
+/// each slot; also the thread-shared groups listed per strongly connected component.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct SlotMembers {
     offsets: Vec<u32>,
@@ -142,7 +142,7 @@ pub(crate) fn referents(
     // and without clearing anything between holders.
     let mut seen = vec![NONE; groups as usize];
     let mut list: Vec<u32> = Vec::new();
-    let mut out = Csr::default();
+    let mut out = Csr::with_capacity((frames + groups) as usize, 0);
     for h in 0..frames + groups {
         let mut visit = |y: ObjectIndex| {
             let s = slot[y as usize];
@@ -188,10 +188,14 @@ impl SharerSets {
         self.bits.len().checked_div(self.words).unwrap_or(0)
     }
 
+    /// The words of set `c`.
+    pub fn words_of(&self, c: usize) -> &[u64] {
+        &self.bits[c * self.words..(c + 1) * self.words]
+    }
+
     /// The bits set in set `c`, ascending.
     pub fn members(&self, c: usize) -> impl Iterator<Item = usize> + '_ {
-        let words = &self.bits[c * self.words..(c + 1) * self.words];
-        words.iter().enumerate().flat_map(|(w, &word)| {
+        self.words_of(c).iter().enumerate().flat_map(|(w, &word)| {
             let mut word = word;
             std::iter::from_fn(move || {
                 (word != 0).then(|| {
@@ -226,6 +230,18 @@ pub(crate) fn thread_shared_sharers(
     let globals_bit = threads;
     let set =
         |bits: &mut [u64], k: usize, bit: usize| bits[k * words + bit / 64] |= 1 << (bit % 64);
+    if threads <= 1 {
+        // A thread-shared group is reached from at least two roots (thread nodes or the
+        // globals: no single one dominates it), so with one thread each is shared by that
+        // thread and the globals: one set, nothing to propagate.
+        let mut bits = vec![0u64; words];
+        (0..=threads).for_each(|bit| set(&mut bits, 0, bit));
+        return SharerSets {
+            words,
+            set_of: vec![0; count],
+            bits,
+        };
+    }
 
     let mut seeds = vec![0u64; count * words];
     for h in 0..frames + numbering.len() as u32 {
@@ -254,14 +270,16 @@ pub(crate) fn thread_shared_sharers(
         }
     }
 
-    let among = Csr::from_lists((t0..t1).map(|g| {
-        referents
-            .successors(frames + g)
-            .iter()
-            .filter(|&&r| (t0..t1).contains(&r))
-            .map(|&r| r - t0)
-            .collect::<Vec<_>>()
-    }));
+    let mut among = Csr::with_capacity(count, referents.edge_count());
+    for g in t0..t1 {
+        among.push(
+            referents
+                .successors(frames + g)
+                .iter()
+                .filter(|&&r| (t0..t1).contains(&r))
+                .map(|&r| r - t0),
+        );
+    }
     let (component, components) = strongly_connected(&among);
     let components = components as usize;
     let mut bits = vec![0u64; components * words];
@@ -272,22 +290,14 @@ pub(crate) fn thread_shared_sharers(
         }
     }
     drop(seeds);
-    let by_component = {
-        let mut order: Vec<u32> = (0..count as u32).collect();
-        order.sort_unstable_by_key(|&k| component[k as usize]);
-        order
-    };
+    // The groups of each component (the counting sort that lists objects per slot).
+    let by_component = SlotMembers::new(&component, components);
     // Components are numbered sinks first, so walking them downwards visits every
     // component after all those with edges into it.
-    let mut end = by_component.len();
     for c in (0..components).rev() {
-        let mut start = end;
-        while start > 0 && component[by_component[start - 1] as usize] as usize == c {
-            start -= 1;
-        }
         let (lower, upper) = bits.split_at_mut(c * words);
         let own = &upper[..words];
-        for &k in &by_component[start..end] {
+        for &k in by_component.of(c as u32) {
             for &h in among.successors(k) {
                 let d = component[h as usize] as usize;
                 if d != c {
@@ -297,7 +307,6 @@ pub(crate) fn thread_shared_sharers(
                 }
             }
         }
-        end = start;
     }
     SharerSets {
         words,

@@ -39,10 +39,12 @@ pub struct Packed {
 /// Bytes needed to store `v` below the exception marker of that width (0 for 0: a column
 /// of one value stores nothing).
 fn width_of(v: u64) -> usize {
-    if v == 0 {
-        return 0;
+    match v {
+        0 => 0,
+        u64::MAX => 8,
+        // The fewest bytes holding v + 1, so that v stays below that width's all-ones marker.
+        _ => (71 - (v + 1).leading_zeros() as usize) / 8,
     }
-    (1..8).find(|&w| v < mask_of(w)).unwrap_or(8)
 }
 
 fn mask_of(width: usize) -> u64 {
@@ -118,23 +120,28 @@ impl Packed {
         let mask = mask_of(width);
         let mut bytes = Vec::new();
         bytes.try_reserve_exact(len * width + PAD)?;
+        bytes.resize(len * width + PAD, 0);
         let mut kept_aside = Vec::new();
         kept_aside.try_reserve_exact(exceptions)?;
-        let mut run = 0;
-        for i in 0..len {
-            while run + 1 < runs.len() && runs[run + 1].0 as usize <= i {
-                run += 1;
+        // Width 0 stores nothing and has no marker (chosen only when all values are equal).
+        if width > 0 {
+            let mut run = 0;
+            for i in 0..len {
+                while run + 1 < runs.len() && runs[run + 1].0 as usize <= i {
+                    run += 1;
+                }
+                let v = value(i);
+                let mut offset = v - runs[run].1;
+                if width < 8 && offset >= mask {
+                    kept_aside.push((i as u32, v));
+                    offset = mask;
+                }
+                // All 8 bytes: those past the width are zero (the offset fits it), and the
+                // next value or the padding overwrites them.
+                let at = i * width;
+                bytes[at..at + 8].copy_from_slice(&offset.to_le_bytes());
             }
-            let v = value(i);
-            let mut offset = v - runs[run].1;
-            // Width 0 stores nothing and has no marker (chosen only when all values are equal).
-            if width > 0 && width < 8 && offset >= mask {
-                kept_aside.push((i as u32, v));
-                offset = mask;
-            }
-            bytes.extend_from_slice(&offset.to_le_bytes()[..width]);
         }
-        bytes.resize(len * width + PAD, 0);
         Ok(Packed {
             len,
             width,
@@ -301,6 +308,21 @@ mod tests {
             assert_eq!(p.get(i), v, "value {i} of {values:?}");
         }
         p
+    }
+
+    #[test]
+    fn a_width_is_the_fewest_bytes_keeping_a_value_below_their_marker() {
+        let by_definition = |v: u64| match v {
+            0 => 0,
+            _ => (1..8).find(|&w| v < mask_of(w)).unwrap_or(8),
+        };
+        for w in 1..=8 {
+            let m = mask_of(w);
+            for v in [m - 1, m, m.saturating_add(1), m / 2, m.saturating_sub(2)] {
+                assert_eq!(width_of(v), by_definition(v), "{v:#x}");
+            }
+        }
+        assert_eq!((width_of(0), width_of(1), width_of(u64::MAX)), (0, 1, 8));
     }
 
     #[test]
