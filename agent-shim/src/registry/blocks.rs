@@ -3,10 +3,10 @@
 //!
 //! 64 shards chosen by the address's 64 MiB region ([`shard_of`]), each an open-addressing
 //! table (linear probing, backward-shift deletion, no tombstones) in its own anonymous
-//! mapping, grown by 1.5× when 78% full, guarded by a futex lock ([`crate::sync::RawLock`])
-//! that a thread waiting on it can still be interrupted by signals. An entry packs address,
-//! size, sequence number, tid and stack id into 24 bytes, so a block costs 24 / load ≈ 31–46
-//! bytes.
+//! mapping, grown by 1.5× when 78% full (half full below 1 MiB: [`SMALL_TABLE`]), guarded by
+//! a futex lock ([`crate::sync::RawLock`]) that a thread waiting on it can still be
+//! interrupted by signals. An entry packs address, size, sequence number, tid and stack id
+//! into 24 bytes, so a block costs 24 / load ≈ 31–46 bytes (up to 72 in a small table).
 //!
 //! Hooks insert after libc returned a block and remove *before* handing a block back to libc,
 //! so an address reused by another thread is never removed by the wrong hook. A realloc is
@@ -46,6 +46,13 @@ const SHARD_BITS: u32 = 6;
 /// 0.78: linear probing's expected probe count for an absent address, (1 + 1/(1−α)²)/2, is
 /// 10.8 at 0.78 but 22 at 0.85, and every insert probes for an absent address.
 const MAX_LOAD: (usize, usize) = (78, 100);
+/// A table mapped in less than this stays at most half full instead: it is small enough to
+/// stay in the cache, so its probes cost instructions rather than misses, and at 0.78 an
+/// insert probed about 5 slots and a deletion shifted as many back (sqlite3's table of a few
+/// thousand short-lived blocks: BENCHMARKS.md "Real programs"). The memory this costs is at
+/// most a third of a MiB per shard.
+const SMALL_TABLE: usize = 1 << 20;
+const SMALL_MAX_LOAD: (usize, usize) = (1, 2);
 const PAGE: usize = 4096;
 const ENTRY: usize = std::mem::size_of::<Entry>();
 const LOW48: u64 = (1 << 48) - 1;
@@ -291,14 +298,22 @@ impl Table {
 
     /// The index of `addr`, or of the empty slot where it would go; None when the table has
     /// no empty slot (which its load factor rules out: [`broken`]).
+    #[inline]
     fn probe(&self, addr: u64, h: u64) -> Option<usize> {
-        let mut i = home(h, self.cap);
-        for _ in 0..self.cap {
-            let e = self.slot(i);
-            if e.w[0] == 0 || e.addr() == addr {
+        let cap = self.cap;
+        let mut i = home(h, cap);
+        for _ in 0..cap {
+            // SAFETY: i < cap (a home index is, and the step wraps at cap), and slots points
+            // to cap initialised entries; the caller holds the shard lock. Only the first
+            // word is read: it holds the address and marks an empty slot.
+            let w0 = unsafe { (*self.slots.add(i)).w[0] };
+            if w0 == 0 || w0 & LOW48 == addr {
                 return Some(i);
             }
-            i = self.next(i);
+            i += 1;
+            if i == cap {
+                i = 0;
+            }
         }
         if self.cap != 0 {
             broken("no empty slot");
@@ -313,10 +328,22 @@ impl Table {
     }
 
     /// Makes room for one more entry; false when the kernel refuses memory.
+    #[inline]
     fn reserve_one(&mut self) -> bool {
-        if (self.len + 1) * MAX_LOAD.1 <= self.cap * MAX_LOAD.0 {
+        let (most, of) = if self.mapped < SMALL_TABLE {
+            SMALL_MAX_LOAD
+        } else {
+            MAX_LOAD
+        };
+        if (self.len + 1) * of <= self.cap * most {
             return true;
         }
+        self.grow()
+    }
+
+    /// Moves the entries into a table 1.5 times as big; false when the kernel refuses memory.
+    #[cold]
+    fn grow(&mut self) -> bool {
         let want = (self.cap + self.cap / 2).max(PAGE / ENTRY);
         let mapped = (want * ENTRY).next_multiple_of(PAGE);
         let Some(p) = sys::map_anon(mapped, false) else {
@@ -350,11 +377,15 @@ impl Table {
     /// Removes slot `i` and shifts the following run back (keeps probing correct).
     fn delete(&mut self, mut hole: usize) {
         let cap = self.cap;
+        if hole >= cap {
+            return broken("slot index past the end");
+        }
         let mut j = hole;
         // Bounded by the table's size: a table with no empty slot is broken, not looped on.
         for _ in 0..cap {
             j = self.next(j);
-            let e = self.slot(j);
+            // SAFETY: j < cap (`next` wraps at cap); the caller holds the shard lock.
+            let e = unsafe { *self.slots.add(j) };
             if e.w[0] == 0 {
                 break;
             }
@@ -362,11 +393,13 @@ impl Table {
             // Move e into the hole if the hole lies on its probe path [h, j] (distances
             // back from j, wrapping; every index is below cap, so no division is needed).
             if back(j, h, cap) >= back(j, hole, cap) {
-                self.set(hole, e);
+                // SAFETY: hole < cap (checked above, then an earlier j); as above.
+                unsafe { *self.slots.add(hole) = e };
                 hole = j;
             }
         }
-        self.set(hole, Entry::default());
+        // SAFETY: as above.
+        unsafe { *self.slots.add(hole) = Entry::default() };
         match self.len.checked_sub(1) {
             Some(len) => self.len = len,
             None => broken("more deletions than entries"),
@@ -492,19 +525,14 @@ enum Placed {
     Full,
 }
 
-/// Stores `rec` in a locked shard (`stats` its statistics). A moving entry at the address is
-/// left alone (`Busy`) unless `take_moving`.
-fn place(
-    table: &mut Table,
-    stats: &ShardStats,
-    rec: &BlockRecord,
-    h: u64,
-    take_moving: bool,
-) -> Placed {
+/// Stores entry `e` (hash `h`) in a locked shard (`stats` its statistics). A moving entry at
+/// the address is left alone (`Busy`) unless `take_moving`.
+#[inline]
+fn place(table: &mut Table, stats: &ShardStats, e: Entry, h: u64, take_moving: bool) -> Placed {
     if !table.reserve_one() {
         return Placed::Full;
     }
-    let Some(i) = table.probe(rec.addr, h) else {
+    let Some(i) = table.probe(e.addr(), h) else {
         return Placed::Full;
     };
     let slot = table.slot(i);
@@ -513,13 +541,13 @@ fn place(
         if slot.moving() && !take_moving {
             return Placed::Busy;
         }
-        if !slot.moving() && newer(slot.seq(), rec.seq) {
+        if !slot.moving() && newer(slot.seq(), e.seq()) {
             // A batch of new blocks applied late (`new_blocks`) after the address was
-            // allocated again, its free unseen: the table's entry is the live one, `rec`
+            // allocated again, its free unseen: the table's entry is the live one, `e`
             // counts as allocated and freed.
-            stats.released(None, rec.size);
+            stats.released(None, e.size());
             return Placed::Stored {
-                stale: rec.size.max(1),
+                stale: e.size().max(1),
             };
         }
         stale = slot.size();
@@ -527,7 +555,7 @@ fn place(
     } else {
         table.len += 1;
     }
-    table.set(i, Entry::pack(rec));
+    table.set(i, e);
     Placed::Stored { stale }
 }
 
@@ -655,12 +683,12 @@ fn apply_entry(
     take_moving: bool,
 ) -> Placed {
     let (words, op) = slot.entry(i);
-    let rec = Entry { w: words }.unpack();
-    let placed = place(table, stats, &rec, hash(rec.addr), take_moving);
+    let e = Entry { w: words };
+    let placed = place(table, stats, e, hash(e.addr()), take_moving);
     if let Placed::Busy = placed {
         return placed;
     }
-    count_placed(&placed, stats, op, rec.size);
+    count_placed(&placed, stats, op, e.size());
     slot.addrs[i].store(0, Ordering::Release);
     placed
 }
@@ -687,7 +715,8 @@ fn count_placed(placed: &Placed, stats: &ShardStats, op: Op, size: u64) {
 struct Waiting {
     slot: &'static NewSlot,
     i: usize,
-    rec: BlockRecord,
+    /// Its packed record.
+    e: Entry,
     op: Op,
 }
 
@@ -701,9 +730,17 @@ impl Waiting {
     /// its free unseen): counted as allocated and released in the caller's locked shard.
     fn drop_stale(&self, stats: &ShardStats) {
         self.take();
-        stats.tracked(self.op, self.rec.size);
-        stats.released(None, self.rec.size);
+        stats.tracked(self.op, self.e.size());
+        stats.released(None, self.e.size());
         counters::count_rare(Rare::StaleEntry);
+    }
+
+    /// Takes it as the live block at `addr` (the newest there): any other block waiting at
+    /// that address is older, and dropped as stale.
+    fn take_live(self, addr: u64, stats: &ShardStats) -> Live {
+        self.take();
+        drop_waiting(addr, stats);
+        Live::Taken(self.e, self.op)
     }
 }
 
@@ -733,11 +770,11 @@ fn find_new(addr: u64) -> Option<Waiting> {
             continue;
         };
         let (words, op) = slot.entry(i);
-        let rec = Entry { w: words }.unpack();
+        let e = Entry { w: words };
         // Two slots hold an address only after a missed free: the entry with the higher
         // sequence number is the live block (see `new_blocks`).
-        if newest.as_ref().is_none_or(|n| newer(rec.seq, n.rec.seq)) {
-            newest = Some(Waiting { slot, i, rec, op });
+        if newest.as_ref().is_none_or(|n| newer(e.seq(), n.e.seq())) {
+            newest = Some(Waiting { slot, i, e, op });
         }
         if !all {
             break;
@@ -759,14 +796,30 @@ fn drop_waiting(addr: u64, stats: &ShardStats) {
 /// The record of the new block at `addr` waiting in a slot, if one does. Caller holds
 /// `addr`'s shard lock.
 fn peek_new(addr: u64) -> Option<BlockRecord> {
-    find_new(addr).map(|w| w.rec)
+    find_new(addr).map(|w| w.e.unpack())
 }
 
 /// Where the live block at `addr` is, in a locked shard: a table slot, or taken out of a
-/// `new_blocks` slot (its record and call; the caller accounts it in this shard).
+/// `new_blocks` slot (its packed record and call; the caller accounts it in this shard).
 enum Live {
     Table(usize),
-    Taken(BlockRecord, Op),
+    Taken(Entry, Op),
+}
+
+/// The newer of two blocks at `addr` (only after a free the agent did not see): the settled
+/// table entry in slot `i` and the block `w` waiting in a slot. The other is dropped as
+/// stale (counted, `StaleEntry`), and so is any other block waiting at `addr`.
+fn newest_of(table: &mut Table, stats: &ShardStats, i: usize, w: Waiting, addr: u64) -> Live {
+    let settled = table.slot(i);
+    if !newer(w.e.seq(), settled.seq()) {
+        w.drop_stale(stats);
+        drop_waiting(addr, stats);
+        return Live::Table(i);
+    }
+    table.delete(i);
+    stats.released(None, settled.size());
+    counters::count_rare(Rare::StaleEntry);
+    w.take_live(addr, stats)
 }
 
 /// Finds the live block at `addr` for a free. The newest block wins: when the table and a
@@ -787,43 +840,27 @@ fn live_at(table: &mut Table, stats: &ShardStats, addr: u64, h: u64) -> Option<L
     };
     match (settled, waiting) {
         (Some(i), None) => Some(Live::Table(i)),
-        (Some(i), Some(w)) => {
-            if !newer(w.rec.seq, table.slot(i).seq()) {
-                w.drop_stale(stats);
-                drop_waiting(addr, stats);
-                return Some(Live::Table(i));
-            }
-            w.take();
-            drop_waiting(addr, stats);
-            let stale = table.slot(i).size();
-            table.delete(i);
-            stats.released(None, stale);
-            counters::count_rare(Rare::StaleEntry);
-            Some(Live::Taken(w.rec, w.op))
-        }
-        (None, Some(w)) => {
-            w.take();
-            drop_waiting(addr, stats);
-            Some(Live::Taken(w.rec, w.op))
-        }
+        (Some(i), Some(w)) => Some(newest_of(table, stats, i, w, addr)),
+        (None, Some(w)) => Some(w.take_live(addr, stats)),
         (None, None) => found.map(Live::Table),
     }
 }
 
 /// Removes the live block at `addr` from a locked shard as released by `op` (a free; see
-/// [`live_at`]); its record, None when not tracked.
+/// [`live_at`]); its packed record, None when not tracked.
+#[inline]
 fn remove_locked(
     table: &mut Table,
     stats: &ShardStats,
     addr: u64,
     op: Option<Op>,
-) -> Option<BlockRecord> {
+) -> Option<Entry> {
     match live_at(table, stats, addr, hash(addr))? {
         Live::Table(i) => Some(delete_at(table, stats, i, op)),
-        Live::Taken(rec, made) => {
-            stats.tracked(made, rec.size);
-            stats.released(op, rec.size);
-            Some(rec)
+        Live::Taken(e, made) => {
+            stats.tracked(made, e.size());
+            stats.released(op, e.size());
+            Some(e)
         }
     }
 }
@@ -835,12 +872,12 @@ pub fn insert(addr: u64, size: u64, tid: u32, stack: u32, op: Op) -> bool {
     }
     let h = hash(addr);
     shard_of(addr).prefetch(h);
-    let rec = BlockRecord::new_block(addr, size, tid, stack);
+    let e = Entry::pack(&BlockRecord::new_block(addr, size, tid, stack));
     let mut round = 0;
     loop {
         let mut shard = Locked::new(shard_of(addr));
         let stats = &shard.0.stats;
-        let placed = place(shard.table(), stats, &rec, h, round >= MOVE_WAIT_LIMIT);
+        let placed = place(shard.table(), stats, e, h, round >= MOVE_WAIT_LIMIT);
         match placed {
             Placed::Stored { stale } => {
                 stats.tracked(op, size);
@@ -914,18 +951,18 @@ pub fn remove(addr: u64, op: Option<Op>) -> Option<BlockRecord> {
     shard_of(addr).prefetch(h);
     let mut shard = Locked::new(shard_of(addr));
     let stats = &shard.0.stats;
-    let rec = remove_locked(shard.table(), stats, addr, op);
+    let removed = remove_locked(shard.table(), stats, addr, op);
     stats.settle();
     drop(shard);
-    rec
+    removed.map(|e| e.unpack())
 }
 
-/// Deletes table slot `i` (locked), counting its block as released by `op`.
-fn delete_at(table: &mut Table, stats: &ShardStats, i: usize, op: Option<Op>) -> BlockRecord {
-    let rec = table.slot(i).unpack();
+/// Deletes table slot `i` (locked), counting its block as released by `op`; its entry.
+fn delete_at(table: &mut Table, stats: &ShardStats, i: usize, op: Option<Op>) -> Entry {
+    let e = table.slot(i);
     table.delete(i);
-    stats.released(op, rec.size);
-    rec
+    stats.released(op, e.size());
+    e
 }
 
 /// Removes the blocks at `addrs` as frees (a batch of `held_frees`), taking each shard lock
@@ -982,24 +1019,9 @@ fn mark(addr: u64, moving: bool) -> Option<BlockRecord> {
         } else {
             None
         };
-        let i = match (found, waiting) {
-            (found, None) => found?,
-            (Some(i), Some(w)) if !table.slot(i).moving() => {
-                if newer(w.rec.seq, table.slot(i).seq()) {
-                    // The table's entry is stale (its free unseen): the waiting block is
-                    // the one reallocated.
-                    let stale = table.slot(i).size();
-                    table.delete(i);
-                    stats.released(None, stale);
-                    counters::count_rare(Rare::StaleEntry);
-                    stats.settle();
-                    continue;
-                }
-                w.drop_stale(stats);
-                drop_waiting(addr, stats);
-                stats.settle();
-                i
-            }
+        let live = match (found, waiting) {
+            (found, None) => Live::Table(found?),
+            (Some(i), Some(w)) if !table.slot(i).moving() => newest_of(table, stats, i, w, addr),
             (Some(_), Some(_)) if round < MOVE_WAIT_LIMIT => {
                 // Another thread's realloc in progress holds the address in the table.
                 drop(shard);
@@ -1007,18 +1029,29 @@ fn mark(addr: u64, moving: bool) -> Option<BlockRecord> {
                 wait_for_mover(round);
                 continue;
             }
-            (_, Some(w)) => {
-                w.take();
-                drop_waiting(addr, stats);
-                let placed = place(table, stats, &w.rec, h, true);
-                count_placed(&placed, stats, w.op, w.rec.size);
-                stats.settle();
+            (_, Some(w)) => w.take_live(addr, stats),
+        };
+        let i = match live {
+            Live::Table(i) => i,
+            Live::Taken(e, op) => {
+                // Into the table, to be marked there (over another realloc's moving entry
+                // once that was waited for long enough).
+                let placed = place(table, stats, e, h, true);
+                count_placed(&placed, stats, op, e.size());
                 if !matches!(placed, Placed::Stored { .. }) {
+                    stats.settle();
                     return None;
                 }
-                table.find(addr, h)?
+                match table.find(addr, h) {
+                    Some(i) => i,
+                    None => {
+                        stats.settle();
+                        return None;
+                    }
+                }
             }
         };
+        stats.settle();
         let mut e = table.slot(i);
         e.w[2] = if moving {
             e.w[2] | MOVING
@@ -1117,7 +1150,7 @@ pub fn finish_move(old: &BlockRecord, addr: u64, size: u64, tid: u32, stack: u32
             Some(t) => t,
             None => t_old,
         };
-        let placed = place(t_new, &s_new.stats, &rec, h_new, true);
+        let placed = place(t_new, &s_new.stats, Entry::pack(&rec), h_new, true);
         if let Placed::Stored { .. } = placed {
             s_new.stats.tracked(op, size);
         }

@@ -304,9 +304,7 @@ pub fn counters() -> Counters {
     c.agent.freed_bytes = AGENT_BYTES_OUT.load(Ordering::Relaxed);
     c.agent.blocks_in = AGENT_BLOCKS_IN.load(Ordering::Relaxed);
     c.agent.blocks_out = AGENT_BLOCKS_OUT.load(Ordering::Relaxed);
-    let before_waiting = c.allocated_bytes;
-    super::new_blocks::account(&mut c);
-    let waiting = c.allocated_bytes.wrapping_sub(before_waiting);
+    let waiting = super::new_blocks::account(&mut c);
     super::held_frees::account(&mut c);
     c.live_bytes = (c.allocated_bytes.wrapping_sub(c.freed_bytes) as i64).max(0) as u64;
     // What this reading may record as a peak: its live bytes, but never more than what the

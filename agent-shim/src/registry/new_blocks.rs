@@ -185,8 +185,10 @@ fn op_of(code: u8) -> Op {
     ALL.get(code as usize).copied().unwrap_or(Op::Malloc)
 }
 
-/// Counts the blocks waiting in slots as allocated and live (see the module docs).
-pub fn account(c: &mut Counters) {
+/// Counts the blocks waiting in slots as allocated and live (see the module docs); returns
+/// their bytes.
+pub fn account(c: &mut Counters) -> u64 {
+    let mut bytes = 0;
     for slot in &NEW[..used_slots()] {
         for i in 0..slot.written() {
             let addr = slot.addrs[i].load(Ordering::Acquire);
@@ -199,10 +201,12 @@ pub fn account(c: &mut Counters) {
                 continue;
             }
             c.calls[op as usize] += 1;
-            c.allocated_bytes += words[1] & ((1 << 48) - 1);
+            bytes += words[1] & ((1 << 48) - 1);
             c.live_blocks = c.live_blocks.wrapping_add(1);
         }
     }
+    c.allocated_bytes += bytes;
+    bytes
 }
 
 /// Blocks waiting in slots now (a capture's size hint).
