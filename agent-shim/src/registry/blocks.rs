@@ -463,7 +463,13 @@ pub fn missed_free(addr: u64) {
 /// missed free slows the removals of about 1/64 of its shard's addresses, not all of them.
 #[inline]
 fn missed_bit(addr: u64) -> u64 {
-    1 << (hash(addr) >> 58)
+    bucket(hash(addr))
+}
+
+/// [`missed_bit`] of an address of hash `h`.
+#[inline]
+fn bucket(h: u64) -> u64 {
+    1 << (h >> 58)
 }
 
 /// Whether `addr` may have two entries (see `Shard::missed`). Why a reader cannot miss the
@@ -527,7 +533,7 @@ enum Placed {
 
 /// Stores entry `e` (hash `h`) in a locked shard (`stats` its statistics). A moving entry at
 /// the address is left alone (`Busy`) unless `take_moving`.
-#[inline]
+#[inline(always)]
 fn place(table: &mut Table, stats: &ShardStats, e: Entry, h: u64, take_moving: bool) -> Placed {
     if !table.reserve_one() {
         return Placed::Full;
@@ -828,12 +834,14 @@ fn newest_of(table: &mut Table, stats: &ShardStats, i: usize, w: Waiting, addr: 
 /// `StaleEntry`). A free prefers a block waiting in a slot to a realloc in progress at the
 /// address (a new block there supersedes it), and takes the moving entry only when no slot
 /// holds one. (A realloc removes its own moving entry with [`end_move`].)
-fn live_at(table: &mut Table, stats: &ShardStats, addr: u64, h: u64) -> Option<Live> {
+#[inline(always)]
+fn live_at(table: &mut Table, shard: &Shard, addr: u64, h: u64) -> Option<Live> {
+    let stats = &shard.stats;
     let found = table.find(addr, h);
     let settled = found.filter(|&i| !table.slot(i).moving());
     // A settled table entry is the only one unless a free at an address of its record was
     // missed.
-    let waiting = if settled.is_some() && !duplicates_possible(addr) {
+    let waiting = if settled.is_some() && shard.missed.load(Ordering::Relaxed) & bucket(h) == 0 {
         None
     } else {
         find_new(addr)
@@ -848,14 +856,10 @@ fn live_at(table: &mut Table, stats: &ShardStats, addr: u64, h: u64) -> Option<L
 
 /// Removes the live block at `addr` from a locked shard as released by `op` (a free; see
 /// [`live_at`]); its packed record, None when not tracked.
-#[inline]
-fn remove_locked(
-    table: &mut Table,
-    stats: &ShardStats,
-    addr: u64,
-    op: Option<Op>,
-) -> Option<Entry> {
-    match live_at(table, stats, addr, hash(addr))? {
+#[inline(always)]
+fn remove_locked(table: &mut Table, shard: &Shard, addr: u64, op: Option<Op>) -> Option<Entry> {
+    let stats = &shard.stats;
+    match live_at(table, shard, addr, hash(addr))? {
         Live::Table(i) => Some(delete_at(table, stats, i, op)),
         Live::Taken(e, made) => {
             stats.tracked(made, e.size());
@@ -947,13 +951,12 @@ fn current(found: Option<Entry>, addr: u64) -> Option<BlockRecord> {
 /// not tracked. `op` is counted as the call when the block is found. A realloc removes its
 /// own block with [`end_move`].
 pub fn remove(addr: u64, op: Option<Op>) -> Option<BlockRecord> {
-    let h = hash(addr);
-    shard_of(addr).prefetch(h);
-    let mut shard = Locked::new(shard_of(addr));
-    let stats = &shard.0.stats;
-    let removed = remove_locked(shard.table(), stats, addr, op);
-    stats.settle();
-    drop(shard);
+    let shard = shard_of(addr);
+    shard.prefetch(hash(addr));
+    let mut locked = Locked::new(shard);
+    let removed = remove_locked(locked.table(), shard, addr, op);
+    shard.stats.settle();
+    drop(locked);
     removed.map(|e| e.unpack())
 }
 
@@ -969,23 +972,23 @@ fn delete_at(table: &mut Table, stats: &ShardStats, i: usize, op: Option<Op>) ->
 /// once for a run of addresses in the same shard. Returns how many were not tracked.
 pub fn remove_freed(addrs: &[u64]) -> usize {
     let mut unknown = 0;
-    let mut rest = addrs;
-    while let Some(&first) = rest.first() {
+    let mut next = 0;
+    while let Some(&first) = addrs.get(next) {
         let shard = shard_of(first);
-        let run = rest
-            .iter()
-            .take_while(|&&a| std::ptr::eq(shard_of(a), shard))
-            .count();
         let mut locked = Locked::new(shard);
         let table = locked.table();
-        for &addr in &rest[..run] {
-            if remove_locked(table, &shard.stats, addr, Some(Op::Free)).is_none() {
+        // The run of addresses in this shard.
+        for &addr in &addrs[next..] {
+            if !std::ptr::eq(shard_of(addr), shard) {
+                break;
+            }
+            if remove_locked(table, shard, addr, Some(Op::Free)).is_none() {
                 unknown += 1;
             }
+            next += 1;
         }
         shard.stats.settle();
         drop(locked);
-        rest = &rest[run..];
     }
     unknown
 }
