@@ -109,7 +109,7 @@ fn failed(op: Op) {
 }
 
 /// The allocation stack of the hooked call as an interned id (0 when capture is off).
-#[inline]
+#[inline(always)]
 fn stack_id(entry_sp: usize, fp: usize) -> u32 {
     let depth = stacks::depth();
     if depth == 0 {
@@ -179,6 +179,9 @@ fn allocated(p: *mut c_void, size: usize, op: Op, entry_sp: usize, fp: usize) {
         agent_share(op, None, None);
         return failed(op);
     }
+    if allocated_fast(p as u64, size as u64, op, entry_sp, fp) {
+        return;
+    }
     let Some(busy) = Busy::enter() else {
         agent_share(op, None, None);
         return untracked(op);
@@ -200,6 +203,35 @@ fn allocated(p: *mut c_void, size: usize, op: Op, entry_sp: usize, fp: usize) {
         record::on_alloc(p as u64, size as u64, op, busy.tid, stack);
     }
     agent_share(op, tracked.then_some(size as u64), None);
+}
+
+/// The common allocation of a program thread, recorded without the general path's checks:
+/// the thread is not inside a hook and not holding the whole table, its batch slot is claimed
+/// and takes this block without filling up (so nothing is applied and no shard lock taken),
+/// and nothing records the call. False, with nothing done, when [`allocated`]'s general path
+/// must take it. The same steps as that path's, minus the ones these conditions make moot.
+#[inline]
+fn allocated_fast(p: u64, size: u64, op: Op, entry_sp: usize, fp: usize) -> bool {
+    let st = sys::thread_state();
+    if st.busy() || st.agent() || record::enabled() {
+        return false;
+    }
+    let Some(k) = held_frees::claimed_index(st.held()) else {
+        return false;
+    };
+    let tid = sys::current_tid();
+    if !blocks::usable_by(tid) {
+        return false;
+    }
+    st.set_busy(true);
+    // Read once busy: only this thread's own hooks fill its slot.
+    let fits = blocks::new_fits(k, size);
+    if fits {
+        let stack = stack_id(entry_sp, fp);
+        blocks::push_new(p, size, tid, stack, op, k);
+    }
+    st.set_busy(false);
+    fits
 }
 
 /// # Safety
@@ -333,6 +365,10 @@ pub(crate) unsafe extern "C" fn free(p: *mut c_void, entry_sp: usize, fp: usize)
         {
             record::on_free(0, busy.tid, stack_id(entry_sp, fp));
         }
+        return;
+    }
+    if !record::enabled() && held_frees::hold_unless_full(p as u64, sys::thread_state()) {
+        // Applied with the thread's next batch (registry::held_frees).
         return;
     }
     match Busy::enter() {

@@ -605,6 +605,36 @@ pub fn insert_new(addr: u64, size: u64, tid: u32, stack: u32, op: Op, k: usize) 
     true
 }
 
+/// Whether the calling thread's batch slot `k` takes one more new block of `size` bytes
+/// without applying anything (no shard lock is taken then: the hooks' fast path).
+#[inline]
+pub fn new_fits(k: usize, size: u64) -> bool {
+    size < super::new_blocks::DIRECT_FROM && NEW.get(k).is_some_and(NewSlot::room_for_one_more)
+}
+
+/// Records a new block of a program thread in its batch slot `k`, which [`new_fits`] said
+/// takes it (so this applies nothing and takes no lock). False (and counted) when it could
+/// not be tracked.
+#[inline(always)]
+pub fn push_new(addr: u64, size: u64, tid: u32, stack: u32, op: Op, k: usize) -> bool {
+    let Some(slot) = NEW.get(k) else {
+        return insert(addr, size, tid, stack, op);
+    };
+    if !trackable(addr, size, op) {
+        return false;
+    }
+    let e = Entry::pack(&BlockRecord::new_block(addr, size, tid, stack));
+    match slot.push(addr, e.w, op) {
+        Some(false) => true,
+        // Full now, or already (what `new_fits` ruled out): applied as `insert_new` would.
+        Some(true) => {
+            apply_new(k);
+            true
+        }
+        None => insert(addr, size, tid, stack, op),
+    }
+}
+
 /// Applies the new blocks of batch slot `k` (its owner thread, inside a hook or ending; or a
 /// fork child for a thread it did not inherit): their table slots are prefetched together,
 /// then each shard is locked once for all of its blocks (see `new_blocks` for why an entry
@@ -620,7 +650,7 @@ pub fn apply_new(k: usize) {
     for a in &slot.addrs[..n] {
         let a = a.load(Ordering::Relaxed);
         if a != 0 {
-            prefetch(a);
+            let _ = prefetch(a);
         }
     }
     // Bit i: entry i not yet applied.
@@ -913,11 +943,18 @@ pub fn insert(addr: u64, size: u64, tid: u32, stack: u32, op: Op) -> bool {
     }
 }
 
-/// Starts loading the table slot of `addr` into the cache: a batch of frees prefetches
-/// every slot before it removes any (`held_frees`), so their misses overlap.
+/// Starts loading the table slot of `addr` into the cache, unless its shard's table is small
+/// enough to stay there ([`SMALL_TABLE`]): a batch of frees or new blocks prefetches every
+/// slot before it touches any (`held_frees`, [`apply_new`]), so their misses overlap. Whether
+/// it did (a small table's blocks are few, and so are the lines of their libc chunks).
 #[inline]
-pub fn prefetch(addr: u64) {
-    shard_of(addr).prefetch(hash(addr));
+pub fn prefetch(addr: u64) -> bool {
+    let shard = shard_of(addr);
+    if shard.hint_cap.load(Ordering::Relaxed) < SMALL_TABLE / ENTRY {
+        return false;
+    }
+    shard.prefetch(hash(addr));
+    true
 }
 
 /// The size of the tracked block at `addr`; usable by the thread that holds the whole table

@@ -103,16 +103,21 @@ impl Slot {
         // Never a null block (only non-null frees are held), unless the slot was broken.
         let n = compact_nonzero(&mut held[..n]);
         let held = &held[..n];
+        // Only where the table is too big to stay in the cache (`blocks::prefetch`): the
+        // heap of a small one is in the cache too.
+        let mut big = false;
         for &b in held {
-            blocks::prefetch(b);
-            // libc's free starts with the chunk header, just below the block.
-            prefetch(b.wrapping_sub(16));
+            if blocks::prefetch(b) {
+                big = true;
+                // libc's free starts with the chunk header, just below the block.
+                prefetch(b.wrapping_sub(16));
+            }
         }
         for _ in 0..blocks::remove_freed(held) {
             count_call(Op::Free);
             count_rare(Rare::UnknownFree);
         }
-        for &b in held {
+        for &b in held.iter().filter(|_| big) {
             // And then the header of the chunk after it, which libc's free checks next (the
             // size word, in the cache by now, says where it is).
             // SAFETY: the word below a block the program frees is its chunk's size word,
@@ -141,11 +146,9 @@ fn compact_nonzero(v: &mut [u64]) -> usize {
 }
 
 /// The slot a thread's `ThreadState::held` names, if it has one.
+#[inline]
 fn claimed(held: u32) -> Option<&'static Slot> {
-    match held {
-        NO_SLOT | NEVER => None,
-        n => SLOT.get(n as usize - 1),
-    }
+    claimed_index(held).map(|k| &SLOT[k])
 }
 
 /// The slot number of the calling thread, claiming one on first use; None when it has none
@@ -208,6 +211,43 @@ pub fn hold(p: u64, st: &ThreadState, tid: u32) -> bool {
         slot.flush();
     }
     true
+}
+
+/// The free hook's fast path: holds `p` (non-null) in the calling thread's slot when that is
+/// all this free needs — a program thread (never an agent thread: those have no slot) not
+/// inside a hook, whose slot is claimed and not filled by this block. False, with nothing
+/// done, otherwise: the hook's general path ([`hold`]) takes the free. The thread is marked
+/// busy before it reads its slot, so a signal handler that frees meanwhile takes the general
+/// path and finds the thread inside a hook.
+#[inline]
+pub fn hold_unless_full(p: u64, st: &ThreadState) -> bool {
+    if st.busy() || !HOLDING.load(Ordering::Relaxed) {
+        return false;
+    }
+    let Some(slot) = claimed(st.held()) else {
+        return false;
+    };
+    st.set_busy(true);
+    let n = slot.len.load(Ordering::Relaxed) as usize;
+    let held = match slot.blocks.get(n) {
+        Some(cell) if n + 1 < BATCH => {
+            cell.store(p, Ordering::Relaxed);
+            slot.len.store(n as u32 + 1, Ordering::Release);
+            true
+        }
+        _ => false,
+    };
+    st.set_busy(false);
+    held
+}
+
+/// The slot number of a thread whose `ThreadState::held` is `held`, if it claimed one.
+#[inline]
+pub fn claimed_index(held: u32) -> Option<usize> {
+    match held {
+        NO_SLOT | NEVER => None,
+        n => Some(n as usize - 1).filter(|&k| k < SLOTS),
+    }
 }
 
 /// Stops holding frees (`HEAPTUI_HOLD_FREES=0`, read by the agent's constructor): threads

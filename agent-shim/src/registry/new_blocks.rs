@@ -148,6 +148,13 @@ impl NewSlot {
         FILLED.fetch_sub(1, Ordering::Release);
     }
 
+    /// Whether one more entry leaves the slot short of full, so that adding it applies
+    /// nothing (read by the owner).
+    #[inline]
+    pub(super) fn room_for_one_more(&self) -> bool {
+        (self.len.load(Ordering::Relaxed) as usize) + 1 < BATCH
+    }
+
     /// The entries written so far.
     #[inline]
     pub(super) fn written(&self) -> usize {
