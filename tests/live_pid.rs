@@ -238,6 +238,13 @@ fn threads_named<'a>(report: &'a Value, prefix: &str) -> Vec<&'a Value> {
         .collect()
 }
 
+/// The row of process `pid` in `heaptui ps`'s table `text`.
+fn ps_row(text: &str, pid: u32) -> &str {
+    text.lines()
+        .find(|l| l.trim_start().starts_with(&format!("{pid} ")))
+        .unwrap_or_else(|| panic!("no row for {pid}:\n{text}"))
+}
+
 /// The one error line of a failed command, with its exit code.
 fn failure(out: &Output) -> (Option<i32>, String) {
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -562,13 +569,7 @@ fn ps_lists_the_agents_that_answer_and_sweeps_the_files_of_dead_ones() {
         assert!(header.contains(column), "{text}");
     }
     for target in [&tcp, &unix] {
-        let row = text
-            .lines()
-            .find(|l| {
-                l.trim_start()
-                    .starts_with(&format!("{} ", target.child.id()))
-            })
-            .unwrap_or_else(|| panic!("no row for {}:\n{text}", target.child.id()));
+        let row = ps_row(&text, target.child.id());
         assert!(row.contains(&target.address), "{row}");
     }
     for target in [tcp, unix] {
@@ -609,6 +610,39 @@ fn an_agent_sweeps_the_files_of_dead_agents_when_it_starts() {
     assert_eq!(after, expected);
     let (out, _) = live.finish();
     assert_eq!(out.status.code(), Some(0));
+}
+
+#[test]
+fn command_lines_with_control_characters_are_printed_escaped() {
+    // A program started through a name holding a newline and a terminal escape: `heaptui ps`
+    // shows it on its one row, escaped; so does the one line that says a process has no agent.
+    let t = Isolated::new("cmd-escape");
+    let exe = shapes(t.path());
+    let odd = t.path().join("shapes\n\u{1b}[31mred");
+    std::os::unix::fs::symlink(&exe, &odd).unwrap();
+    let target = t.start(&odd, "127.0.0.1:0", &[]);
+    let out = t.heaptui(&["ps"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(!text.contains('\u{1b}'), "{text:?}");
+    let row = ps_row(&text, target.child.id());
+    assert!(row.ends_with("shapes\\n\\u{1b}[31mred"), "{row:?}");
+    let (out, _) = target.finish();
+    assert_eq!(out.status.code(), Some(0));
+
+    let mut bare = Command::new("sh")
+        .args(["-c", "read line", "sh", "a\nb\u{1b}[2J"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = format!("pid:{}", bare.id());
+    let (_, err) = failure(&t.heaptui(&["cancel", &pid, "1", "--dry-run"]));
+    drop(bare.stdin.take());
+    bare.wait().unwrap();
+    assert!(
+        err.contains("a\\nb\\u{1b}[2J) has no heaptui agent"),
+        "{err:?}"
+    );
 }
 
 #[test]

@@ -47,7 +47,9 @@ pub async fn connect(
 fn describe(agent: &AgentInfo) -> String {
     format!(
         "pid {} {} (agent {})",
-        agent.pid, agent.command, agent.agent_version
+        agent.pid,
+        super::printable_command(&agent.command),
+        agent.agent_version
     )
 }
 

@@ -303,11 +303,12 @@ pub fn resolve_source(text: &str, token_file: Option<&Path>) -> anyhow::Result<S
     Ok(Source::Agent(address, token))
 }
 
-/// A command line short enough for a one-line error.
+/// A command line printable and short enough for a one-line error.
 fn short(command: &str) -> String {
     const MAX: usize = 60;
+    let command = super::printable_command(command);
     if command.chars().count() <= MAX {
-        return command.to_string();
+        return command;
     }
     let mut cut: String = command.chars().take(MAX - 1).collect();
     cut.push('…');

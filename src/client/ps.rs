@@ -127,7 +127,7 @@ pub fn ps(json: bool, out: &mut impl Write, err: &mut impl Write) -> anyhow::Res
             duration(r.uptime_s),
             human(r.live_bytes),
             r.address.clone(),
-            r.command.clone(),
+            super::printable_command(&r.command),
         ]);
     }
     table.write(out, "")?;

@@ -48,41 +48,40 @@ pub fn locate(pid: Pid, maps: &Maps) -> Option<Agent> {
         .iter()
         .find(|m| m.offset == 0 && glibc::is_agent(m.path.rsplit('/').next().unwrap_or(&m.path)))?;
     let data_of_file = read_regular(glibc::in_target(pid, &first.path), MAX_MODULE_FILE).ok()?;
-    let file = object::File::parse(&*data_of_file).ok()?;
+    // One parse serves the symbols and the segments.
+    let elf = ElfFile64::<object::Endianness>::parse(&*data_of_file).ok()?;
+    let endian = elf.endian();
+    let loads = || {
+        elf.elf_program_headers()
+            .iter()
+            .filter(move |ph| ph.p_type(endian) == object::elf::PT_LOAD)
+    };
+    // Where the file's addresses land: its first mapping (file offset 0) holds its first
+    // loadable segment.
+    let base = loads()
+        .next()
+        .map(|ph| first.start.wrapping_sub(ph.p_vaddr(endian) & !0xfff))?;
     let find = |what: &str| {
-        file.symbols()
+        elf.symbols()
             .find(|s| s.name().is_ok_and(|n| n.contains(what)))
-            .map(|s| first.start + s.address())
+            .map(|s| base.wrapping_add(s.address()))
     };
     // Rust's mangled names: `heaptui_agent::own_memory::SLOTS` and `…::HIGH`.
     let slots = find("10own_memory5SLOTS")?;
     let high = find("10own_memory4HIGH")?;
-    // Its writable segments, `.bss` included, placed by its first mapping (file offset 0).
+    // Its writable segments, `.bss` included: the mappings, and the segments' whole extent.
     let mut data: Vec<Range<u64>> = maps
         .maps
         .iter()
         .filter(|m| m.path == first.path && m.writable)
         .map(|m| m.start..m.end)
         .collect();
-    if let Ok(elf) = ElfFile64::<object::Endianness>::parse(&*data_of_file)
-        && let Some(base) = elf
-            .elf_program_headers()
-            .iter()
-            .find(|ph| ph.p_type(elf.endian()) == object::elf::PT_LOAD)
-            .map(|ph| first.start.wrapping_sub(ph.p_vaddr(elf.endian()) & !0xfff))
-    {
-        let endian = elf.endian();
-        for ph in elf.elf_program_headers() {
-            if ph.p_type(endian) == object::elf::PT_LOAD
-                && ph.p_flags(endian).contains(object::elf::PF_W)
-            {
-                let start = base.wrapping_add(ph.p_vaddr(endian)) & !0xfff;
-                let end = base
-                    .wrapping_add(ph.p_vaddr(endian) + ph.p_memsz(endian))
-                    .next_multiple_of(0x1000);
-                data.push(start..end);
-            }
-        }
+    for ph in loads().filter(|ph| ph.p_flags(endian).contains(object::elf::PF_W)) {
+        let start = base.wrapping_add(ph.p_vaddr(endian)) & !0xfff;
+        let end = base
+            .wrapping_add(ph.p_vaddr(endian) + ph.p_memsz(endian))
+            .next_multiple_of(0x1000);
+        data.push(start..end);
     }
     Some(Agent { data, slots, high })
 }
