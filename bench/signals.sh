@@ -9,7 +9,9 @@
 #    the first time); snapshot 2 with a vfork parent seen for the first time (the same);
 #    snapshot 3 with both again. pause_ms from the agent's log.
 # 2. bench/signals_overhead.c bare and preloaded: ns per poll(NULL, 0, 0) and per select with
-#    a zero timeout (each a real system call), best of 5 runs of 1M calls.
+#    a zero timeout, per send + recv and per write + read pair, and per write + read pair made
+#    through libc's own functions, past the agent's stubs (each a real system call), best of 5
+#    runs of 1M calls.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -q -p heaptui-agent
@@ -51,7 +53,7 @@ best() {
     echo "$best"
 }
 printf '\n| call | bare ns | under the agent ns | bare user ns | under the agent user ns |\n|---|---:|---:|---:|---:|\n'
-for key in poll select send_recv syscall_getppid syscall_poll; do
+for key in poll select send_recv syscall_getppid syscall_poll write_read libc_write_read; do
     printf '| %s | %s | %s | %s | %s |\n' "$key" \
         "$(best "${key}_ns" "${bare_runs[@]}")" "$(best "${key}_ns" "${agent_runs[@]}")" \
         "$(best "${key}_user_ns" "${bare_runs[@]}")" "$(best "${key}_user_ns" "${agent_runs[@]}")"

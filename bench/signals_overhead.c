@@ -1,6 +1,10 @@
 /* Cost of the agent's blocking-call wrappers (signals::blocking, signals::sockets,
  * signals::raw_syscall): N calls of poll(NULL, 0, 0) and of select with a zero timeout, N
- * pairs of a one-byte send and recv on a Unix stream socket pair (which return at once), and
+ * pairs of a one-byte send and recv on a Unix stream socket pair (which return at once), N
+ * pairs of a one-byte write and read on a pipe (signals::read_write: nothing added until a call
+ * fails), the same through libc's own write and read (dlopen: past the agent's stubs, so the
+ * difference under the agent is the stubs' alone, the process being multithreaded either way:
+ * glibc's read and write take their cancellation path then), and
  * N calls of syscall(SYS_getppid) (a number the agent passes straight through) and of
  * syscall(SYS_poll, NULL, 0, 0) (one it resumes); each a real system call that returns at
  * once; run bare and under the agent, the difference per call is the wrapper's cost. (A call
@@ -10,6 +14,7 @@
  * wrapper's cost lands and which a loaded machine disturbs less (the system call's own time,
  * and time spent waiting for a core, are left out). */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -61,11 +66,27 @@ int main(int argc, char **argv) {
     struct mark m4 = mark();
     for (long i = 0; i < n; i++) syscall(SYS_poll, NULL, 0, 0);
     struct mark m5 = mark();
+    int fds[2];
+    if (pipe(fds) != 0) return 1;
+    for (long i = 0; i < n; i++) {
+        if (write(fds[1], &byte, 1) != 1 || read(fds[0], &byte, 1) != 1) return 1;
+    }
+    struct mark m6 = mark();
+    void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+    ssize_t (*libc_write)(int, const void *, size_t) = libc ? dlsym(libc, "write") : NULL;
+    ssize_t (*libc_read)(int, void *, size_t) = libc ? dlsym(libc, "read") : NULL;
+    if (!libc_write || !libc_read) return 1;
+    for (long i = 0; i < n; i++) {
+        if (libc_write(fds[1], &byte, 1) != 1 || libc_read(fds[0], &byte, 1) != 1) return 1;
+    }
+    struct mark m7 = mark();
     say("poll", m0, m1, n);
     say("select", m1, m2, n);
     say("send_recv", m2, m3, n);
     say("syscall_getppid", m3, m4, n);
     say("syscall_poll", m4, m5, n);
+    say("write_read", m5, m6, n);
+    say("libc_write_read", m6, m7, n);
     printf("\n");
     return 0;
 }

@@ -562,194 +562,119 @@ pub unsafe extern "C-unwind" fn connect(
 // `read`, `write`, `readv`, `writev`, `__read_chk`: resumed after the agent's signal only when
 // they fail with EINTR (signals::read_write), and free until then. Each is a naked stub that
 // keeps the caller's arguments on the stack (written there, so a capture finds no stale word
-// in its frame), calls libc's function through the address the agent resolved (the first
-// field of its `Real`), and returns any result but -1 straight away; on -1 it jumps with the
-// caller's arguments to the function that looks at errno, which returns to the caller. Until
-// the address is resolved (a call before the agent's constructor) it jumps to the whole
-// wrapper. The CFI describes every push, so `pthread_cancel` unwinds through the stub.
+// in its frame: the fourth argument's push is repeated to keep the stack aligned, never
+// padded), calls libc's function through the address the agent resolved (the first field of
+// its `Real`), and returns any result but -1 straight away; on -1 it jumps with the caller's
+// arguments to `<name>::failed`, which looks at errno and returns to the caller. Until the
+// address is resolved (a call before the agent's constructor) it jumps to `<name>::whole`, the
+// whole wrapper. The CFI describes every push, so `pthread_cancel` unwinds through the stub.
 
-/// Defines the stub of a three-argument function (see above).
-macro_rules! unarmed_stub {
+/// Defines the stub `$name` (see above) and its jump targets in a module of the same name.
+macro_rules! unarmed {
     ($name:ident($a:ident: $ta:ty, $b:ident: $tb:ty, $c:ident: $tc:ty), $real:path, $whole:path, $failed:path) => {
-        #[doc = concat!("# Safety\nAs `", stringify!($name), "(2)`.")]
+        unarmed!(@ $name($a: $ta, $b: $tb, $c: $tc), $real, $whole, $failed,
+            ["push rdi", ".cfi_adjust_cfa_offset 8", "push rsi", ".cfi_adjust_cfa_offset 8",
+             "push rdx", ".cfi_adjust_cfa_offset 8"],
+            ["add rsp, 24", ".cfi_adjust_cfa_offset -24"],
+            ["pop rdx", ".cfi_adjust_cfa_offset -8", "pop rsi", ".cfi_adjust_cfa_offset -8",
+             "pop rdi", ".cfi_adjust_cfa_offset -8"]);
+    };
+    ($name:ident($a:ident: $ta:ty, $b:ident: $tb:ty, $c:ident: $tc:ty, $d:ident: $td:ty), $real:path, $whole:path, $failed:path) => {
+        unarmed!(@ $name($a: $ta, $b: $tb, $c: $tc, $d: $td), $real, $whole, $failed,
+            ["push rdi", ".cfi_adjust_cfa_offset 8", "push rsi", ".cfi_adjust_cfa_offset 8",
+             "push rdx", ".cfi_adjust_cfa_offset 8", "push rcx", ".cfi_adjust_cfa_offset 8",
+             "push rcx", ".cfi_adjust_cfa_offset 8"],
+            ["add rsp, 40", ".cfi_adjust_cfa_offset -40"],
+            ["add rsp, 8", ".cfi_adjust_cfa_offset -8", "pop rcx", ".cfi_adjust_cfa_offset -8",
+             "pop rdx", ".cfi_adjust_cfa_offset -8", "pop rsi", ".cfi_adjust_cfa_offset -8",
+             "pop rdi", ".cfi_adjust_cfa_offset -8"]);
+    };
+    (@ $name:ident($($arg:ident: $ty:ty),*), $real:path, $whole:path, $failed:path,
+     [$($save:literal),*], [$($drop:literal),*], [$($restore:literal),*]) => {
+        mod $name {
+            use super::*;
+
+            /// # Safety
+            /// As the function it wraps.
+            pub unsafe extern "C-unwind" fn whole($($arg: $ty),*) -> libc::ssize_t {
+                // SAFETY: the caller's arguments.
+                unsafe { $whole($($arg),*) }
+            }
+
+            /// Zeroes the stack its implementation's frames will occupy only for an `EINTR`
+            /// (see `scrub_stack`): every other failure returns at once.
+            ///
+            /// # Safety
+            /// As the function it wraps, which just returned -1.
+            pub unsafe extern "C-unwind" fn failed($($arg: $ty),*) -> libc::ssize_t {
+                if !crate::signals::read_write::interrupted() {
+                    return -1;
+                }
+                crate::signals::blocking::scrub_stack();
+                // SAFETY: the caller's arguments.
+                unsafe { $failed($($arg),*) }
+            }
+        }
+
+        #[doc = concat!("# Safety\nAs `", stringify!($name), "`.")]
         #[unsafe(naked)]
         #[unsafe(no_mangle)]
-        pub unsafe extern "C-unwind" fn $name($a: $ta, $b: $tb, $c: $tc) -> libc::ssize_t {
+        pub unsafe extern "C-unwind" fn $name($($arg: $ty),*) -> libc::ssize_t {
             core::arch::naked_asm!(
                 ".cfi_startproc",
                 "mov rax, qword ptr [rip + {real}]",
                 "test rax, rax",
                 "jz {whole}",
-                "push rdi",
-                ".cfi_adjust_cfa_offset 8",
-                "push rsi",
-                ".cfi_adjust_cfa_offset 8",
-                "push rdx",
-                ".cfi_adjust_cfa_offset 8",
+                $($save,)*
                 "call rax",
                 ".cfi_remember_state",
                 "cmp rax, -1",
                 "je 2f",
-                "add rsp, 24",
-                ".cfi_adjust_cfa_offset -24",
+                $($drop,)*
                 "ret",
                 "2:",
                 ".cfi_restore_state",
-                "pop rdx",
-                ".cfi_adjust_cfa_offset -8",
-                "pop rsi",
-                ".cfi_adjust_cfa_offset -8",
-                "pop rdi",
-                ".cfi_adjust_cfa_offset -8",
+                $($restore,)*
                 "jmp {failed}",
                 ".cfi_endproc",
                 real = sym $real,
-                whole = sym $whole,
-                failed = sym $failed,
+                whole = sym $name::whole,
+                failed = sym $name::failed,
             )
         }
     };
 }
 
-/// Defines the jump targets of a stub: the whole wrapper, and the one taken after -1, which
-/// looks at errno first and zeroes the stack its frames will occupy only for an `EINTR` (see
-/// `scrub_stack`).
-macro_rules! unarmed_targets {
-    ($whole:ident, $failed:ident, ($($arg:ident: $ty:ty),*), $impl_whole:path, $impl_failed:path) => {
-        /// # Safety
-        /// As the function it wraps.
-        unsafe extern "C-unwind" fn $whole($($arg: $ty),*) -> libc::ssize_t {
-            // SAFETY: the caller's arguments.
-            unsafe { $impl_whole($($arg),*) }
-        }
-
-        /// # Safety
-        /// As the function it wraps, which just returned -1.
-        unsafe extern "C-unwind" fn $failed($($arg: $ty),*) -> libc::ssize_t {
-            if !crate::signals::read_write::interrupted() {
-                return -1;
-            }
-            crate::signals::blocking::scrub_stack();
-            // SAFETY: the caller's arguments.
-            unsafe { $impl_failed($($arg),*) }
-        }
-    };
-}
-
-unarmed_targets!(
-    read_whole,
-    read_failed,
-    (fd: c_int, buf: *mut c_void, count: usize),
+unarmed!(
+    read(fd: c_int, buf: *mut c_void, count: usize),
+    crate::signals::read_write::READ,
     crate::signals::read_write::read,
     crate::signals::read_write::read_failed
 );
-unarmed_stub!(
-    read(fd: c_int, buf: *mut c_void, count: usize),
-    crate::signals::read_write::READ,
-    read_whole,
-    read_failed
-);
-unarmed_targets!(
-    write_whole,
-    write_failed,
-    (fd: c_int, buf: *const c_void, count: usize),
+unarmed!(
+    write(fd: c_int, buf: *const c_void, count: usize),
+    crate::signals::read_write::WRITE,
     crate::signals::read_write::write,
     crate::signals::read_write::write_failed
 );
-unarmed_stub!(
-    write(fd: c_int, buf: *const c_void, count: usize),
-    crate::signals::read_write::WRITE,
-    write_whole,
-    write_failed
-);
-unarmed_targets!(
-    readv_whole,
-    readv_failed,
-    (fd: c_int, iov: *const libc::iovec, count: c_int),
+unarmed!(
+    readv(fd: c_int, iov: *const libc::iovec, count: c_int),
+    crate::signals::read_write::READV,
     crate::signals::read_write::readv,
     crate::signals::read_write::readv_failed
 );
-unarmed_stub!(
-    readv(fd: c_int, iov: *const libc::iovec, count: c_int),
-    crate::signals::read_write::READV,
-    readv_whole,
-    readv_failed
-);
-unarmed_targets!(
-    writev_whole,
-    writev_failed,
-    (fd: c_int, iov: *const libc::iovec, count: c_int),
+unarmed!(
+    writev(fd: c_int, iov: *const libc::iovec, count: c_int),
+    crate::signals::read_write::WRITEV,
     crate::signals::read_write::writev,
     crate::signals::read_write::writev_failed
 );
-unarmed_stub!(
-    writev(fd: c_int, iov: *const libc::iovec, count: c_int),
-    crate::signals::read_write::WRITEV,
-    writev_whole,
-    writev_failed
-);
-unarmed_targets!(
-    read_chk_whole,
-    read_chk_failed,
-    (fd: c_int, buf: *mut c_void, count: usize, size: usize),
+unarmed!(
+    __read_chk(fd: c_int, buf: *mut c_void, count: usize, size: usize),
+    crate::signals::read_write::READ_CHK,
     crate::signals::read_write::read_chk,
     crate::signals::read_write::read_chk_failed
 );
-
-/// `__read_chk`: as the stubs above, with a fourth argument (the buffer's size) kept too, and
-/// one more push of it so the stack stays 16-byte aligned at the call.
-///
-/// # Safety
-/// As `read(2)`, `buf` holding `size` bytes.
-#[unsafe(naked)]
-#[unsafe(no_mangle)]
-pub unsafe extern "C-unwind" fn __read_chk(
-    fd: c_int,
-    buf: *mut c_void,
-    count: usize,
-    size: usize,
-) -> libc::ssize_t {
-    core::arch::naked_asm!(
-        ".cfi_startproc",
-        "mov rax, qword ptr [rip + {real}]",
-        "test rax, rax",
-        "jz {whole}",
-        "push rdi",
-        ".cfi_adjust_cfa_offset 8",
-        "push rsi",
-        ".cfi_adjust_cfa_offset 8",
-        "push rdx",
-        ".cfi_adjust_cfa_offset 8",
-        "push rcx",
-        ".cfi_adjust_cfa_offset 8",
-        "push rcx",
-        ".cfi_adjust_cfa_offset 8",
-        "call rax",
-        ".cfi_remember_state",
-        "cmp rax, -1",
-        "je 2f",
-        "add rsp, 40",
-        ".cfi_adjust_cfa_offset -40",
-        "ret",
-        "2:",
-        ".cfi_restore_state",
-        "pop rcx",
-        ".cfi_adjust_cfa_offset -8",
-        "pop rcx",
-        ".cfi_adjust_cfa_offset -8",
-        "pop rdx",
-        ".cfi_adjust_cfa_offset -8",
-        "pop rsi",
-        ".cfi_adjust_cfa_offset -8",
-        "pop rdi",
-        ".cfi_adjust_cfa_offset -8",
-        "jmp {failed}",
-        ".cfi_endproc",
-        real = sym crate::signals::read_write::READ_CHK,
-        whole = sym read_chk_whole,
-        failed = sym read_chk_failed,
-    )
-}
 
 // Timed waits whose EINTR glibc hands to the caller, and the socket calls on many messages
 // (signals::blocking, signals::sockets); cancellation points, so "C-unwind" as above.
