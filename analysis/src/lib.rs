@@ -21,4 +21,4 @@ pub mod views;
 pub use attribution::{Analysis, UnknownThread};
 pub use figures::*;
 pub use graph::*;
-pub use kept::Kept;
+pub use kept::{Kept, KeptObjects};

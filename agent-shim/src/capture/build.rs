@@ -21,10 +21,11 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use heaptui_analysis::{
-    Analysis, Edges, Frame, FrameKind, GraphError, HeapGraph, Kept, NO_SITE, ObjectIndex,
-    ObjectRecord, Objects, Process, Site, SiteIndex, Thread, ThreadState,
+    Analysis, Edges, Frame, FrameKind, GraphError, HeapGraph, Kept, KeptObjects, NO_SITE,
+    ObjectIndex, ObjectRecord, Objects, Process, Site, SiteIndex, Thread, ThreadState,
 };
 
+use super::alongside::alongside;
 use super::dontfork;
 use super::mapped::{self, Exclusions, MappedRoots};
 use super::modules::AddressSpace;
@@ -1250,7 +1251,8 @@ fn name<H: Heap>(heap: &H, space: &AddressSpace, unnamed: &Unnamed) -> Names {
 /// The graph of what the scan found, named, analysed and kept (in the child, or in the
 /// process itself when no child could be made). The graph and the analysis are dropped here,
 /// or, when `exiting` (the child, which ends right after), left to the exit: freeing millions
-/// of allocations one by one would only cost time.
+/// of allocations one by one would only cost time. In the child, the graph's own columns are
+/// packed on a second thread while this one analyses (`alongside`).
 fn analyse(
     process: Process,
     scanned: Scanned,
@@ -1260,8 +1262,15 @@ fn analyse(
     exiting: bool,
 ) -> Result<Kept, CaptureError> {
     let graph = build_graph(process, scanned, stacks, names, threads)?;
-    let analysis = Analysis::new(&graph);
-    let kept = Kept::new(&graph, &analysis);
+    let (analysis, columns) = if exiting {
+        // SAFETY: in the scan child; packing columns touches no thread-local storage and
+        // panics only when memory cannot be had (the child then aborts and is reported as
+        // failed, as a panic here would be).
+        unsafe { alongside(|| Analysis::new(&graph), || KeptObjects::new(&graph)) }
+    } else {
+        (Analysis::new(&graph), KeptObjects::new(&graph))
+    };
+    let kept = Kept::with_objects(&graph, &analysis, columns);
     if exiting {
         std::mem::forget((graph, analysis));
     }

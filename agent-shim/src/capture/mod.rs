@@ -4,6 +4,7 @@
 //! Owns everything between "a snapshot is wanted" and a [`heaptui_analysis::Kept`]. It never
 //! runs on a hook's path: only the agent thread captures.
 
+mod alongside;
 pub mod budget;
 pub mod build;
 pub mod dontfork;

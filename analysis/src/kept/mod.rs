@@ -169,6 +169,44 @@ impl GroupTable {
     }
 }
 
+/// The columns of a [`Kept`] that come from the graph alone (each block's id, address, size,
+/// site, thread, sequence number and references), packed apart from the analysis's so that
+/// the two can be made at the same time (the scan child packs these on a second thread while
+/// it analyses: `agent-shim/src/capture/alongside.rs`).
+#[derive(Clone, Debug, Default)]
+pub struct KeptObjects {
+    ids: Option<Packed>,
+    addrs: Packed,
+    sizes: Packed,
+    site: Packed,
+    thread: Packed,
+    seqs: Packed,
+    edges: PackedCsr,
+    edge_interior: Vec<u64>,
+}
+
+impl KeptObjects {
+    /// Packs the graph's object columns and references. Touches no thread-local storage
+    /// and panics only when memory cannot be had.
+    pub fn new(graph: &HeapGraph) -> KeptObjects {
+        let cols = graph.objects();
+        let n = graph.object_count();
+        KeptObjects {
+            ids: (cols.id != cols.seq).then(|| Packed::from_slice(&cols.id)),
+            addrs: Packed::from_slice(&cols.addr),
+            sizes: Packed::from_slice(&cols.size),
+            site: Packed::new(n, |o| u64::from(cols.site[o].wrapping_add(1))),
+            thread: Packed::from_slice(&cols.thread),
+            seqs: Packed::from_slice(&cols.seq),
+            edges: PackedCsr::from_columns(
+                Packed::from_slice(graph.edges().offsets()),
+                Packed::from_slice(graph.edges().targets()),
+            ),
+            edge_interior: graph.edges().interior_bits().to_vec(),
+        }
+    }
+}
+
 /// A kept snapshot (see the module docs).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Kept {
@@ -209,8 +247,13 @@ pub struct Kept {
 impl Kept {
     /// Keeps `graph` analysed by `analysis` (which must be `Analysis::new(graph)`).
     pub fn new(graph: &HeapGraph, analysis: &Analysis) -> Kept {
+        Kept::with_objects(graph, analysis, KeptObjects::new(graph))
+    }
+
+    /// [`Kept::new`] with the graph's columns already packed (`KeptObjects::new(graph)`).
+    pub fn with_objects(graph: &HeapGraph, analysis: &Analysis, columns: KeptObjects) -> Kept {
         let n = graph.object_count();
-        let cols = graph.objects();
+        assert_eq!(columns.addrs.len(), n, "the columns are another graph's");
         let mut frame_base = Vec::with_capacity(graph.threads.len() + 1);
         let mut frames = 0u32;
         for t in &graph.threads {
@@ -221,7 +264,16 @@ impl Kept {
         let groups = GroupTable::new(analysis);
         let objects = graph.object_count() as ObjectIndex;
         let doms = analysis.dominators();
-        let ids_are_seqs = cols.id == cols.seq;
+        let KeptObjects {
+            ids,
+            addrs,
+            sizes,
+            site,
+            thread,
+            seqs,
+            edges,
+            edge_interior,
+        } = columns;
         Kept {
             process: graph.process.clone(),
             sites: graph.sites.clone(),
@@ -232,17 +284,14 @@ impl Kept {
             totals: analysis.totals(),
             leaks: analysis.leaks(),
             objects: n,
-            ids: (!ids_are_seqs).then(|| Packed::from_slice(&cols.id)),
-            addrs: Packed::from_slice(&cols.addr),
-            sizes: Packed::from_slice(&cols.size),
-            site: Packed::new(n, |o| u64::from(cols.site[o].wrapping_add(1))),
-            thread: Packed::from_slice(&cols.thread),
-            seqs: Packed::from_slice(&cols.seq),
-            edges: PackedCsr::from_columns(
-                Packed::from_slice(graph.edges().offsets()),
-                Packed::from_slice(graph.edges().targets()),
-            ),
-            edge_interior: graph.edges().interior_bits().to_vec(),
+            ids,
+            addrs,
+            sizes,
+            site,
+            thread,
+            seqs,
+            edges,
+            edge_interior,
             possibly: {
                 let mut bits = analysis.possibly_bits().to_vec();
                 while bits.last() == Some(&0) {
