@@ -406,6 +406,9 @@ static void blocking(void) {
     const struct aiocb *no_requests[1] = {NULL};
     INT("aio_suspend_nothing", aio_suspend(no_requests, 1, &short_ts));
     INT("aio_suspend_bad_count", aio_suspend(no_requests, -1, &short_ts));
+    /* aio_suspend under the name _FILE_OFFSET_BITS=64 gives it (declared by aio.h). */
+    const struct aiocb64 *no_requests64[1] = {NULL};
+    INT("aio_suspend64_nothing", aio_suspend64(no_requests64, 1, &short_ts));
     /* Calls by number through syscall(3) (signals::raw_syscall). */
     INT("syscall_close_bad_fd", syscall(SYS_close, -1));
     INT("syscall_nanosleep", syscall(SYS_nanosleep, &short_ts, NULL));
