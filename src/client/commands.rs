@@ -141,7 +141,7 @@ pub fn snapshot(
         "snapshot {} of pid {} ({}): {} objects, {} bytes, {} threads; pause {:.1} ms → {}",
         live.info.snapshot.0,
         agent.pid,
-        super::printable_command(&agent.command),
+        crate::figures::one_line(agent.command.clone()),
         live.info.totals.objects,
         live.info.totals.bytes,
         live.info.threads,

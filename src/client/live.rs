@@ -48,7 +48,7 @@ fn describe(agent: &AgentInfo) -> String {
     format!(
         "pid {} {} (agent {})",
         agent.pid,
-        super::printable_command(&agent.command),
+        crate::figures::one_line(agent.command.clone()),
         agent.agent_version
     )
 }

@@ -306,7 +306,7 @@ pub fn resolve_source(text: &str, token_file: Option<&Path>) -> anyhow::Result<S
 /// A command line printable and short enough for a one-line error.
 fn short(command: &str) -> String {
     const MAX: usize = 60;
-    let command = super::printable_command(command);
+    let command = crate::figures::one_line(command.to_string());
     if command.chars().count() <= MAX {
         return command;
     }

@@ -38,30 +38,3 @@ impl std::fmt::Display for ClientError {
 }
 
 impl std::error::Error for ClientError {}
-
-/// A target's command line as the client prints it: every control character (a newline or an
-/// escape sequence an argument carried) written as its Rust escape (`\n`, `\u{1b}`), so a
-/// process stays on its one line and its arguments cannot drive the terminal.
-pub fn printable_command(command: &str) -> String {
-    let mut out = String::with_capacity(command.len());
-    for c in command.chars() {
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn command_lines_are_printed_without_control_characters() {
-        assert_eq!(
-            super::printable_command("sh -c 'echo\ta\nb' \u{1b}[2J\u{7f}\u{9b}"),
-            "sh -c 'echo\\ta\\nb' \\u{1b}[2J\\u{7f}\\u{9b}"
-        );
-        assert_eq!(super::printable_command("psql — é ✓"), "psql — é ✓");
-    }
-}

@@ -127,7 +127,7 @@ pub fn ps(json: bool, out: &mut impl Write, err: &mut impl Write) -> anyhow::Res
             duration(r.uptime_s),
             human(r.live_bytes),
             r.address.clone(),
-            super::printable_command(&r.command),
+            crate::figures::one_line(r.command.clone()),
         ]);
     }
     table.write(out, "")?;
