@@ -138,23 +138,31 @@ pub fn dominator_tree(graph: &impl Successors, root: u32) -> DomTree {
     assert!(n < NONE as usize, "too many nodes for u32 ids");
     assert!((root as usize) < n, "root {root} out of range 0..{n}");
 
-    let (preorder, parent, number) = depth_first(graph, root);
+    let Search {
+        preorder,
+        parent,
+        number,
+        indegree,
+        edges,
+    } = depth_first(graph, root);
 
     // Predecessors of every reached node, in preorder numbers; built here rather than
     // from the node-space graph so the semidominator loop reads numbers directly. Offsets
-    // are `u32` when the edges allow (they nearly always do): half the memory to write.
-    let edges: usize = (0..n as u32)
-        .filter(|&v| number[v as usize] != NONE)
-        .map(|v| graph.successors(v).len())
-        .sum();
-    let idom_pre = if u32::try_from(edges).is_ok() {
-        let preds = Preds::<u32>::new(graph, &number, preorder.len(), edges);
-        drop(number);
-        semi_nca(&preds, parent)
-    } else {
-        let preds = Preds::<u64>::new(graph, &number, preorder.len(), edges);
-        drop(number);
-        semi_nca(&preds, parent)
+    // are `u32` when the edges allow (they nearly always do): half the memory to write, and
+    // the search's counts are already theirs.
+    let idom_pre = match u32::try_from(edges) {
+        Ok(_) => {
+            let preds = Preds::<u32>::new(graph, &number, indegree, true, edges as usize);
+            drop(number);
+            semi_nca(&preds, parent)
+        }
+        Err(_) => {
+            drop(indegree);
+            let offsets = vec![0u64; preorder.len() + 1];
+            let preds = Preds::<u64>::new(graph, &number, offsets, false, edges as usize);
+            drop(number);
+            semi_nca(&preds, parent)
+        }
     };
 
     let mut idom = vec![NONE; n];
@@ -164,12 +172,27 @@ pub fn dominator_tree(graph: &impl Successors, root: u32) -> DomTree {
     DomTree { idom, preorder }
 }
 
-/// Iterative depth-first search: the reached nodes in preorder, each one's tree parent as
-/// a preorder number (the root's parent is 0, itself), and each node's preorder number
-/// ([`NONE`] when not reached).
-fn depth_first(graph: &impl Successors, root: u32) -> (Vec<u32>, Vec<u32>, Vec<u32>) {
+/// What the depth-first search finds.
+struct Search {
+    /// The reached nodes in preorder.
+    preorder: Vec<u32>,
+    /// Each reached node's tree parent as a preorder number (the root's is 0, itself).
+    parent: Vec<u32>,
+    /// Each node's preorder number, [`NONE`] when not reached.
+    number: Vec<u32>,
+    /// At `1 + number`: how many edges from reached nodes lead to that node (saturating).
+    indegree: Vec<u32>,
+    /// How many edges leave the reached nodes.
+    edges: u64,
+}
+
+/// Iterative depth-first search from `root`. It looks at every edge of every reached node
+/// once, so it also counts their predecessors for the lists built next.
+fn depth_first(graph: &impl Successors, root: u32) -> Search {
     let n = graph.node_count();
     let mut number = vec![NONE; n];
+    let mut indegree = vec![0u32; n + 1];
+    let mut edges = 0u64;
     let mut preorder = Vec::new();
     let mut parent = Vec::new();
     // The open path: each entry is a node's preorder number and how many of its
@@ -188,17 +211,28 @@ fn depth_first(graph: &impl Successors, root: u32) -> (Vec<u32>, Vec<u32>, Vec<u
             }
             Some(&w) => {
                 top.1 += 1;
-                if number[w as usize] == NONE {
-                    let j = preorder.len() as u32;
+                edges += 1;
+                let mut j = number[w as usize];
+                if j == NONE {
+                    j = preorder.len() as u32;
                     number[w as usize] = j;
                     preorder.push(w);
                     parent.push(i);
                     stack.push((j, 0));
                 }
+                let c = &mut indegree[j as usize + 1];
+                *c = c.saturating_add(1);
             }
         }
     }
-    (preorder, parent, number)
+    indegree.truncate(preorder.len() + 1);
+    Search {
+        preorder,
+        parent,
+        number,
+        indegree,
+        edges,
+    }
 }
 
 /// The predecessors of every reached node, in preorder numbers, as one adjacency list
@@ -209,22 +243,32 @@ struct Preds<O> {
 }
 
 impl<O: Copy + Default + TryFrom<usize> + Into<u64>> Preds<O> {
-    /// `number` is each node's preorder number, `reached` how many have one and `edges`
-    /// how many successors they have in all (which `O` must hold).
-    fn new(graph: &impl Successors, number: &[u32], reached: usize, edges: usize) -> Self {
+    /// `number` is each node's preorder number and `edges` how many successors the reached
+    /// nodes have in all (which `O` must hold); `offsets` has one entry per reached node and
+    /// one more: each node's count of predecessors at `1 + number` when `counted` (the
+    /// search counted them), else zeros (they are counted here).
+    fn new(
+        graph: &impl Successors,
+        number: &[u32],
+        mut offsets: Vec<O>,
+        counted: bool,
+        edges: usize,
+    ) -> Self {
         let offset =
             |k: usize| O::try_from(k).unwrap_or_else(|_| unreachable!("checked by the caller"));
         let at = |o: O| o.into() as usize;
+        let reached = offsets.len() - 1;
         // Nodes in id order, so that the graph's own lists are read in order; the order of a
         // node's predecessors does not matter to the semidominators.
         let reached_nodes = || (0..number.len() as u32).filter(|&v| number[v as usize] != NONE);
         // Counts at `1 + number`, summed into starts at `number`, which the fill advances to
         // the ends: then shifted one place, they are the offsets.
-        let mut offsets = vec![O::default(); reached + 1];
-        for v in reached_nodes() {
-            for &w in graph.successors(v) {
-                let c = &mut offsets[number[w as usize] as usize + 1];
-                *c = offset(at(*c) + 1);
+        if !counted {
+            for v in reached_nodes() {
+                for &w in graph.successors(v) {
+                    let c = &mut offsets[number[w as usize] as usize + 1];
+                    *c = offset(at(*c) + 1);
+                }
             }
         }
         for i in 0..reached {
@@ -382,6 +426,29 @@ mod tests {
                     .expect("a reached node has an immediate dominator") as u32
             })
             .collect()
+    }
+
+    /// The predecessor lists with `u64` offsets, counted apart (for more than 2^32 edges),
+    /// are the lists with the search's `u32` counts.
+    #[test]
+    fn predecessors_are_the_same_with_either_offsets() {
+        let g = Csr::from_lists([vec![1, 2], vec![3, 3], vec![3, 1], vec![0], vec![2]]);
+        let search = depth_first(&g, 0);
+        let edges = search.edges as usize;
+        assert_eq!(edges, 7, "node 4 is not reached");
+        let narrow = Preds::<u32>::new(&g, &search.number, search.indegree, true, edges);
+        let zeros = vec![0u64; search.preorder.len() + 1];
+        let wide = Preds::<u64>::new(&g, &search.number, zeros, false, edges);
+        for v in 0..search.preorder.len() as u32 {
+            let mut a = narrow.successors(v).to_vec();
+            let mut b = wide.successors(v).to_vec();
+            a.sort_unstable();
+            b.sort_unstable();
+            assert_eq!(a, b, "number {v}");
+        }
+        assert_eq!(narrow.node_count(), 4);
+        // Node 3 (reached from 1 twice and from 2) has three predecessors.
+        assert_eq!(narrow.successors(search.number[3]).len(), 3);
     }
 
     #[test]

@@ -206,6 +206,34 @@ impl Packed {
         base.wrapping_add(offset)
     }
 
+    /// The first index whose value is `bound` or more: one read of the bytes for a column of
+    /// one run (what [`Packed::get`] does per value, without its checks and searches).
+    pub fn first_at_least(&self, bound: u64) -> Option<usize> {
+        if self.runs.len() != 1 {
+            return (0..self.len).find(|&i| self.get(i) >= bound);
+        }
+        let base = self.runs[0].1;
+        if self.width == 0 {
+            return (self.len > 0 && base >= bound).then_some(0);
+        }
+        (0..self.len).find(|&i| {
+            let at = i * self.width;
+            let word = u64::from_le_bytes(self.bytes[at..at + 8].try_into().expect("8 bytes"));
+            let offset = word & self.mask;
+            let kept_aside = (offset == self.mask && !self.exceptions.is_empty())
+                .then(|| {
+                    self.exceptions
+                        .binary_search_by_key(&(i as u32), |e| e.0)
+                        .ok()
+                })
+                .flatten();
+            match kept_aside {
+                Some(k) => self.exceptions[k].1 >= bound,
+                None => base.wrapping_add(offset) >= bound,
+            }
+        })
+    }
+
     /// Value `i` as a `u32` (for columns of indices, which always fit).
     #[inline]
     pub fn get_u32(&self, i: usize) -> u32 {
@@ -374,6 +402,28 @@ mod tests {
             })
             .collect();
         round_trip(&values);
+    }
+
+    #[test]
+    fn the_first_value_at_least_a_bound_is_found_in_every_layout() {
+        let mut spread: Vec<u64> = (0..5000).map(|i| 0x5555_0000_0000 + 48 * i).collect();
+        spread.extend((0..5000).map(|i| 0x7f12_0000_0000 + 4096 * i));
+        let mut aside: Vec<u64> = (0..10_000).map(|i| 16 + i % 200).collect();
+        aside[17] = 16 << 20;
+        aside[9000] = u64::MAX;
+        for values in [vec![], vec![7; 100], (0..1000).collect(), spread, aside] {
+            let p = Packed::from_slice(&values);
+            let mut bounds: Vec<u64> = values
+                .iter()
+                .step_by(97)
+                .flat_map(|&v| [v, v.saturating_add(1)])
+                .collect();
+            bounds.extend([0, 1, 16 << 20, u64::MAX]);
+            for bound in bounds {
+                let expected = values.iter().position(|&v| v >= bound);
+                assert_eq!(p.first_at_least(bound), expected, "bound {bound}");
+            }
+        }
     }
 
     #[test]

@@ -329,7 +329,7 @@ impl Kept {
         let n = self.objects as u64;
         let frames = u64::from(*self.frame_base.last().unwrap_or(&0));
         let groups = self.groups.len() as u64;
-        let below = |what: &str, p: &Packed, bound: u64| match p.iter().position(|v| v >= bound) {
+        let below = |what: &str, p: &Packed, bound: u64| match p.first_at_least(bound) {
             Some(i) => Err(malformed(format!(
                 "{what} {i} is {} (bound {bound})",
                 p.get(i)
