@@ -232,6 +232,28 @@ impl BlockIndex {
         self.lookup_at(v, cache).map(|(i, _)| i)
     }
 
+    /// Where the bitmap word a lookup of `v` reads lies, when it reads one: for a scan to
+    /// ask the cache for it ahead (`_mm_prefetch`, unsafe, is the caller's). The word is a
+    /// cache miss at millions of blocks (the bitmaps are about 3 bytes per block, spread over
+    /// the heap's chunks); a scan that knows its next words hints them first, and their
+    /// misses overlap the lookups of the words before them.
+    #[inline]
+    pub fn bitmap_word_of(&self, v: u64) -> Option<*const u8> {
+        if v < self.min || v >= self.max {
+            return None;
+        }
+        let chunk = v >> CHUNK_SHIFT;
+        let &c = self
+            .dense
+            .get(chunk.wrapping_sub(self.dense_first) as usize)?;
+        if c & COVERED != 0 {
+            return None;
+        }
+        let g = ((v & CHUNK_MASK) >> self.granule) as usize;
+        let word = self.maps.get(c as usize * self.words_per_chunk + g / 64)?;
+        Some((word as *const Word).cast())
+    }
+
     /// As [`BlockIndex::lookup_cached`], with whether `v` is the block's first byte (the
     /// kind of the reference), known from the bitmap word alone (every block starts on a
     /// granule): no read of the block's start, another cache miss.

@@ -355,6 +355,7 @@ fn run<H: Heap>(
             lifted.forget_in_child();
             // The scan's buffers, freed before the analysis, are handed to it again.
             crate::alloc::AGENT_ALLOC.reuse_large();
+            super::scan::allow_second_thread();
             let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 let scanned = scan(&world);
                 analyse_in_child(fd, process, scanned, threads, to_file)
@@ -429,55 +430,39 @@ fn run<H: Heap>(
     Ok((kept, unnamed, pause, phases, named))
 }
 
-/// Sorts blocks by address with an LSD radix sort over the 48 address bits (three 16-bit
-/// passes): linear, and several times faster than a comparison sort at a million blocks.
-/// `scratch` must have at least `blocks.len()` capacity (no allocation while stopped).
-fn sort_by_address(blocks: &mut Vec<BlockInfo>, scratch: &mut Vec<BlockInfo>) {
-    if blocks.len() < 4096 {
-        blocks.sort_unstable_by_key(|b| b.addr);
-        return;
-    }
-    let mut counts = [0usize; 1 << 16];
-    for shift in [0u32, 16, 32] {
-        counts.iter_mut().for_each(|c| *c = 0);
-        for b in blocks.iter() {
-            counts[((b.addr >> shift) & 0xffff) as usize] += 1;
-        }
-        let mut sum = 0;
-        for c in counts.iter_mut() {
-            let n = *c;
-            *c = sum;
-            sum += n;
-        }
-        scratch.clear();
-        scratch.resize(blocks.len(), BlockInfo::default());
-        for b in blocks.iter() {
-            let k = ((b.addr >> shift) & 0xffff) as usize;
-            scratch[counts[k]] = *b;
-            counts[k] += 1;
-        }
-        std::mem::swap(blocks, scratch);
-    }
-    if blocks.windows(2).any(|w| w[0].addr > w[1].addr) {
-        // Addresses above 2^48 (not x86-64 user space): fall back to a comparison sort.
-        blocks.sort_unstable_by_key(|b| b.addr);
-    }
+/// Sorts blocks by address (`scan::sort_by_address`). `scratch` must have at least
+/// `blocks.len()` capacity.
+fn sort_by_address(blocks: &mut [BlockInfo], scratch: &mut Vec<BlockInfo>) {
+    super::scan::sort_by_address(blocks, scratch, |b| b.addr);
 }
 
-/// Removes the blocks that words of `ranges` point into (blocks sorted by address).
+/// Removes the blocks that words of `ranges` point into (blocks sorted by address): a
+/// search of the blocks per word (a few hundred words of the capturing thread's TLS), not
+/// of the words per block (millions).
 fn drop_referenced(blocks: &mut Vec<BlockInfo>, ranges: &[std::ops::Range<u64>]) {
-    let mut words: Vec<u64> = Vec::new();
+    let mut referenced: Vec<usize> = Vec::new();
     for r in ranges {
         // SAFETY: clamped to readable mappings; this thread's own TLS.
-        let slice = unsafe {
+        let words = unsafe {
             std::slice::from_raw_parts(r.start as *const u64, ((r.end - r.start) / 8) as usize)
         };
-        words.extend_from_slice(slice);
+        for &w in words {
+            // The last block starting at or below `w`: the only one that can hold it.
+            let i = blocks.partition_point(|b| b.addr <= w);
+            if i > 0 && w < blocks[i - 1].addr + blocks[i - 1].size.max(1) {
+                referenced.push(i - 1);
+            }
+        }
     }
-    words.sort_unstable();
-    blocks.retain(|b| {
-        let i = words.partition_point(|&w| w < b.addr);
-        words.get(i).is_none_or(|&w| w >= b.addr + b.size.max(1))
+    if referenced.is_empty() {
+        return;
+    }
+    referenced.sort_unstable();
+    let mut at = 0;
+    blocks.retain(|_| {
+        let keep = referenced.binary_search(&at).is_err();
+        at += 1;
+        keep
     });
 }
 
