@@ -11,10 +11,10 @@
 # over the bare program's (its RSS before the first report: a kept snapshot is the agent's);
 # the scan child's own memory at its peak (private pages: what the child costs beyond the
 # pages it shares with the target); the agent's pause, capture and analysis times and the
-# child's CPU time (its log line; on a loaded machine the CPU times are what compare); the
-# report's end-to-end wall time and the client's peak RSS; where the last kept snapshot's
-# bytes go; beside the time (wall and CPU) perl took to build the heap in the same run and
-# the physical floor of a scan (one sequential read of the [heap] mapping,
+# child's CPU time and the scan's part of it (its log line; on a loaded machine the CPU times
+# are what compare); the report's end-to-end wall time and the client's peak RSS; where the
+# last kept snapshot's bytes go; beside the time (wall and CPU) perl took to build the heap in
+# the same run and the physical floor of a scan (one sequential read of the [heap] mapping,
 # bench/heap_floor.c). The CPU time of the whole report, load-proof where the wall times are
 # not: the scan child's, the agent's own (the target's user + system time across the report:
 # its main thread sleeps, the child is counted apart) and the client's, against perl's.
@@ -55,7 +55,7 @@ kb() { awk -v k="$1" 'BEGIN { printf "%.0f", k / 1024 }'; }
 per_object() { awk -v k="$1" -v n="$2" 'BEGIN { printf "%.0f", k * 1024 / n }'; }
 field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<"$2"; }
 
-printf '| report | objects | RSS before MiB | peak MiB (B/object over the bare program) | after MiB (B/object over the bare program) | child private peak MiB (B/object) | pause ms | capture ms | analysis ms | child CPU ms (index, blocks) | report wall s | client peak MiB (B/object) | CPU s: child + agent + client = all |\n'
+printf '| report | objects | RSS before MiB | peak MiB (B/object over the bare program) | after MiB (B/object over the bare program) | child private peak MiB (B/object) | pause ms | capture ms | analysis ms | child CPU ms (scan CPU ms; index, blocks wall ms) | report wall s | client peak MiB (B/object) | CPU s: child + agent + client = all |\n'
 printf '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n'
 agent_cpu() { awk -v t="$ticks" '{ printf "%.2f", ($14 + $15) / t }' "/proc/$pid/stat"; }
 read -r bare _ _ < <(python3 "$sampler" now "$pid")
@@ -77,13 +77,13 @@ for ((r = 1; r <= REPORTS; r++)); do
     child_s=$(awk -v m="$(field child_cpu_ms "$line")" 'BEGIN { printf "%.2f", m / 1000 }')
     client_s=$(awk -v u="$client_user" -v s="$client_sys" 'BEGIN { printf "%.2f", u + s }')
     all_s=$(awk -v a="$child_s" -v b="$agent_s" -v c="$client_s" 'BEGIN { printf "%.2f", a + b + c }')
-    printf '| %s | %s | %s | %s (%s) | %s (%s) | %s (%s) | %s | %s | %s | %s (%s, %s) | %s | %s (%s) | %s + %s + %s = %s |\n' \
+    printf '| %s | %s | %s | %s (%s) | %s (%s) | %s (%s) | %s | %s | %s | %s (%s; %s, %s) | %s | %s (%s) | %s + %s + %s = %s |\n' \
         "$r" "$objects" "$(kb "$before")" \
         "$(kb "$peak")" "$(per_object $((peak - bare)) "$objects")" \
         "$(kb "$after")" "$(per_object $((after - bare)) "$objects")" \
         "$(kb "$child")" "$(per_object "$child" "$objects")" \
         "$(field pause_ms "$line")" "$(field capture_ms "$line")" "$(field analysis_ms "$line")" \
-        "$(field child_cpu_ms "$line")" "$(field index_ms "$line")" "$(field blocks_ms "$line")" \
+        "$(field child_cpu_ms "$line")" "$(field scan_cpu_ms "$line")" "$(field index_ms "$line")" "$(field blocks_ms "$line")" \
         "$wall" "$(kb "$client")" "$(per_object "$client" "$objects")" \
         "$child_s" "$agent_s" "$client_s" "$all_s"
     grep "snapshot $r[: ]" "$work/agent.log" | tail -1 >&2

@@ -192,6 +192,10 @@ pub struct Phases {
     /// CPU time (user and system) of the scanning child, from its start to its exit: the
     /// scan, the graph, the analysis and the kept snapshot (zero without a child).
     pub child_cpu: Duration,
+    /// CPU time of the scan (index, roots and blocks above, both threads of the scanning
+    /// child): what the capture costs however loaded the machine is, where the walls above
+    /// stretch with the load.
+    pub scan_cpu: Duration,
 }
 
 /// One thread's frames as found inside the stop window, not yet symbolized.
@@ -491,6 +495,7 @@ fn scan_stopped<H: Heap>(
     seen_calls: &[(u32, KernelCall)],
 ) -> Scanned {
     let mut phases = Phases::default();
+    let cpu_start = process_cpu();
     let mark = Instant::now();
     heap.blocks(frozen, blocks);
     // What is not the program's mapped memory: every block's own mapping (the agent's
@@ -647,6 +652,7 @@ fn scan_stopped<H: Heap>(
     checked.sort_unstable();
     let edges = scan_blocks(&index, &maps, &mut collector, &checked);
     phases.blocks = mark.elapsed();
+    phases.scan_cpu = process_cpu().saturating_sub(cpu_start);
     Scanned {
         blocks: std::mem::take(blocks),
         raw,
@@ -654,6 +660,17 @@ fn scan_stopped<H: Heap>(
         edges,
         phases,
     }
+}
+
+/// CPU time (user and system) of this process's threads so far.
+fn process_cpu() -> Duration {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes a timespec into our own live struct.
+    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) };
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
 }
 
 /// What `/proc/self/task/TID/syscall` says thread `tid` is blocked in, if anything.
@@ -1009,7 +1026,7 @@ impl StackMap {
 struct Unnamed {
     stacks: Vec<u32>,
     frames: Vec<Vec<(FrameSort, u64)>>,
-    phases: [u64; 5],
+    phases: [u64; 6],
     /// Objects and their bytes.
     summary: [u64; 2],
     /// Per thread: whether it was stopped.
@@ -1039,6 +1056,7 @@ impl Unnamed {
                 s.phases.blocks.as_nanos() as u64,
                 s.phases.mapped.as_nanos() as u64,
                 s.phases.mapped_bytes,
+                s.phases.scan_cpu.as_nanos() as u64,
             ],
             summary: [s.blocks.len() as u64, s.blocks.iter().map(|b| b.size).sum()],
             stopped: s
@@ -1058,6 +1076,7 @@ impl Unnamed {
             blocks: d(self.phases[2]),
             mapped: d(self.phases[3]),
             mapped_bytes: self.phases[4],
+            scan_cpu: d(self.phases[5]),
             ..Phases::default()
         }
     }
@@ -1102,7 +1121,7 @@ impl Unnamed {
             }
             frames.push(t);
         }
-        let mut phases = [0u64; 5];
+        let mut phases = [0u64; 6];
         for p in &mut phases {
             *p = r.u64()?;
         }
@@ -1625,7 +1644,7 @@ mod tests {
                 vec![],
                 vec![(FrameSort::Signal, 0x5000)],
             ],
-            phases: [5, 6, 7, 3, 4096],
+            phases: [5, 6, 7, 3, 4096, 9],
             summary: [3, 96],
             stopped: vec![true, false, true],
         };

@@ -300,7 +300,7 @@ fn take_locked(cause: Cause) -> Result<SnapshotInfo, String> {
     // Freed outside the locks (a big graph takes a while to drop).
     drop((old, old_peak));
     crate::agent_info!(
-        "snapshot {}{}: {} objects, {} bytes, {} threads; pause_ms={:.3} capture_ms={:.3} analysis_ms={:.3} held_bytes={} (in the scanning child: index_ms={:.3} roots_ms={:.3} blocks_ms={:.3} child_cpu_ms={:.3}){}",
+        "snapshot {}{}: {} objects, {} bytes, {} threads; pause_ms={:.3} capture_ms={:.3} analysis_ms={:.3} held_bytes={} (in the scanning child: index_ms={:.3} roots_ms={:.3} blocks_ms={:.3} scan_cpu_ms={:.3} child_cpu_ms={:.3}){}",
         snapshot.0,
         match cause {
             Cause::Request => "",
@@ -316,6 +316,7 @@ fn take_locked(cause: Cause) -> Result<SnapshotInfo, String> {
         phases.index.as_secs_f64() * 1e3,
         phases.roots.as_secs_f64() * 1e3,
         phases.blocks.as_secs_f64() * 1e3,
+        phases.scan_cpu.as_secs_f64() * 1e3,
         phases.child_cpu.as_secs_f64() * 1e3,
         if higher { "; kept as the peak" } else { "" }
     );
