@@ -711,6 +711,7 @@ pub fn apply_new(k: usize) {
 /// Moves entry `i` of `slot` into its shard's `table` (whose lock the caller holds) and
 /// takes it out of the slot, unless a realloc in progress holds its address (`Busy`, and the
 /// entry stays) and `take_moving` is false.
+#[inline(always)]
 fn apply_entry(
     slot: &NewSlot,
     i: usize,

@@ -149,7 +149,7 @@ pub fn init() -> bool {
 
 /// Clears the rule and walk caches if a module was loaded since they were last cleared for
 /// it. Inside the hooks: a load and a compare per watched word when nothing was loaded.
-#[inline]
+#[inline(always)]
 pub fn check() {
     for i in 0..CANDIDATES {
         let counter = WATCHED.counters[i].load(Ordering::Relaxed);

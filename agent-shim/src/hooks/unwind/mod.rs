@@ -173,12 +173,20 @@ fn rule_of(pc: u64) -> Rule {
 /// The bounds of the calling thread's stack mapping, cached per thread in the agent's TLS;
 /// looked up again when `sp` is outside the cached one (first call, a signal alternate stack,
 /// a coroutine).
+#[inline(always)]
 fn stack_bounds(sp: usize) -> (usize, usize) {
     let st = sys::thread_state();
     let (lo, hi) = st.stack();
     if lo <= sp && sp < hi {
         return (lo, hi);
     }
+    look_up_stack(sp, st)
+}
+
+/// [`stack_bounds`]' miss: the mapping holding `sp`, read from `/proc/self/maps`.
+#[cold]
+#[inline(never)]
+fn look_up_stack(sp: usize, st: &sys::ThreadState) -> (usize, usize) {
     let found = sys::mapping_containing(sp).unwrap_or((0, 0));
     st.set_stack(found);
     found
@@ -277,7 +285,7 @@ impl Stack<'_> {
 /// # Safety
 /// `entry_sp` must be the stack pointer at the entry of the hooked function on this thread
 /// (the export stubs pass it), and the hook must still be running on that stack.
-#[inline]
+#[inline(always)]
 pub unsafe fn start(entry_sp: usize, fp: usize) -> Option<walks::Start> {
     // A module loaded since the last walk: the caches go (loads.rs).
     loads::check();
