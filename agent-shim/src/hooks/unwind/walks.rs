@@ -215,12 +215,14 @@ fn meta(generation: u32, depth: usize, reads: usize, used_fp: bool) -> u64 {
 #[inline]
 pub fn lookup(start: &Start, depth: usize) -> Option<u32> {
     let set = set(start)?;
-    set.iter().find_map(|e| check(e, start, depth))
+    let want = meta(generation(), depth, 0, false);
+    set.iter().find_map(|e| check(e, start, want))
 }
 
-/// The stack id of entry `e` if it holds the walk from `start`.
+/// The stack id of entry `e` if it holds the walk from `start` (of the generation and depth
+/// `want` gives, as [`meta`] of no reads).
 #[inline]
-fn check(e: &Entry, start: &Start, depth: usize) -> Option<u32> {
+fn check(e: &Entry, start: &Start, want: u64) -> Option<u32> {
     let version = e.version.load(Ordering::Acquire);
     if version & 1 != 0
         || e.sp.load(Ordering::Relaxed) != start.sp as u64
@@ -231,7 +233,7 @@ fn check(e: &Entry, start: &Start, depth: usize) -> Option<u32> {
     }
     let m = e.meta.load(Ordering::Relaxed);
     let used_fp = m >> 48 & 1 != 0;
-    if m & !(0xff << 40) & !(1 << 48) != meta(generation(), depth, 0, false)
+    if m & !(0xff << 40) & !(1 << 48) != want
         || used_fp && e.fp.load(Ordering::Relaxed) != start.fp as u64
     {
         return None;
@@ -250,11 +252,11 @@ fn check(e: &Entry, start: &Start, depth: usize) -> Option<u32> {
     for chunk in 0..chunks {
         let mut diff = 0;
         for k in chunk * CHUNK..(chunk + 1) * CHUNK {
-            let offset = (e.offsets[k].load(Ordering::Relaxed) as usize & !7).min(last);
+            let offset = (e.offsets[k].load(Ordering::Relaxed) as usize).min(last);
             // SAFETY: sp + offset lies in [sp, hi - 8], this thread's stack as its cached
-            // bounds say, at or above the hooked call's entry stack pointer (so mapped),
-            // 8-aligned (sp is, offset is masked).
-            let word = unsafe { *((start.sp + offset) as *const u64) };
+            // bounds say, at or above the hooked call's entry stack pointer (so mapped). The
+            // offsets a walk stores are multiples of 8, a torn one may not be: read unaligned.
+            let word = unsafe { std::ptr::read_unaligned((start.sp + offset) as *const u64) };
             diff |= word ^ e.values[k].load(Ordering::Relaxed);
         }
         if diff != 0 {
