@@ -356,6 +356,24 @@ pub(crate) unsafe extern "C" fn reallocarray(
 /// # Safety
 /// As `free(3)`; `entry_sp`/`fp` as for [`malloc`] (the freeing stack, for a recording).
 pub(crate) unsafe extern "C" fn free(p: *mut c_void, entry_sp: usize, fp: usize) {
+    if !p.is_null()
+        && !record::enabled()
+        && held_frees::hold_unless_full(p as u64, sys::thread_state())
+    {
+        // Applied with the thread's next batch (registry::held_frees).
+        return;
+    }
+    // SAFETY: as the caller's free.
+    unsafe { free_general(p, entry_sp, fp) }
+}
+
+/// Every free the fast path above does not take; out of line, so that the fast path saves no
+/// registers.
+///
+/// # Safety
+/// As [`free`].
+#[inline(never)]
+unsafe fn free_general(p: *mut c_void, entry_sp: usize, fp: usize) {
     if p.is_null() {
         counters::count_call(Op::Free);
         counters::count_rare(Rare::FreeNull);
@@ -365,10 +383,6 @@ pub(crate) unsafe extern "C" fn free(p: *mut c_void, entry_sp: usize, fp: usize)
         {
             record::on_free(0, busy.tid, stack_id(entry_sp, fp));
         }
-        return;
-    }
-    if !record::enabled() && held_frees::hold_unless_full(p as u64, sys::thread_state()) {
-        // Applied with the thread's next batch (registry::held_frees).
         return;
     }
     match Busy::enter() {
