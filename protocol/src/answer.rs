@@ -15,8 +15,9 @@
 //! `offset + rows.len()`), so that it always fits a frame and always decodes, and every
 //! string and list inside a row is capped.
 
-use std::cmp::Ordering;
+use std::cmp::{Ordering, Reverse};
 
+use heaptui_analysis::kept::ObjectColumn;
 use heaptui_analysis::{self as engine, Holder, Kept, NO_SITE, ObjectIndex, views};
 use serde::Serialize;
 
@@ -744,30 +745,45 @@ impl<'a> Answerer<'a> {
             ObjectKey::Site => self.site_ranks(),
             _ => Vec::new(),
         };
-        let key = |o: ObjectIndex| -> u64 {
-            match sort.key {
-                ObjectKey::Size => k.size(o),
-                ObjectKey::Addr => k.addr(o),
-                ObjectKey::Seq => k.seq(o),
-                ObjectKey::Id => k.id(o),
-                ObjectKey::Site => match k.site(o) {
-                    NO_SITE => u64::MAX,
-                    s => u64::from(site_rank[s as usize]),
-                },
-                ObjectKey::Thread => u64::from(k.thread(o)),
-                ObjectKey::Index => u64::from(o),
-            }
+        let column = match sort.key {
+            ObjectKey::Size => Some(ObjectColumn::Size),
+            ObjectKey::Addr => Some(ObjectColumn::Addr),
+            ObjectKey::Seq => Some(ObjectColumn::Seq),
+            ObjectKey::Id => Some(ObjectColumn::Id),
+            ObjectKey::Site => Some(ObjectColumn::Site),
+            ObjectKey::Thread => Some(ObjectColumn::Thread),
+            ObjectKey::Index => None,
         };
-        // Keys are read once, in index order (the lists come ascending, so the column reads
-        // are sequential), into (key, index) pairs; selecting then compares plain integers
-        // instead of chasing columns at random. A descending key is stored complemented so
-        // that one ascending order serves both directions, ties by index ascending.
-        let descending = sort.direction == Direction::Descending;
-        let keyed = objects.into_iter().map(|o| {
-            let k = key(o);
-            (if descending { !k } else { k }, o)
-        });
-        let window = select_window(keyed, total, page);
+        // Keys are read a chunk of objects at a time by one loop over the key's column (the
+        // lists come ascending, so the reads are sequential) and streamed as (key, index)
+        // pairs into the window's selection, which compares plain integers. A descending key
+        // is stored complemented so that one ascending order serves both directions, ties by
+        // index ascending.
+        let flip = match sort.direction {
+            Direction::Ascending => 0,
+            Direction::Descending => u64::MAX,
+        };
+        let mut window = WindowSelection::new(total, page);
+        let mut keys = Vec::with_capacity(KEY_CHUNK);
+        for chunk in objects.chunks(KEY_CHUNK) {
+            keys.clear();
+            match column {
+                Some(column) => k.gather(column, chunk, &mut keys),
+                None => keys.extend(chunk.iter().map(|&o| u64::from(o))),
+            }
+            if sort.key == ObjectKey::Site {
+                for key in &mut keys {
+                    *key = match *key as u32 {
+                        NO_SITE => u64::MAX,
+                        s => u64::from(site_rank[s as usize]),
+                    };
+                }
+            }
+            for (&o, &key) in chunk.iter().zip(&keys) {
+                window.push((key ^ flip, o));
+            }
+        }
+        let window = window.finish();
         let rows = fill(&window, |&(_, o)| self.object_row(o));
         ObjectPage {
             snapshot: self.snapshot,
@@ -794,8 +810,9 @@ impl<'a> Answerer<'a> {
     }
 
     /// Everything that points at `target`: frames (threads in snapshot order, innermost frame
-    /// first), the globals, then objects by index. One pass over all references: a drill-down
-    /// request costs O(edges), and keeps no reverse index alive between requests.
+    /// first), the globals, then objects by index. One pass over all references' targets
+    /// ([`Kept::holders_of`]): a drill-down request costs O(edges), and keeps no reverse index
+    /// alive between requests.
     fn referrers(&self, target: ObjectIndex) -> Vec<Source> {
         let mut out = Vec::new();
         for (t, thread) in self.kept.threads().iter().enumerate() {
@@ -808,12 +825,8 @@ impl<'a> Answerer<'a> {
         if self.kept.globals().contains(&target) {
             out.push(Source::Globals);
         }
-        for (holder, to) in self.kept.all_edges() {
-            // A holder that refers to the target twice is listed once.
-            if to == target && out.last() != Some(&Source::Object(holder)) {
-                out.push(Source::Object(holder));
-            }
-        }
+        // A holder that refers to the target twice is listed once.
+        out.extend(self.kept.holders_of(target).into_iter().map(Source::Object));
         out
     }
 }
@@ -954,64 +967,154 @@ pub fn select_page<T>(items: &mut [T], page: Page, cmp: impl Fn(&T, &T) -> Order
     &items[start..end]
 }
 
-/// How near either end of a list a page must lie for [`select_window`] to keep it in a
-/// bounded heap instead of collecting the whole list.
+/// How near either end of a list a page must lie for [`WindowSelection`] to keep only its
+/// candidates instead of collecting the whole list.
 const STREAMED_WINDOW: usize = 4096;
 
-/// The page's window of `items` (`total` distinct items), in order. A window within
+/// Objects whose sort keys [`Answerer::object_page`] reads in one go.
+const KEY_CHUNK: usize = 4096;
+
+/// The page's window of `items` (`total` distinct items), in order: [`WindowSelection`]
+/// fed every item.
+pub fn select_window<T: Ord + Copy>(
+    items: impl Iterator<Item = T>,
+    total: usize,
+    page: Page,
+) -> Vec<T> {
+    let mut window = WindowSelection::new(total, page);
+    for item in items {
+        window.push(item);
+    }
+    window.finish()
+}
+
+/// A page's window of a stream of `total` items, selected as they go by. A window within
 /// [`STREAMED_WINDOW`] of either end (the first pages, the last: where a drill lands, and
-/// `End`) is kept in a bounded heap as the items go by: `O(n log w)` comparisons, most of
-/// them one against the heap's top, and no list of every item (at 5M items, the 80 MB list
-/// and its two `select_nth` passes cost several times the stream). Any other window is
-/// collected and selected by [`select_page`].
-pub fn select_window<T: Ord>(items: impl Iterator<Item = T>, total: usize, page: Page) -> Vec<T> {
-    use std::cmp::Reverse;
-    use std::collections::BinaryHeap;
-    let (start, end) = bounds(page, total);
-    if start == end {
-        return Vec::new();
+/// `End`) keeps only the candidates that can still be in it ([`Extreme`]): most items cost
+/// one comparison with a bound, and no list of every item is made (at 5M items, the 80 MB
+/// list and its two `select_nth` passes cost several times the stream). Any other window
+/// collects every item and selects with [`select_page`].
+pub struct WindowSelection<T> {
+    page: Page,
+    way: Way<T>,
+}
+
+enum Way<T> {
+    /// The `end` smallest, then drop the first `start`.
+    Smallest(Extreme<T>, usize),
+    /// The `total - start` largest (as the smallest in reverse), then keep `end - start`.
+    Largest(Extreme<Reverse<T>>, usize),
+    All(Vec<T>),
+    Empty,
+}
+
+impl<T: Ord + Copy> WindowSelection<T> {
+    pub fn new(total: usize, page: Page) -> Self {
+        let (start, end) = bounds(page, total);
+        let way = if start == end {
+            Way::Empty
+        } else if end <= STREAMED_WINDOW {
+            Way::Smallest(Extreme::new(end), start)
+        } else if total - start <= STREAMED_WINDOW {
+            Way::Largest(Extreme::new(total - start), end - start)
+        } else {
+            Way::All(Vec::with_capacity(total))
+        };
+        WindowSelection { page, way }
     }
-    if end <= STREAMED_WINDOW {
-        // The `end` smallest: a max-heap whose top is the largest kept so far.
-        let mut heap = BinaryHeap::with_capacity(end);
-        for item in items {
-            if heap.len() < end {
-                heap.push(item);
-            } else if let Some(mut top) = heap.peek_mut()
-                && item < *top
-            {
-                *top = item;
+
+    #[inline]
+    pub fn push(&mut self, item: T) {
+        match &mut self.way {
+            Way::Smallest(smallest, _) => smallest.push(item),
+            Way::Largest(largest, _) => largest.push(Reverse(item)),
+            Way::All(all) => all.push(item),
+            Way::Empty => {}
+        }
+    }
+
+    /// The window, in order.
+    pub fn finish(self) -> Vec<T> {
+        match self.way {
+            Way::Empty => Vec::new(),
+            Way::Smallest(smallest, start) => {
+                let mut kept = smallest.finish();
+                kept.drain(..start.min(kept.len()));
+                kept
+            }
+            Way::Largest(largest, len) => {
+                // Ascending by Reverse is descending by item.
+                let mut kept: Vec<T> = largest.finish().into_iter().map(|r| r.0).collect();
+                kept.reverse();
+                kept.truncate(len);
+                kept
+            }
+            Way::All(mut all) => {
+                let (start, end) = bounds(self.page, all.len());
+                select_page(&mut all, self.page, |a, b| a.cmp(b));
+                all.truncate(end);
+                all.drain(..start);
+                all
             }
         }
-        let mut kept = heap.into_sorted_vec();
-        kept.drain(..start.min(kept.len()));
-        return kept;
     }
-    if total - start <= STREAMED_WINDOW {
-        // The `total - start` largest: a min-heap whose top is the smallest kept so far.
-        let keep = total - start;
-        let mut heap = BinaryHeap::with_capacity(keep);
-        for item in items {
-            if heap.len() < keep {
-                heap.push(Reverse(item));
-            } else if let Some(mut top) = heap.peek_mut()
-                && item > top.0
-            {
-                *top = Reverse(item);
-            }
+}
+
+/// The `keep` smallest items of a stream. Items go into a buffer unless they are above the
+/// bound (the `keep`-th smallest so far, once known); a full buffer is cut back to its `keep`
+/// smallest by one `select_nth`, which sets the bound. On random keys the bound soon passes
+/// almost every item with one comparison; on keys that arrive best first (a list by
+/// sequence number, descending) every item is buffered, and each cut costs about the
+/// buffer's length for as many new items: linear either way, with no per-item heap sift.
+struct Extreme<T> {
+    keep: usize,
+    /// Buffered items that trigger a cut.
+    full: usize,
+    buffer: Vec<T>,
+    bound: Option<T>,
+}
+
+impl<T: Ord + Copy> Extreme<T> {
+    fn new(keep: usize) -> Self {
+        let full = keep + keep.max(STREAMED_WINDOW);
+        Extreme {
+            keep,
+            full,
+            buffer: Vec::with_capacity(full),
+            bound: None,
         }
-        // Ascending by Reverse is descending by item.
-        let mut kept: Vec<T> = heap.into_sorted_vec().into_iter().map(|r| r.0).collect();
-        kept.reverse();
-        kept.truncate(end - start);
-        return kept;
     }
-    let mut all: Vec<T> = items.collect();
-    let (start, end) = bounds(page, all.len());
-    select_page(&mut all, page, |a, b| a.cmp(b));
-    all.truncate(end);
-    all.drain(..start);
-    all
+
+    #[inline]
+    fn push(&mut self, item: T) {
+        if let Some(bound) = &self.bound
+            && item >= *bound
+        {
+            // The `keep` buffered items at or below the bound already outrank it.
+            return;
+        }
+        self.buffer.push(item);
+        if self.buffer.len() == self.full {
+            self.cut();
+        }
+    }
+
+    /// Keeps the `keep` smallest of the buffer; the largest of them is the new bound.
+    fn cut(&mut self) {
+        let keep = self.keep;
+        if self.buffer.len() > keep {
+            self.buffer.select_nth_unstable(keep - 1);
+            self.buffer.truncate(keep);
+            self.bound = Some(self.buffer[keep - 1]);
+        }
+    }
+
+    /// The `keep` smallest, ascending.
+    fn finish(mut self) -> Vec<T> {
+        self.cut();
+        self.buffer.sort_unstable();
+        self.buffer
+    }
 }
 
 /// Builds rows for `window` in order until the answer budget is spent.

@@ -646,10 +646,7 @@ impl Kept {
 
     /// The objects in holder slot `slot`, ascending: one pass over the slot column.
     fn slot_members(&self, slot: u32) -> Vec<ObjectIndex> {
-        (0..self.objects)
-            .filter(|&o| self.slots.get_u32(o) == slot)
-            .map(|o| o as ObjectIndex)
-            .collect()
+        self.slot_members_bulk(slot)
     }
 
     /// Members of a group, ascending object index (entry included); empty for an unknown id.
@@ -753,7 +750,9 @@ impl Kept {
     }
 }
 
+mod bulk;
 mod codec;
+pub use bulk::ObjectColumn;
 pub use codec::{DecodeError, KEPT_MAGIC, KEPT_VERSION};
 
 #[cfg(test)]
