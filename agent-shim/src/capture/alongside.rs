@@ -105,32 +105,50 @@ pub unsafe fn alongside<A, B, Second: FnOnce() -> B>(
         let second = job.work.take().expect("the job was not run");
         return (a, second());
     }
+    let joined = Joined {
+        alive: &alive,
+        stack,
+    };
     let a = first();
-    loop {
-        let now = alive.load(Ordering::Acquire);
-        if now == 0 {
-            break;
-        }
-        // SAFETY: FUTEX_WAIT reads `alive`, which lives until this function returns, and
-        // sleeps while it still holds `now`; not private: the kernel's wake at the thread's
-        // exit is a shared one.
-        unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                alive.as_ptr(),
-                libc::FUTEX_WAIT,
-                now,
-                std::ptr::null::<libc::timespec>(),
-            )
-        };
-    }
-    // SAFETY: the thread is gone: nothing runs on its stack any more.
-    unsafe { libc::munmap(stack, STACK + GUARD) };
+    // Waits for the thread also when `first` panics: the thread still reads `job`, which
+    // lives in this frame, and runs on `stack`.
+    drop(joined);
     let b = job
         .result
         .take()
         .expect("the second thread ran its closure");
     (a, b)
+}
+
+/// Waits, when dropped, until the second thread is gone, then unmaps its stack.
+struct Joined<'a> {
+    alive: &'a AtomicI32,
+    stack: *mut libc::c_void,
+}
+
+impl Drop for Joined<'_> {
+    fn drop(&mut self) {
+        loop {
+            let now = self.alive.load(Ordering::Acquire);
+            if now == 0 {
+                break;
+            }
+            // SAFETY: FUTEX_WAIT reads `alive`, which outlives this guard, and sleeps while it
+            // still holds `now`; not private: the kernel's wake at the thread's exit is a
+            // shared one.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_futex,
+                    self.alive.as_ptr(),
+                    libc::FUTEX_WAIT,
+                    now,
+                    std::ptr::null::<libc::timespec>(),
+                )
+            };
+        }
+        // SAFETY: the thread is gone: nothing runs on its stack any more.
+        unsafe { libc::munmap(self.stack, STACK + GUARD) };
+    }
 }
 
 #[cfg(test)]

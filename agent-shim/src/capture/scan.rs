@@ -14,14 +14,14 @@
 //! thread costs the program nothing. The child is a raw `clone` of one thread of the program
 //! (`build::fork_child`), so glibc's thread machinery is in whatever state the program's
 //! stopped threads left it (its stack-cache lock maybe held): the second thread is a raw
-//! `clone` too ([`on_second_thread`]), sharing the first's thread pointer, and runs only code
+//! `clone` too (`capture::alongside`), sharing the first's thread pointer, and runs only code
 //! that touches no thread-local storage but `errno` (the agent's allocator, the block index,
 //! a [`Collector`] and an [`Edges`] of its own).
 
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use heaptui_analysis::{Edges, ObjectIndex};
 pub use heaptui_capture::BlockIndex;
@@ -352,22 +352,27 @@ fn scan_blocks_on(
         return edges;
     }
     let unclaimed = Unclaimed::new(n as ObjectIndex);
-    let (tail, ()) = on_second_thread(
-        || {
-            let mut c = Collector::new(n);
-            // The blocks it scans, last first.
-            let mut tail = Edges::with_capacity(n / 2, n);
-            while let Some(run) = unclaimed.claim_high() {
-                scan_block_run(index, maps, &mut c, checked, run, Order::Down, &mut tail);
-            }
-            tail
-        },
-        || {
-            while let Some(run) = unclaimed.claim_low() {
-                scan_block_run(index, maps, c, checked, run, Order::Up, &mut edges);
-            }
-        },
-    );
+    // SAFETY: `two` only in the scanning child ([`allow_second_thread`]) or a test; the
+    // second closure touches no thread-local storage (the agent's allocator, the block index,
+    // a collector and edges of its own) and does not panic.
+    let ((), tail) = unsafe {
+        super::alongside::alongside(
+            || {
+                while let Some(run) = unclaimed.claim_low() {
+                    scan_block_run(index, maps, c, checked, run, Order::Up, &mut edges);
+                }
+            },
+            || {
+                let mut c = Collector::new(n);
+                // The blocks it scans, last first.
+                let mut tail = Edges::with_capacity(n / 2, n);
+                while let Some(run) = unclaimed.claim_high() {
+                    scan_block_run(index, maps, &mut c, checked, run, Order::Down, &mut tail);
+                }
+                tail
+            },
+        )
+    };
     for k in (0..tail.sources() as ObjectIndex).rev() {
         edges.push_with_kinds(tail.of_with_kinds(k));
     }
@@ -517,118 +522,6 @@ const AHEAD: usize = 16;
 /// How many blocks ahead of its scan a block's first [`AHEAD`] words are hinted.
 const AHEAD_BLOCKS: ObjectIndex = 2;
 
-/// Bytes of the second thread's stack (the scan's frames are small; `push_block`'s sort
-/// is the deepest).
-const SECOND_STACK: usize = 1 << 20;
-
-/// What the second thread runs and where it leaves the result.
-struct Job<W, A> {
-    work: Option<W>,
-    out: Option<A>,
-}
-
-/// The second thread's body, called by glibc's `clone` wrapper on the new stack; returning
-/// ends the thread (`SYS_exit`, this thread only). A panic cannot unwind out of it: the
-/// child aborts, and the capture reports the child's failure.
-extern "C" fn second_thread_main<W: FnOnce() -> A, A>(job: *mut libc::c_void) -> libc::c_int {
-    // SAFETY: `on_second_thread` passes its live `Job<W, A>` and touches it again only after
-    // this thread has ended.
-    let job = unsafe { &mut *job.cast::<Job<W, A>>() };
-    if let Some(work) = job.work.take() {
-        job.out = Some(work());
-    }
-    0
-}
-
-/// Runs `work` on a second thread while the calling thread runs `here`, and returns both
-/// results once both are done. The thread is a raw `clone` of this one sharing its memory,
-/// files, signal handlers and thread pointer (no TLS of its own: `work` must touch none but
-/// `errno`, and take no lock another thread of the program may hold); the kernel clears its
-/// id word when it has exited, which is what the join waits for. When no thread can be made
-/// (a seccomp filter, `RLIMIT_NPROC`, no memory for the stack), `work` runs here after
-/// `here`.
-fn on_second_thread<A: Send, B, W: FnOnce() -> A + Send>(
-    work: W,
-    here: impl FnOnce() -> B,
-) -> (A, B) {
-    let Some(stack) = crate::sys::map_anon(SECOND_STACK, false) else {
-        let b = here();
-        return (work(), b);
-    };
-    let mut job = Job {
-        work: Some(work),
-        out: None,
-    };
-    // Set by the kernel to the thread's id at the clone (CLONE_PARENT_SETTID), cleared and
-    // woken when it exits (CLONE_CHILD_CLEARTID).
-    let tid = AtomicU32::new(0);
-    let flags = libc::CLONE_VM
-        | libc::CLONE_FS
-        | libc::CLONE_FILES
-        | libc::CLONE_SIGHAND
-        | libc::CLONE_THREAD
-        | libc::CLONE_SYSVSEM
-        | libc::CLONE_PARENT_SETTID
-        | libc::CLONE_CHILD_CLEARTID;
-    // SAFETY: the stack is our own fresh mapping, its top 16-aligned; `job` and `tid` live
-    // until the join below, which waits until the kernel has cleared `tid`, that is until
-    // the thread no longer runs, so neither the stack nor `job` is freed under it.
-    let made = unsafe {
-        libc::clone(
-            second_thread_main::<W, A>,
-            stack.add(SECOND_STACK).cast(),
-            flags,
-            (&raw mut job).cast(),
-            tid.as_ptr(),
-            std::ptr::null_mut::<libc::c_void>(),
-            tid.as_ptr(),
-        )
-    };
-    if made <= 0 {
-        // SAFETY: our own mapping, never handed out.
-        unsafe { crate::sys::unmap(stack, SECOND_STACK) };
-        let b = here();
-        let work = job.work.take().expect("not taken: no thread ran");
-        return (work(), b);
-    }
-    let joined = Joined { tid: &tid, stack };
-    let b = here();
-    // Waits for the thread also when `here` panics: it still reads what `here`'s caller owns.
-    drop(joined);
-    let a = job.out.take().expect("the second thread finished its work");
-    (a, b)
-}
-
-/// Waits, when dropped, until the second thread has exited, then frees its stack.
-struct Joined<'a> {
-    tid: &'a AtomicU32,
-    stack: *mut u8,
-}
-
-impl Drop for Joined<'_> {
-    fn drop(&mut self) {
-        loop {
-            let id = self.tid.load(Ordering::Acquire);
-            if id == 0 {
-                break;
-            }
-            // SAFETY: waits on a live word while it still holds `id` (the kernel's wake at the
-            // thread's exit is not a private futex, so neither is this wait).
-            unsafe {
-                libc::syscall(
-                    libc::SYS_futex,
-                    self.tid.as_ptr(),
-                    libc::FUTEX_WAIT,
-                    id,
-                    std::ptr::null::<libc::timespec>(),
-                )
-            };
-        }
-        // SAFETY: the thread has exited (its id word is cleared): nothing uses its stack.
-        unsafe { crate::sys::unmap(self.stack, SECOND_STACK) };
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -753,17 +646,6 @@ mod tests {
             assert_eq!(low, high, "n {n}");
             assert!(unclaimed.claim_low().is_none() && unclaimed.claim_high().is_none());
         }
-    }
-
-    #[test]
-    fn the_second_thread_runs_beside_this_one_and_both_results_come_back() {
-        let data: Vec<u64> = (0..100_000).collect();
-        let (a, b) = on_second_thread(
-            || data.iter().filter(|&&v| v % 2 == 0).sum::<u64>(),
-            || data.iter().filter(|&&v| v % 2 == 1).sum::<u64>(),
-        );
-        assert_eq!(a + b, data.iter().sum::<u64>());
-        assert_eq!(a, 2_499_950_000);
     }
 
     #[test]
