@@ -42,6 +42,9 @@ use super::{CaptureError, Stopped};
 /// The allocation site of every block of an outside capture: only hooks see allocations.
 pub const UNKNOWN_SITE: &str = "unknown: started without the agent";
 
+/// How many blocks the graph's block scan reads between two gives-back of the copy above.
+const RELEASE_EVERY: usize = 4096;
+
 /// The words of `ranges` in the copy, but for the stack slots at `skip` (sorted): callee-saved
 /// values a callee spilled, which are roots of the frame they belong to instead.
 fn words_but<'a>(
@@ -175,7 +178,7 @@ pub(super) fn build(
     pid: u32,
     glibc: &Glibc,
     agent: Option<&Agent>,
-    stopped: &Stopped,
+    stopped: &mut Stopped,
     warnings: &mut Vec<String>,
 ) -> Result<HeapGraph, CaptureError> {
     let image = &stopped.image;
@@ -315,8 +318,21 @@ pub(super) fn build(
         globals_ranges.iter().flat_map(|r| words(image, r.clone())),
     ));
 
+    // The blocks from the last down, the copy given back above each run of them as it goes
+    // (`Image::release_from`): the roots above were its only other readers.
+    let mut image = std::mem::take(&mut stopped.image);
+    let mut last_first = Edges::with_capacity(blocks.len(), blocks.len() * 2);
+    for (i, b) in blocks.iter().enumerate().rev() {
+        let mut refs = refs_of(&index, words(&image, b.addr..b.addr + b.size));
+        refs.retain(|&(o, _)| o as usize != i);
+        last_first.push_with_kinds(refs);
+        if i % RELEASE_EVERY == 0 {
+            image.release_from(b.addr);
+        }
+    }
+    drop(image);
     let mut objects = Objects::with_capacity(blocks.len());
-    let mut edges = Edges::with_capacity(blocks.len(), blocks.len() * 2);
+    let mut edges = Edges::with_capacity(blocks.len(), last_first.len());
     for (i, b) in blocks.iter().enumerate() {
         objects.push(ObjectRecord {
             id: b.addr,
@@ -326,10 +342,9 @@ pub(super) fn build(
             thread: NO_THREAD,
             seq: NO_SEQ,
         });
-        let mut refs = refs_of(&index, words(image, b.addr..b.addr + b.size));
-        refs.retain(|&(o, _)| o as usize != i);
-        edges.push_with_kinds(refs);
+        edges.push_with_kinds(last_first.of_with_kinds((blocks.len() - 1 - i) as ObjectIndex));
     }
+    drop(last_first);
     let sites = vec![Site {
         id: 1,
         frames: vec![UNKNOWN_SITE.to_string()],

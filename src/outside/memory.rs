@@ -112,7 +112,38 @@ impl Image {
     pub fn ranges(&self) -> impl Iterator<Item = Range<u64>> + '_ {
         self.segments.iter().map(|s| s.start..s.end())
     }
+
+    /// Forgets every copied byte at or above `addr` (reads of them answer `None` from now on)
+    /// and gives their memory back once at least [`RELEASE_STEP`] bytes at the buffer's end
+    /// are free: a reader that goes from the top of the address space down (the block scan of
+    /// the graph) frees the copy as it goes, so the whole copy and the whole graph are never
+    /// held together. The buffer holds the segments in address order (see [`copy`]), so the
+    /// bytes above `addr` are its end; shrinking a buffer this large is an `mremap` in place.
+    /// Costs a pass over the segments: call it every few thousand blocks, not for each.
+    pub fn release_from(&mut self, addr: u64) {
+        let keep = self.segments.partition_point(|s| s.start < addr);
+        self.segments.truncate(keep);
+        if let Some(last) = self.segments.last_mut()
+            && last.end() > addr
+        {
+            last.len = (addr - last.start) as usize;
+        }
+        let used = self
+            .segments
+            .iter()
+            .map(|s| s.offset + s.len)
+            .max()
+            .unwrap_or(0);
+        if self.data.len() - used >= RELEASE_STEP {
+            self.data.truncate(used);
+            self.data.shrink_to_fit();
+        }
+    }
 }
+
+/// Fewest free bytes at the end of an image's buffer worth giving back
+/// ([`Image::release_from`]).
+const RELEASE_STEP: usize = 8 << 20;
 
 /// A buffer of `bytes` whose every page is already backed by memory, made before the stop so
 /// that the copy made while the target is stopped ([`copy`]) costs no page fault in heaptui.
@@ -375,6 +406,40 @@ pub fn read_exact(pid: Pid, addr: u64, len: usize) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_image_read_from_the_top_down_forgets_and_gives_back_what_is_above() {
+        let big = RELEASE_STEP + 4096;
+        let mut image = Image::from_parts(vec![
+            (0x1000, vec![7; 4096]),
+            (0x10_0000, vec![8; big]),
+            (0x7f00_0000, vec![9; 4096]),
+        ]);
+        image.release_from(0x10_0000 + 4096);
+        assert_eq!(image.word(0x7f00_0000), None, "a segment above is gone");
+        assert_eq!(
+            image.word(0x10_0000 + 4096),
+            None,
+            "the cut segment's top is gone"
+        );
+        assert_eq!(image.word(0x10_0000 + 4088), Some(0x0808_0808_0808_0808));
+        assert_eq!(image.word(0x1000), Some(0x0707_0707_0707_0707));
+        assert_eq!(
+            image.ranges().collect::<Vec<_>>(),
+            vec![0x1000..0x2000, 0x10_0000..0x10_1000]
+        );
+        assert!(
+            image.data.capacity() < 3 * 4096,
+            "the buffer's end was given back"
+        );
+        // Less than a step above the cut: forgotten, the memory kept for now.
+        image.release_from(0x10_0800);
+        assert_eq!(image.word(0x10_0800), None);
+        assert_eq!(image.data.len(), 2 * 4096);
+        image.release_from(0);
+        assert_eq!(image.ranges().count(), 0);
+        assert_eq!(image.word(0x1000), None);
+    }
 
     #[test]
     fn an_image_answers_words_and_pieces_from_its_segments() {

@@ -125,7 +125,7 @@ pub fn capture(pid: u32) -> Result<Capture, CaptureError> {
     let glibc = glibc::locate(target, &maps).map_err(|e| CaptureError::Glibc(pid, e))?;
     let agent = agent::locate(target, &maps);
     let mut attempts = 0;
-    let stopped = loop {
+    let mut stopped = loop {
         attempts += 1;
         let last = attempts == MAX_ATTEMPTS;
         let buffer = memory::prepared(planned_bytes(target, &maps));
@@ -155,12 +155,14 @@ pub fn capture(pid: u32) -> Result<Capture, CaptureError> {
              mid-update"
         ));
     }
-    let graph = graph::build(pid, &glibc, agent.as_ref(), &stopped, &mut warnings)?;
+    let copied = stopped.image.len();
+    // Takes the copy and gives it back as it reads the blocks.
+    let graph = graph::build(pid, &glibc, agent.as_ref(), &mut stopped, &mut warnings)?;
     Ok(Capture {
         graph,
         pause: stopped.pause,
         total: begin.elapsed(),
-        copied: stopped.image.len(),
+        copied,
         warnings,
     })
 }
