@@ -300,6 +300,49 @@ impl Packed {
         }
     }
 
+    /// Appends the values at indices `range` to `out`, in order: one loop per run over the
+    /// stored bytes, specialised to the column's width, then the values kept aside put back.
+    pub fn decode_range(&self, range: std::ops::Range<usize>, out: &mut Vec<u64>) {
+        let (start, end) = (range.start, range.end);
+        assert!(
+            start <= end && end <= self.len,
+            "range {start}..{end} of a packed column of {}",
+            self.len
+        );
+        let from = out.len();
+        out.reserve(end - start);
+        for (r, &(first, base)) in self.runs.iter().enumerate() {
+            let s = (first as usize).max(start);
+            let e = self
+                .runs
+                .get(r + 1)
+                .map_or(self.len, |next| next.0 as usize)
+                .min(end);
+            if s >= e {
+                continue;
+            }
+            let bytes = &self.bytes;
+            match self.width {
+                0 => out.extend(std::iter::repeat_n(base, e - s)),
+                1 => decode_width::<1>(&bytes[s..e], base, out),
+                2 => decode_width::<2>(&bytes[s * 2..e * 2], base, out),
+                3 => decode_width::<3>(&bytes[s * 3..e * 3], base, out),
+                4 => decode_width::<4>(&bytes[s * 4..e * 4], base, out),
+                5 => decode_width::<5>(&bytes[s * 5..e * 5], base, out),
+                6 => decode_width::<6>(&bytes[s * 6..e * 6], base, out),
+                7 => decode_width::<7>(&bytes[s * 7..e * 7], base, out),
+                _ => decode_width::<8>(&bytes[s * 8..e * 8], base, out),
+            }
+        }
+        let first = self.exceptions.partition_point(|x| (x.0 as usize) < start);
+        for &(i, v) in &self.exceptions[first..] {
+            if i as usize >= end {
+                break;
+            }
+            out[from + i as usize - start] = v;
+        }
+    }
+
     fn gather_width<const W: usize>(&self, indices: &[u32], out: &mut Vec<u64>) {
         let base = self.runs[0].1;
         let single = self.runs.len() == 1;
@@ -339,6 +382,15 @@ fn read<const W: usize>(chunk: &[u8]) -> u64 {
     let mut word = [0u8; 8];
     word[..W].copy_from_slice(chunk);
     u64::from_le_bytes(word)
+}
+
+/// Appends `base` plus each `W`-byte offset of `bytes` to `out`.
+fn decode_width<const W: usize>(bytes: &[u8], base: u64, out: &mut Vec<u64>) {
+    out.extend(
+        bytes
+            .chunks_exact(W)
+            .map(|chunk| base.wrapping_add(read::<W>(chunk))),
+    );
 }
 
 /// [`Packed::for_each_equal`] over indices `start..end` of a column of width `W`.
@@ -471,6 +523,15 @@ mod tests {
         p.gather(&backwards, &mut got);
         let expected: Vec<u64> = backwards.iter().map(|&i| values[i as usize]).collect();
         assert_eq!(got, expected);
+        for (start, end) in [(0, values.len()), (values.len() / 3, values.len() / 2 + 1)] {
+            let end = end.min(values.len());
+            let start = start.min(end);
+            got.clear();
+            got.push(7);
+            p.decode_range(start..end, &mut got);
+            assert_eq!(got[0], 7);
+            assert_eq!(got[1..], values[start..end], "values {start}..{end}");
+        }
         // A few values present (spread over the column) and a few absent ones.
         let step = (values.len() / 40).max(1);
         let mut probes: Vec<u64> = values.iter().step_by(step).copied().collect();

@@ -324,14 +324,24 @@ impl<'a> Answerer<'a> {
         filter: Option<&ObjectFilter>,
     ) -> Answer<ObjectPage> {
         let engine_id = engine::GroupId::from(id);
-        if self.kept.group(engine_id).is_none() {
+        let Some(group) = self.kept.group(engine_id) else {
             return Err(error(
                 ErrorKind::UnknownGroup,
                 format!("unknown group {id} in snapshot {}", self.snapshot.0),
             ));
+        };
+        if filter.is_some_and(|f| !f.query.is_empty()) {
+            let members = self.filtered(self.kept.members(engine_id), filter);
+            return Ok(self.object_page(members, sort, page));
         }
-        let members = self.filtered(self.kept.members(engine_id), filter);
-        Ok(self.object_page(members, sort, page))
+        // Unfiltered, the members and their keys stream from the slot and key columns, with
+        // no list of every member (20 MB at 5M).
+        let k = self.kept;
+        Ok(
+            self.sorted_page(group.objects as usize, sort, page, |column, each| {
+                k.for_each_member_chunk(engine_id, column, each)
+            }),
+        )
     }
 
     /// A sorted page of the objects allocated at one site (those `filter` matches, with
@@ -733,14 +743,39 @@ impl<'a> Answerer<'a> {
         })
     }
 
+    /// A sorted page of `objects` (ascending indices): their keys are read a chunk at a time
+    /// by one loop over the key's column ([`Kept::gather`]; the reads are sequential).
     fn object_page(
         &self,
         objects: Vec<ObjectIndex>,
         sort: Sort<ObjectKey>,
         page: Page,
     ) -> ObjectPage {
-        let total = objects.len();
         let k = self.kept;
+        self.sorted_page(objects.len(), sort, page, |column, each| {
+            let mut keys = Vec::with_capacity(KEY_CHUNK);
+            for chunk in objects.chunks(KEY_CHUNK) {
+                keys.clear();
+                if let Some(column) = column {
+                    k.gather(column, chunk, &mut keys);
+                }
+                each(chunk, &keys);
+            }
+        })
+    }
+
+    /// A sorted page of `total` objects that `feed(column, each)` hands to `each` a chunk at
+    /// a time, each object with its value of `column` (no values when the key is the index).
+    /// The (key, index) pairs stream into the window's selection ([`WindowSelection`]), which
+    /// compares plain integers. A descending key is stored complemented so that one
+    /// ascending order serves both directions, ties by index ascending.
+    fn sorted_page(
+        &self,
+        total: usize,
+        sort: Sort<ObjectKey>,
+        page: Page,
+        feed: impl FnOnce(Option<ObjectColumn>, &mut dyn FnMut(&[ObjectIndex], &[u64])),
+    ) -> ObjectPage {
         let site_rank = match sort.key {
             ObjectKey::Site => self.site_ranks(),
             _ => Vec::new(),
@@ -754,35 +789,37 @@ impl<'a> Answerer<'a> {
             ObjectKey::Thread => Some(ObjectColumn::Thread),
             ObjectKey::Index => None,
         };
-        // Keys are read a chunk of objects at a time by one loop over the key's column (the
-        // lists come ascending, so the reads are sequential) and streamed as (key, index)
-        // pairs into the window's selection, which compares plain integers. A descending key
-        // is stored complemented so that one ascending order serves both directions, ties by
-        // index ascending.
         let flip = match sort.direction {
             Direction::Ascending => 0,
             Direction::Descending => u64::MAX,
         };
         let mut window = WindowSelection::new(total, page);
-        let mut keys = Vec::with_capacity(KEY_CHUNK);
-        for chunk in objects.chunks(KEY_CHUNK) {
-            keys.clear();
-            match column {
-                Some(column) => k.gather(column, chunk, &mut keys),
-                None => keys.extend(chunk.iter().map(|&o| u64::from(o))),
-            }
-            if sort.key == ObjectKey::Site {
-                for key in &mut keys {
-                    *key = match *key as u32 {
-                        NO_SITE => u64::MAX,
-                        s => u64::from(site_rank[s as usize]),
-                    };
+        let mut fed = 0usize;
+        feed(column, &mut |objects, keys| {
+            fed += objects.len();
+            match sort.key {
+                ObjectKey::Index => {
+                    for &o in objects {
+                        window.push((u64::from(o) ^ flip, o));
+                    }
+                }
+                ObjectKey::Site => {
+                    for (&o, &site) in objects.iter().zip(keys) {
+                        let key = match site as u32 {
+                            NO_SITE => u64::MAX,
+                            s => u64::from(site_rank[s as usize]),
+                        };
+                        window.push((key ^ flip, o));
+                    }
+                }
+                _ => {
+                    for (&o, &key) in objects.iter().zip(keys) {
+                        window.push((key ^ flip, o));
+                    }
                 }
             }
-            for (&o, &key) in chunk.iter().zip(&keys) {
-                window.push((key ^ flip, o));
-            }
-        }
+        });
+        debug_assert_eq!(fed, total, "the objects fed are the ones counted");
         let window = window.finish();
         let rows = fill(&window, |&(_, o)| self.object_row(o));
         ObjectPage {
