@@ -151,6 +151,9 @@ struct Table {
     len: usize,
     /// Bytes of the mapping behind `slots`.
     mapped: usize,
+    /// The most entries it holds before it grows ([`MAX_LOAD`], [`SMALL_MAX_LOAD`]): set when
+    /// it grows, so an insert compares once instead of working the load out.
+    limit: usize,
 }
 
 #[repr(align(64))]
@@ -211,6 +214,7 @@ static SHARD: [Shard; SHARDS] = [const {
             cap: 0,
             len: 0,
             mapped: 0,
+            limit: 0,
         }),
         hint_slots: AtomicPtr::new(std::ptr::null_mut()),
         hint_cap: AtomicUsize::new(0),
@@ -330,15 +334,17 @@ impl Table {
     /// Makes room for one more entry; false when the kernel refuses memory.
     #[inline]
     fn reserve_one(&mut self) -> bool {
-        let (most, of) = if self.mapped < SMALL_TABLE {
+        self.len < self.limit || self.grow()
+    }
+
+    /// The most entries a table of `cap` slots in `mapped` bytes holds before it grows.
+    fn limit_of(cap: usize, mapped: usize) -> usize {
+        let (most, of) = if mapped < SMALL_TABLE {
             SMALL_MAX_LOAD
         } else {
             MAX_LOAD
         };
-        if (self.len + 1) * of <= self.cap * most {
-            return true;
-        }
-        self.grow()
+        cap * most / of
     }
 
     /// Moves the entries into a table 1.5 times as big; false when the kernel refuses memory.
@@ -349,11 +355,13 @@ impl Table {
         let Some(p) = sys::map_anon(mapped, false) else {
             return false;
         };
+        let cap = mapped / ENTRY;
         let mut bigger = Table {
             slots: p.cast(),
-            cap: mapped / ENTRY,
+            cap,
             len: self.len,
             mapped,
+            limit: Self::limit_of(cap, mapped),
         };
         for i in 0..self.cap {
             let e = self.slot(i);
@@ -1726,6 +1734,7 @@ mod tests {
             cap: 0,
             len: 0,
             mapped: 0,
+            limit: 0,
         };
         assert!(t.reserve_one());
         for i in 0..t.cap {
@@ -1760,6 +1769,7 @@ mod tests {
             cap: 0,
             len: 0,
             mapped: 0,
+            limit: 0,
         };
         let addrs: Vec<u64> = (1..20_000u64).map(|i| i * 48 + 0x10_0000).collect();
         for &a in &addrs {
