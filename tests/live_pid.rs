@@ -636,6 +636,14 @@ fn command_lines_with_control_characters_are_printed_on_one_line_without_them() 
         .stdin(Stdio::piped())
         .spawn()
         .unwrap();
+    // The command line is the shell's once it has exec'd (before, it is the test's own, or
+    // empty): wait for that, as heaptui reads it from /proc.
+    let cmdline = format!("/proc/{}/cmdline", bare.id());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !std::fs::read(&cmdline).is_ok_and(|c| c.ends_with(b"a\nb\x1b[2J\0")) {
+        assert!(std::time::Instant::now() < deadline, "sh never exec'd");
+        std::thread::yield_now();
+    }
     let pid = format!("pid:{}", bare.id());
     let (_, err) = failure(&t.heaptui(&["cancel", &pid, "1", "--dry-run"]));
     drop(bare.stdin.take());
