@@ -363,9 +363,7 @@ impl<'a> Answerer<'a> {
                 ),
             ));
         }
-        let objects: Vec<ObjectIndex> = (0..self.kept.object_count() as ObjectIndex)
-            .filter(|&o| self.kept.site(o) == site)
-            .collect();
+        let objects = self.kept.site_members(site);
         Ok(self.object_page(self.filtered(objects, filter), sort, page))
     }
 

@@ -145,6 +145,18 @@ impl Kept {
         holders
     }
 
+    /// The objects allocated at `site` (or of unknown site, for [`crate::graph::NO_SITE`]),
+    /// ascending: one pass over the site column's bytes.
+    pub fn site_members(&self, site: u32) -> Vec<ObjectIndex> {
+        let mut members = Vec::new();
+        // Stored as site + 1, 0 for none.
+        self.site
+            .for_each_equal(u64::from(site.wrapping_add(1)), |o| {
+                members.push(o as ObjectIndex)
+            });
+        members
+    }
+
     /// The objects in holder slot `slot`, ascending: one pass over the slot column.
     pub(super) fn slot_members_bulk(&self, slot: u32) -> Vec<ObjectIndex> {
         let mut members = Vec::new();
@@ -195,6 +207,10 @@ mod tests {
                 let expected: Vec<u64> = members.iter().map(|&o| accessor(o)).collect();
                 assert_eq!(values, expected, "{:?} {column:?}", g.id);
             }
+        }
+        for site in (0..kept.sites().len() as u32 + 1).chain([crate::graph::NO_SITE]) {
+            let expected: Vec<ObjectIndex> = (0..n).filter(|&o| kept.site(o) == site).collect();
+            assert_eq!(kept.site_members(site), expected, "site {site}");
         }
         for target in (0..n).step_by(37) {
             let mut expected: Vec<ObjectIndex> = kept
