@@ -790,6 +790,11 @@ const LAST_SIGNAL: libc::c_int = 64;
 /// through the access check), and `pagemap` (mode 0400: a program not run as root could not
 /// open it) — so the pagemap is opened first and kept ([`mapped::open_pagemap_early`]). The
 /// graph's analysis reads `statm` and `cgroup` (0444) and `/proc/meminfo`: unaffected.
+///
+/// Should the machine run out of memory while the child works, the kernel's OOM killer must
+/// take the child, whose end only fails the snapshot, and not the program, which the child's
+/// copy-on-write pages make look larger: the child raises its `oom_score_adj` to the most
+/// (any process may raise its own; before `PR_SET_DUMPABLE` 0 gives the file to root).
 fn detach_from_program(parent: libc::pid_t) {
     // SAFETY: a NUL-terminated path; dup2 and close on descriptors of this process only.
     unsafe {
@@ -858,6 +863,14 @@ fn detach_from_program(parent: libc::pid_t) {
             std::ptr::null_mut::<libc::rlimit>(),
         );
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+        let oom = libc::open(
+            c"/proc/self/oom_score_adj".as_ptr(),
+            libc::O_WRONLY | libc::O_CLOEXEC,
+        );
+        if oom >= 0 {
+            libc::write(oom, b"1000".as_ptr().cast(), 4);
+            libc::close(oom);
+        }
         mapped::open_pagemap_early();
         libc::prctl(libc::PR_SET_DUMPABLE, 0 as libc::c_ulong);
         // The parent may have ended before the line above: nothing would kill the child then.
@@ -1498,9 +1511,9 @@ mod tests {
         );
     }
 
-    /// A detached child is undumpable (no core, even through a `core_pattern` pipe) and,
-    /// run as a user that is not root, still reads its own pagemap, which it can then no
-    /// longer open.
+    /// A detached child is undumpable (no core, even through a `core_pattern` pipe), the OOM
+    /// killer's first choice, and, run as a user that is not root, still reads its own
+    /// pagemap, which it can then no longer open.
     #[test]
     fn a_detached_child_is_undumpable_and_still_reads_its_pagemap() {
         // SAFETY: getpid has no preconditions.
@@ -1525,6 +1538,14 @@ mod tests {
                 if libc::prctl(libc::PR_GET_DUMPABLE) != 0 {
                     libc::_exit(3);
                 }
+                let mut adj = [0u8; 8];
+                let oom = libc::open(c"/proc/self/oom_score_adj".as_ptr(), libc::O_RDONLY);
+                if oom < 0 || libc::read(oom, adj.as_mut_ptr().cast(), adj.len()) != 5 {
+                    libc::_exit(6);
+                }
+                if &adj[..5] != b"1000\n" {
+                    libc::_exit(6);
+                }
                 let fd = libc::open(c"/proc/self/pagemap".as_ptr(), libc::O_RDONLY);
                 if fd >= 0 {
                     libc::_exit(4);
@@ -1542,7 +1563,7 @@ mod tests {
         assert!(
             libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
             "status {status:#x} (2: no user change, 3: still dumpable, 4: pagemap still \
-             opens, 5: the pagemap opened early does not read)"
+             opens, 5: the pagemap opened early does not read, 6: oom_score_adj not 1000)"
         );
     }
 
