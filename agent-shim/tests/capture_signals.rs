@@ -189,6 +189,25 @@ fn a_thread_in_a_recv_or_read_resumed_after_a_snapshot_is_cancelled_at_once() {
 }
 
 #[test]
+fn a_programs_eintr_on_a_pipe_stays_its_own_when_a_stop_lands_during_its_handler() {
+    let dir = TempDir::new("sig-in-handler");
+    let exe = c_target(
+        &dir,
+        "eintr_in_handler",
+        include_str!("targets/eintr_in_handler.c"),
+    );
+    let mut target = policy_support::Target::start(&dir, &exe, &[], None);
+    let mut client = target.client();
+    // The handler runs with every signal blocked: the snapshot's stop waits for it to return,
+    // and is then delivered over the registers of the read the program's signal ended.
+    target.ask("interrupt", "in handler");
+    let graph = client.graph();
+    assert!(graph.threads.len() >= 2);
+    assert_eq!(target.ask("result", "read:"), "read: EINTR");
+    target.quit();
+}
+
+#[test]
 fn system_v_waits_survive_snapshots_taken_over_the_protocol_and_program_signals_still_end_them() {
     let dir = TempDir::new("sig-sysv");
     let exe = c_target(&dir, "sysv_waits", include_str!("targets/sysv_waits.c"));

@@ -221,13 +221,16 @@ pub fn agent_signal_arrived(uctx: *const c_void) {
     let gregs = unsafe { &(*(uctx as *const libc::ucontext_t)).uc_mcontext.gregs };
     let cut = gregs[libc::REG_RAX as usize] == -i64::from(libc::EINTR);
     match armed {
-        Some(slot) if cut => {
-            slot.fetch_or(BY_AGENT, Ordering::Relaxed);
+        Some(slot) => {
+            if cut {
+                slot.fetch_or(BY_AGENT, Ordering::Relaxed);
+            }
+            // An earlier note is of a call long over: it must not match a later one.
+            set_unarmed_note(tid, None);
         }
-        Some(_) => {}
         None => {
             let reg = |r: c_int| gregs[r as usize] as u64;
-            let note = (cut && after_syscall_instruction(reg(libc::REG_RIP))).then(|| {
+            let note = cut.then(|| {
                 let print = call_print(reg(libc::REG_RDI), reg(libc::REG_RSI), reg(libc::REG_RDX));
                 (print, errno())
             });
@@ -253,14 +256,21 @@ pub fn program_signal_arrived() {
 // `read`, `write`, `readv` and `writev` run for every file a program touches: their wrappers
 // (signals::read_write) must cost nothing until the call fails, so they cannot arm the
 // thread's byte before it. Instead the stop handler, finding a thread in no armed call whose
-// system call it just ended with EINTR (rax holds -EINTR and the interrupted instruction
-// follows a `syscall`), notes which call that was: the thread, its errno at that moment (the
+// system call it just ended with EINTR (rax holds -EINTR), notes which call that was: the
+// thread, its errno at that moment (the
 // call's entry errno: glibc's wrappers touch errno only after the system call), and a print of
 // the call's first three argument registers (the kernel leaves them as they were). A wrapper
 // whose call failed with EINTR takes the note: the agent alone cut it short when the note
-// is this thread's and its print is the call's own arguments'. A program signal handled
-// during or right after the stop erases the note, as it marks an armed call OTHER; every later
-// stop of the thread replaces or erases it, so a note never outlives the next snapshot.
+// is this thread's and its print is the call's own arguments', and the descriptor is one the
+// kernel ends with EINTR after an SA_RESTART handler (a socket with a timeout: on any other,
+// the stop's EINTR is restarted by the kernel, so an EINTR there is the program's, whatever a
+// note says — say, a stop that arrived while a program handler without SA_RESTART ran, and
+// was delivered as it returned, its registers those of the call it had cut short). A program
+// signal handled during or right after the stop erases the note, as it marks an armed call
+// OTHER; every later stop of the thread replaces or erases it, so a note never outlives the
+// next snapshot. The code before the interrupted instruction is not read to check that a
+// `syscall` precedes it: code may be mapped execute-only (protection keys make `PROT_EXEC`
+// alone unreadable), and a load there would fault in the program's thread.
 
 /// Notes, one pair of words per thread (indexed by the tid's low bits; a thread sharing its
 /// index with another stopped in the same snapshot may lose its note, and its call then
@@ -288,14 +298,6 @@ fn call_print(first: u64, second: u64, third: u64) -> u64 {
         ^ second.wrapping_mul(0xc2b2_ae3d_27d4_eb4f)
         ^ third.wrapping_mul(0x1656_67b1_9e37_79f9);
     mixed >> TID_BITS
-}
-
-/// Whether the instruction before `rip` is a `syscall` (0f 05), read only within `rip`'s own
-/// page (mapped and executable: the thread runs there).
-fn after_syscall_instruction(rip: u64) -> bool {
-    rip % 4096 >= 2
-        // SAFETY: two bytes of the page the interrupted thread executes from.
-        && unsafe { std::ptr::read_unaligned((rip - 2) as *const [u8; 2]) } == [0x0f, 0x05]
 }
 
 /// Notes the call with `print` and `errno` as this thread's (None: erases this thread's note,

@@ -15,7 +15,8 @@
 //! handler noted which call it cut short on a thread in no armed call
 //! (`blocking::take_unarmed_cut`), and the call is resumed only when that note is this call's
 //! and no program signal erased it. A descriptor's kind is asked only then: on a socket with a
-//! timeout the retry goes through `sockets::resume`, any other descriptor is called again.
+//! timeout the retry goes through `sockets::resume`; on any other descriptor the kernel would
+//! have restarted the call after the stop, so the `EINTR` is the program's and stays.
 //!
 //! What is not exact, accepted: the socket's timeout is counted afresh from the interruption
 //! (the wrapper read no clock when the call began, and the kernel gives no way to know when
@@ -30,7 +31,7 @@ use std::ffi::{c_int, c_void};
 
 use super::Real;
 use super::blocking::{real, take_unarmed_cut};
-use super::sockets::{Way, resume};
+use super::sockets::{Way, resume, socket_timeout};
 use crate::sys::{errno, set_errno};
 
 /// Whether the failed call's errno is `EINTR`: the one failure these wrappers look at (the
@@ -69,6 +70,12 @@ fn resume_if_cut(
     let Some(entry_errno) = take_unarmed_cut(fd as u32 as u64, second, third) else {
         return -1;
     };
+    // On any descriptor but a socket with a timeout the kernel restarts the call after the
+    // stop (an SA_RESTART handler): its EINTR is the program's, whatever the note says.
+    if socket_timeout(fd, way).is_none() {
+        set_errno(libc::EINTR);
+        return -1;
+    }
     set_errno(entry_errno);
     resume(fd, way, true, call)
 }

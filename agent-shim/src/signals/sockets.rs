@@ -134,7 +134,7 @@ impl Way {
 
 /// The socket's timeout for `way` in nanoseconds, None when it has none (or `fd` is no
 /// socket, or, for a connect, a Unix-domain one: see the module docs). Leaves errno alone.
-fn socket_timeout(fd: c_int, way: Way) -> Option<i128> {
+pub(super) fn socket_timeout(fd: c_int, way: Way) -> Option<i128> {
     let _errno = sys::KeepErrno::new();
     if way == Way::Connect {
         let mut domain: c_int = 0;
