@@ -219,6 +219,12 @@ pub fn hold(p: u64, st: &ThreadState, tid: u32) -> bool {
 /// done, otherwise: the hook's general path ([`hold`]) takes the free. The thread is marked
 /// busy before it reads its slot, so a signal handler that frees meanwhile takes the general
 /// path and finds the thread inside a hook.
+///
+/// Unlike the general path it does not ask `blocks::usable_by`: holding touches no table, so
+/// the thread that holds every shard lock (a free in a fork's atfork prepare handler) may hold
+/// the block like any other; its slot is flushed once the locks are let go (or, in the fork
+/// child, before anything else). Only a free that fills the slot goes the general way, which
+/// then hands the block to libc and records the missed free.
 #[inline]
 pub fn hold_unless_full(p: u64, st: &ThreadState) -> bool {
     if st.busy() || !HOLDING.load(Ordering::Relaxed) {
