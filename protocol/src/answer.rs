@@ -1009,20 +1009,6 @@ const STREAMED_WINDOW: usize = 4096;
 /// Objects whose sort keys [`Answerer::object_page`] reads in one go.
 const KEY_CHUNK: usize = 4096;
 
-/// The page's window of `items` (`total` distinct items), in order: [`WindowSelection`]
-/// fed every item.
-pub fn select_window<T: Ord + Copy>(
-    items: impl Iterator<Item = T>,
-    total: usize,
-    page: Page,
-) -> Vec<T> {
-    let mut window = WindowSelection::new(total, page);
-    for item in items {
-        window.push(item);
-    }
-    window.finish()
-}
-
 /// A page's window of a stream of `total` items, selected as they go by. A window within
 /// [`STREAMED_WINDOW`] of either end (the first pages, the last: where a drill lands, and
 /// `End`) keeps only the candidates that can still be in it ([`Extreme`]): most items cost
@@ -1212,6 +1198,20 @@ mod tests {
                 assert_eq!(got, sorted[s..e], "offset {offset} limit {limit}");
             }
         }
+    }
+
+    /// The page's window of `items` (`total` distinct items), in order: [`WindowSelection`]
+    /// fed every item.
+    fn select_window<T: Ord + Copy>(
+        items: impl Iterator<Item = T>,
+        total: usize,
+        page: Page,
+    ) -> Vec<T> {
+        let mut window = WindowSelection::new(total, page);
+        for item in items {
+            window.push(item);
+        }
+        window.finish()
     }
 
     #[test]

@@ -158,7 +158,7 @@ impl Kept {
     }
 
     /// The objects in holder slot `slot`, ascending: one pass over the slot column.
-    pub(super) fn slot_members_bulk(&self, slot: u32) -> Vec<ObjectIndex> {
+    pub(super) fn slot_members(&self, slot: u32) -> Vec<ObjectIndex> {
         let mut members = Vec::new();
         self.slots
             .for_each_equal(u64::from(slot), |o| members.push(o as ObjectIndex));

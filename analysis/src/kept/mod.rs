@@ -644,11 +644,6 @@ impl Kept {
         (self.doms.get(o as usize) as u32).checked_sub(1)
     }
 
-    /// The objects in holder slot `slot`, ascending: one pass over the slot column.
-    fn slot_members(&self, slot: u32) -> Vec<ObjectIndex> {
-        self.slot_members_bulk(slot)
-    }
-
     /// Members of a group, ascending object index (entry included); empty for an unknown id.
     pub fn members(&self, id: GroupId) -> Vec<ObjectIndex> {
         match self.groups.index(id) {
