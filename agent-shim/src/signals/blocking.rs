@@ -57,7 +57,11 @@
 //! numbered above the stop signal is dequeued after it: its handler runs first, and the stop
 //! handler then finds the bare `EINTR`; the call goes on to its timeout although the
 //! program's handler ran. The same holds when the stop signal lands in the few instructions
-//! between the system call's return (after a program handler) and the wrapper's check. Closing it would mean wrapping every handler the program
+//! between the system call's return (after a program handler) and the wrapper's check, and
+//! when a program handler blocked the stop signal with the raw `rt_sigprocmask` system call (the
+//! libc masks lose it on the way, see `pthread_sigmask`): the stop is then delivered as the
+//! handler's `rt_sigreturn` unblocks it, on the very context whose `EINTR` the program's signal
+//! caused, and marks it `BY_AGENT`. Closing these would mean wrapping every handler the program
 //! installs (as `signals::chain` does for `SIGUSR2`, which is therefore covered); the window is
 //! a few instructions wide, so the agent does not.
 //!
