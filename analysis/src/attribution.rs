@@ -32,6 +32,7 @@ use std::sync::OnceLock;
 
 use thiserror::Error;
 
+use crate::both::{Both, OneThread};
 use crate::dominators::{self, Csr, DomTree, NONE, Successors};
 use crate::figures::{
     FrameFigures, Group, GroupId, GroupKind, Holder, Leaks, ObjectClass, Sharer, ThreadFigures,
@@ -409,14 +410,30 @@ impl Analysis {
     /// figures, groups, leaks. Linear in objects + edges except the dominator tree's
     /// near-linear passes; no recursion anywhere.
     pub fn new(graph: &HeapGraph) -> Analysis {
+        Analysis::with(graph, &OneThread, || ()).0
+    }
+
+    /// [`Analysis::new`], with the passes that need not wait for each other run by `both`
+    /// (see `both`), and `beside`, a caller's job that reads only the graph, run beside the
+    /// dominator tree (the agent packs the graph's own kept columns there). The same figures
+    /// whatever `both` does.
+    pub fn with<S: Send>(
+        graph: &HeapGraph,
+        both: &impl Both,
+        beside: impl FnOnce() -> S + Send,
+    ) -> (Analysis, S) {
         let layout = Layout::new(graph);
         let n = layout.objects as usize;
         let frames = layout.frames();
 
-        let DomTree { mut idom, preorder } = {
-            let heap = RootedHeap::new(graph, &layout);
-            dominators::dominator_tree(&heap, layout.super_root())
-        };
+        // The start-edge reach reads only the graph: beside the dominator tree.
+        let (DomTree { mut idom, preorder }, (mut possibly, beside)) = both.both(
+            || {
+                let heap = RootedHeap::new(graph, &layout);
+                dominators::dominator_tree(&heap, layout.super_root())
+            },
+            || (leaks::start_reached(graph), beside()),
+        );
         idom.truncate(n);
         idom.shrink_to_fit();
 
@@ -453,7 +470,6 @@ impl Analysis {
             }
         }
         // Possibly lost: reached, but by no path of start edges.
-        let mut possibly = leaks::start_reached(graph);
         for (w, word) in possibly.iter_mut().enumerate() {
             let mut not_start = !*word;
             let mut out = 0u64;
@@ -480,7 +496,17 @@ impl Analysis {
             .map(|s| members.of(s).iter().map(|&o| sizes[o as usize]).sum())
             .collect();
 
-        let referents = groups::referents(graph, &layout, &slot, &members, group_count);
+        // Two halves of the holders, with about as many members each, listed at once.
+        let referents = {
+            let holders = frames + group_count;
+            let half = members.first_holding_half(holders);
+            let (mut first, second) = both.both(
+                || groups::referents(graph, &layout, &slot, &members, group_count, 0..half),
+                || groups::referents(graph, &layout, &slot, &members, group_count, half..holders),
+            );
+            first.append(&second);
+            first
+        };
 
         // Sharer bits follow tid order, so reading a set's bits upwards lists tids ascending.
         let mut by_tid: Vec<u32> = (0..layout.threads).collect();
@@ -548,7 +574,7 @@ impl Analysis {
             global_only_bytes: slot_bytes[g0..g1].iter().sum(),
         };
 
-        Analysis {
+        let analysis = Analysis {
             layout,
             idom,
             slot,
@@ -562,7 +588,8 @@ impl Analysis {
             groups: OnceLock::new(),
             leaks,
             totals,
-        }
+        };
+        (analysis, beside)
     }
 
     pub fn totals(&self) -> Totals {

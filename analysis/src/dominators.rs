@@ -71,6 +71,14 @@ impl Csr {
     }
 
     /// Total number of edges.
+    /// Appends `other`'s nodes after this graph's (their successor ids unchanged).
+    pub fn append(&mut self, other: &Csr) {
+        let base = self.targets.len();
+        self.targets.extend_from_slice(&other.targets);
+        self.offsets
+            .extend(other.offsets[1..].iter().map(|&o| o + base));
+    }
+
     pub fn edge_count(&self) -> usize {
         self.targets.len()
     }

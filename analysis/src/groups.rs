@@ -124,26 +124,36 @@ impl SlotMembers {
         let s = slot as usize;
         &self.objects[self.offsets[s] as usize..self.offsets[s + 1] as usize]
     }
+
+    /// The first slot from which the slots below `slots` hold at most half of their members
+    /// (where to split them into two halves of about equal work).
+    pub fn first_holding_half(&self, slots: u32) -> u32 {
+        let below = &self.offsets[..=slots as usize];
+        let half = below[below.len() - 1] / 2;
+        below.partition_point(|&o| o < half) as u32
+    }
 }
 
-/// The groups each holder refers to directly, as a graph over holder slots (frames first,
-/// then groups) whose successors are group indices, ascending. A holder refers to a group
-/// when one of its edges — a frame's own references, or a member's references — leads
-/// into a member of another group.
+/// The groups each holder of `holders` refers to directly, as a graph over those holder slots
+/// (frames first, then groups; node 0 is `holders.start`) whose successors are group indices,
+/// ascending. A holder refers to a group when one of its edges — a frame's own references,
+/// or a member's references — leads into a member of another group. Disjoint ranges of
+/// holders can be listed at once and their graphs appended ([`Csr::append`]).
 pub(crate) fn referents(
     graph: &HeapGraph,
     layout: &Layout,
     slot: &[u32],
     members: &SlotMembers,
     groups: u32,
+    holders: std::ops::Range<u32>,
 ) -> Csr {
     let frames = layout.frames();
     // `seen[g]` is the last holder that listed g, so each list is built without duplicates
     // and without clearing anything between holders.
     let mut seen = vec![NONE; groups as usize];
     let mut list: Vec<u32> = Vec::new();
-    let mut out = Csr::with_capacity((frames + groups) as usize, 0);
-    for h in 0..frames + groups {
+    let mut out = Csr::with_capacity(holders.len(), 0);
+    for h in holders {
         let mut visit = |y: ObjectIndex| {
             let s = slot[y as usize];
             if s >= frames && s < frames + groups && s != h {

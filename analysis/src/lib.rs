@@ -5,6 +5,7 @@
 //! Pure safe Rust; the only I/O is reading and writing snapshot files.
 
 pub mod attribution;
+pub mod both;
 pub mod dominators;
 pub mod figures;
 pub mod graph;
@@ -19,6 +20,7 @@ pub mod synthetic;
 pub mod views;
 
 pub use attribution::{Analysis, UnknownThread};
+pub use both::{Both, OneThread, ScopedThreads};
 pub use figures::*;
 pub use graph::*;
-pub use kept::{Kept, KeptObjects};
+pub use kept::Kept;

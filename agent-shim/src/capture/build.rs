@@ -21,8 +21,8 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use heaptui_analysis::{
-    Analysis, Edges, Frame, FrameKind, GraphError, HeapGraph, Kept, KeptObjects, NO_SITE,
-    ObjectIndex, ObjectRecord, Objects, Process, Site, SiteIndex, Thread, ThreadState,
+    Both, Edges, Frame, FrameKind, GraphError, HeapGraph, Kept, NO_SITE, ObjectIndex, ObjectRecord,
+    Objects, OneThread, Process, Site, SiteIndex, Thread, ThreadState,
 };
 
 use super::alongside::alongside;
@@ -1268,8 +1268,10 @@ fn name<H: Heap>(heap: &H, space: &AddressSpace, unnamed: &Unnamed) -> Names {
 /// The graph of what the scan found, named, analysed and kept (in the child, or in the
 /// process itself when no child could be made). The graph and the analysis are dropped here,
 /// or, when `exiting` (the child, which ends right after), left to the exit: freeing millions
-/// of allocations one by one would only cost time. In the child, the graph's own columns are
-/// packed on a second thread while this one analyses (`alongside`).
+/// of allocations one by one would only cost time. In the child, the passes that need not wait
+/// for each other (the graph's own kept columns and the start-edge reach beside the dominator
+/// tree, the halves of the groups' referents and of the packing) run on two threads
+/// ([`ChildThreads`]).
 fn analyse(
     process: Process,
     scanned: Scanned,
@@ -1279,19 +1281,40 @@ fn analyse(
     exiting: bool,
 ) -> Result<Kept, CaptureError> {
     let graph = build_graph(process, scanned, stacks, names, threads)?;
-    let (analysis, columns) = if exiting {
-        // SAFETY: in the scan child; packing columns touches no thread-local storage and
-        // panics only when memory cannot be had (the child then aborts and is reported as
-        // failed, as a panic here would be).
-        unsafe { alongside(|| Analysis::new(&graph), || KeptObjects::new(&graph)) }
-    } else {
-        (Analysis::new(&graph), KeptObjects::new(&graph))
-    };
-    let kept = Kept::with_objects(&graph, &analysis, columns);
     if exiting {
+        // SAFETY: `exiting` is the scan child's.
+        let (kept, analysis) = Kept::analysed(&graph, &unsafe { ChildThreads::new() });
         std::mem::forget((graph, analysis));
+        Ok(kept)
+    } else {
+        Ok(Kept::analysed(&graph, &OneThread).0)
     }
-    Ok(kept)
+}
+
+/// The scan child's two threads for the analysis: the second is a bare clone (`alongside`),
+/// which the engine's second closures allow (they touch no thread-local storage and panic
+/// only when memory cannot be had: heaptui_analysis's `both`; the child then aborts and is
+/// reported as failed, as a panic on its one thread would be).
+struct ChildThreads(());
+
+impl ChildThreads {
+    /// # Safety
+    /// Only in the scan child (see `alongside`).
+    unsafe fn new() -> ChildThreads {
+        ChildThreads(())
+    }
+}
+
+impl Both for ChildThreads {
+    fn both<A, B: Send>(
+        &self,
+        first: impl FnOnce() -> A,
+        second: impl FnOnce() -> B + Send,
+    ) -> (A, B) {
+        // SAFETY: made only in the scan child (`ChildThreads::new`); the engine's `second`
+        // closures touch no thread-local storage and do not panic but when memory fails.
+        unsafe { alongside(first, second) }
+    }
 }
 
 /// The graph of what the scan found, named.

@@ -22,6 +22,7 @@
 //! decides (classes, groups, sharers); it only stores and reads them back.
 
 use crate::attribution::{Analysis, UnknownThread, released_set, shared_within};
+use crate::both::{Both, OneThread};
 use crate::figures::{
     GroupId, GroupKind, Holder, Leaks, ObjectClass, Sharer, ThreadFigures, Totals,
 };
@@ -80,12 +81,11 @@ impl GroupView<'_> {
 }
 
 impl GroupTable {
-    /// Packs the analysis's groups, straight from its columns (no per-group record is made).
-    fn new(analysis: &Analysis) -> GroupTable {
+    /// Packs the analysis's groups, straight from its columns (no per-group record is made),
+    /// but for their referents, which [`GroupTable::refs_of`] packs.
+    fn without_refs(analysis: &Analysis) -> GroupTable {
         let count = analysis.group_count() as usize;
         let sharers = analysis.sharers();
-        let (ref_offsets, ref_targets) = analysis.group_ref_lists();
-        let base = ref_offsets[0];
         GroupTable {
             kind_start: analysis.group_starts(),
             entries: Packed::from_slice(analysis.group_entries()),
@@ -94,11 +94,19 @@ impl GroupTable {
             sharers: Packed::from_slice(&sharers.of_group),
             sets: sharers.sets.clone(),
             set_bytes: sharers.thread_shared_bytes.clone(),
-            refs: PackedCsr::from_columns(
-                Packed::new(count + 1, |g| (ref_offsets[g] - base) as u64),
-                Packed::from_slice(ref_targets),
-            ),
+            refs: PackedCsr::default(),
         }
+    }
+
+    /// The groups' referents, packed.
+    fn refs_of(analysis: &Analysis) -> PackedCsr {
+        let count = analysis.group_count() as usize;
+        let (ref_offsets, ref_targets) = analysis.group_ref_lists();
+        let base = ref_offsets[0];
+        PackedCsr::from_columns(
+            Packed::new(count + 1, |g| (ref_offsets[g] - base) as u64),
+            Packed::from_slice(ref_targets),
+        )
     }
 
     /// Number of groups.
@@ -171,10 +179,10 @@ impl GroupTable {
 
 /// The columns of a [`Kept`] that come from the graph alone (each block's id, address, size,
 /// site, thread, sequence number and references), packed apart from the analysis's so that
-/// the two can be made at the same time (the scan child packs these on a second thread while
-/// it analyses: `agent-shim/src/capture/alongside.rs`).
+/// the two can be made at the same time ([`Kept::analysed`] packs these beside the dominator
+/// tree).
 #[derive(Clone, Debug, Default)]
-pub struct KeptObjects {
+struct KeptObjects {
     ids: Option<Packed>,
     addrs: Packed,
     sizes: Packed,
@@ -188,7 +196,7 @@ pub struct KeptObjects {
 impl KeptObjects {
     /// Packs the graph's object columns and references. Touches no thread-local storage
     /// and panics only when memory cannot be had.
-    pub fn new(graph: &HeapGraph) -> KeptObjects {
+    fn new(graph: &HeapGraph) -> KeptObjects {
         let cols = graph.objects();
         let n = graph.object_count();
         KeptObjects {
@@ -247,11 +255,26 @@ pub struct Kept {
 impl Kept {
     /// Keeps `graph` analysed by `analysis` (which must be `Analysis::new(graph)`).
     pub fn new(graph: &HeapGraph, analysis: &Analysis) -> Kept {
-        Kept::with_objects(graph, analysis, KeptObjects::new(graph))
+        Kept::with_objects(graph, analysis, KeptObjects::new(graph), &OneThread)
+    }
+
+    /// Analyses `graph` and keeps it, the passes that need not wait for each other run by
+    /// `both` (see `both`): the graph's own columns are packed beside the dominator tree, the
+    /// analysis's in two halves. The same `Kept` as [`Kept::new`]; the analysis is returned
+    /// for the caller to drop (or to leave to its exit).
+    pub fn analysed(graph: &HeapGraph, both: &impl Both) -> (Kept, Analysis) {
+        let (analysis, columns) = Analysis::with(graph, both, || KeptObjects::new(graph));
+        let kept = Kept::with_objects(graph, &analysis, columns, both);
+        (kept, analysis)
     }
 
     /// [`Kept::new`] with the graph's columns already packed (`KeptObjects::new(graph)`).
-    pub fn with_objects(graph: &HeapGraph, analysis: &Analysis, columns: KeptObjects) -> Kept {
+    fn with_objects(
+        graph: &HeapGraph,
+        analysis: &Analysis,
+        columns: KeptObjects,
+        both: &impl Both,
+    ) -> Kept {
         let n = graph.object_count();
         assert_eq!(columns.addrs.len(), n, "the columns are another graph's");
         let mut frame_base = Vec::with_capacity(graph.threads.len() + 1);
@@ -261,9 +284,27 @@ impl Kept {
             frames += t.frames.len() as u32;
         }
         frame_base.push(frames);
-        let groups = GroupTable::new(analysis);
         let objects = graph.object_count() as ObjectIndex;
-        let doms = analysis.dominators();
+        // About half the packing on each side: the groups' own columns and the per-object
+        // slots here, the dominators and the groups' referents there.
+        let ((slots, mut groups), (doms, group_refs)) = both.both(
+            || {
+                (
+                    Packed::from_slice(analysis.slots()),
+                    GroupTable::without_refs(analysis),
+                )
+            },
+            || {
+                let doms = analysis.dominators();
+                // Immediate dominators that are not objects (frames, threads, the roots) are 0.
+                let packed = Packed::new(n, |o| match doms[o] {
+                    d if d < objects => u64::from(d) + 1,
+                    _ => 0,
+                });
+                (packed, GroupTable::refs_of(analysis))
+            },
+        );
+        groups.refs = group_refs;
         let KeptObjects {
             ids,
             addrs,
@@ -299,12 +340,8 @@ impl Kept {
                 }
                 bits
             },
-            slots: Packed::from_slice(analysis.slots()),
-            // Immediate dominators that are not objects (frames, threads, the roots) are 0.
-            doms: Packed::new(n, |o| match doms[o] {
-                d if d < objects => u64::from(d) + 1,
-                _ => 0,
-            }),
+            slots,
+            doms,
             frame_base,
             groups,
         }
@@ -761,6 +798,9 @@ mod tests {
     fn agrees(graph: &HeapGraph) {
         let analysis = Analysis::new(graph);
         let k = Kept::new(graph, &analysis);
+        // The same, whether the passes that may run at once do or not.
+        assert!(Kept::analysed(graph, &crate::ScopedThreads).0 == k);
+        assert!(Kept::analysed(graph, &OneThread).0 == k);
         let n = graph.object_count();
         assert_eq!(k.object_count(), n);
         assert_eq!(k.totals(), analysis.totals());

@@ -1,0 +1,64 @@
+//! Two passes of the analysis at once, on threads the caller offers.
+//!
+//! Some passes of [`Analysis`](crate::Analysis) and [`Kept`](crate::Kept) need not wait for
+//! each other: the start-edge reach reads only the graph while the dominator tree is built,
+//! the two halves of the holders' referents read the same finished columns, and the kept
+//! columns pack different parts of the result. [`Both`] runs two such closures and returns
+//! both results; where the second runs is the caller's business, because the engine must not
+//! make threads of its own: the agent's scan child, where the largest analyses run, is a raw
+//! copy of one thread of another program and cannot use `std::thread`
+//! (agent-shim/src/capture/alongside.rs), so it offers a bare thread of its own making.
+//!
+//! The engine's `second` closures touch no thread-local storage (no `thread_local!`, no std
+//! `HashMap` with its random keys, no printing) and allocate only through the global
+//! allocator; they panic only when memory cannot be had or an invariant is broken. That is
+//! what a bare thread needs, and what every `second` passed here must keep.
+//!
+//! The results never depend on the threads: each pass computes the same values on one thread
+//! or two (the oracle tests run both ways).
+
+/// Runs two closures, maybe at the same time, and returns both results.
+pub trait Both {
+    fn both<A, B: Send>(
+        &self,
+        first: impl FnOnce() -> A,
+        second: impl FnOnce() -> B + Send,
+    ) -> (A, B);
+}
+
+/// One thread: `first`, then `second`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OneThread;
+
+impl Both for OneThread {
+    fn both<A, B: Send>(
+        &self,
+        first: impl FnOnce() -> A,
+        second: impl FnOnce() -> B + Send,
+    ) -> (A, B) {
+        let a = first();
+        (a, second())
+    }
+}
+
+/// `second` on a scoped std thread while the calling thread runs `first` (for processes where
+/// std threads are safe to make: tests, benchmarks, the client).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ScopedThreads;
+
+impl Both for ScopedThreads {
+    fn both<A, B: Send>(
+        &self,
+        first: impl FnOnce() -> A,
+        second: impl FnOnce() -> B + Send,
+    ) -> (A, B) {
+        std::thread::scope(|scope| {
+            let second = scope.spawn(second);
+            let a = first();
+            let b = second
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (a, b)
+        })
+    }
+}
