@@ -21,8 +21,8 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use heaptui_analysis::{
-    Both, Edges, Frame, FrameKind, GraphError, HeapGraph, Kept, NO_SITE, ObjectIndex, ObjectRecord,
-    Objects, OneThread, Process, Site, SiteIndex, Thread, ThreadState,
+    Both, Edges, Frame, FrameKind, GraphError, HeapGraph, Kept, NO_SITE, ObjectIndex, Objects,
+    OneThread, Process, Site, SiteIndex, Thread, ThreadState,
 };
 
 use super::alongside::alongside;
@@ -416,7 +416,14 @@ fn run<H: Heap>(
                     false,
                 )?),
                 Sink::File(out) => {
-                    let graph = build_graph(process, scanned, &unnamed.stacks, names, threads)?;
+                    let graph = build_graph(
+                        process,
+                        scanned,
+                        &unnamed.stacks,
+                        names,
+                        threads,
+                        &OneThread,
+                    )?;
                     heaptui_analysis::snapshot::write_binary(&graph, out)
                         .map_err(|e| CaptureError::Write(std::io::Error::other(e.to_string())))?;
                     None
@@ -1280,13 +1287,15 @@ fn analyse(
     threads: &[ThreadInfo],
     exiting: bool,
 ) -> Result<Kept, CaptureError> {
-    let graph = build_graph(process, scanned, stacks, names, threads)?;
     if exiting {
         // SAFETY: `exiting` is the scan child's.
-        let (kept, analysis) = Kept::analysed(&graph, &unsafe { ChildThreads::new() });
+        let both = unsafe { ChildThreads::new() };
+        let graph = build_graph(process, scanned, stacks, names, threads, &both)?;
+        let (kept, analysis) = Kept::analysed(&graph, &both);
         std::mem::forget((graph, analysis));
         Ok(kept)
     } else {
+        let graph = build_graph(process, scanned, stacks, names, threads, &OneThread)?;
         Ok(Kept::analysed(&graph, &OneThread).0)
     }
 }
@@ -1317,13 +1326,14 @@ impl Both for ChildThreads {
     }
 }
 
-/// The graph of what the scan found, named.
+/// The graph of what the scan found, named; its object columns made in two halves by `both`.
 fn build_graph(
     process: Process,
     scanned: Scanned,
     stacks: &[u32],
     names: Names,
     threads: &[ThreadInfo],
+    both: &impl Both,
 ) -> Result<HeapGraph, CaptureError> {
     let Scanned {
         blocks,
@@ -1339,17 +1349,31 @@ fn build_graph(
     for (i, &k) in stacks.iter().enumerate() {
         site_of.set(k, i as SiteIndex);
     }
-    let mut objects = Objects::with_capacity(blocks.len());
-    for b in &blocks {
-        objects.push(ObjectRecord {
-            id: b.seq,
-            addr: b.addr,
-            size: b.size,
-            site: site_of.get(b.stack),
-            thread: b.tid,
-            seq: b.seq,
-        });
-    }
+    // The columns in two halves at once (each a pass over the blocks, into fresh pages).
+    let ((addr, size), (site, thread, seq)) = both.both(
+        || {
+            (
+                blocks.iter().map(|b| b.addr).collect(),
+                blocks.iter().map(|b| b.size).collect(),
+            )
+        },
+        || {
+            (
+                blocks.iter().map(|b| site_of.get(b.stack)).collect(),
+                blocks.iter().map(|b| b.tid).collect(),
+                blocks.iter().map(|b| b.seq).collect::<Vec<u64>>(),
+            )
+        },
+    );
+    // The agent's blocks are known by their sequence numbers.
+    let objects = Objects {
+        id: seq.clone(),
+        addr,
+        size,
+        site,
+        thread,
+        seq,
+    };
     drop(blocks);
     drop(site_of);
     let mut graph_threads = Vec::with_capacity(raw.len());
@@ -1406,7 +1430,10 @@ fn analyse_in_child(
     let mut out = std::io::BufWriter::with_capacity(1 << 20, Socket(fd));
     if to_file {
         // A dump: the graph as a snapshot file, not analysed.
-        let Ok(graph) = build_graph(process, scanned, &unnamed.stacks, names, threads) else {
+        // SAFETY: in the scan child.
+        let both = unsafe { ChildThreads::new() };
+        let Ok(graph) = build_graph(process, scanned, &unnamed.stacks, names, threads, &both)
+        else {
             return false;
         };
         let sent = heaptui_analysis::snapshot::write_binary(&graph, &mut out).is_ok()
