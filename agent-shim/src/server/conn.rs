@@ -67,6 +67,9 @@ fn run(stream: &mut Stream, peer: &str, token: &str) -> Result<(), String> {
     let mut decoder = FrameDecoder::new(MAX_FRAME_LEN);
     let mut buf = vec![0u8; 64 << 10];
     let mut out = Vec::new();
+    // The bytes of the last snapshot chunk sent while a client fetches the rest: the next
+    // chunk is copied into them (see `send` for the frame's own buffer).
+    let mut spare = Vec::new();
     let mut subscribed = false;
     let mut last_push: Option<Instant> = None;
     // Where this connection is in the agent's events, while subscribed.
@@ -100,7 +103,7 @@ fn run(stream: &mut Stream, peer: &str, token: &str) -> Result<(), String> {
                                 )),
                             ))
                         }
-                        _ => answer(&request.body, &mut subscribed),
+                        _ => answer(&request.body, &mut subscribed, std::mem::take(&mut spare)),
                     };
                     if subscribed && last_push.is_none() {
                         // The first push follows the subscription at once.
@@ -110,14 +113,18 @@ fn run(stream: &mut Stream, peer: &str, token: &str) -> Result<(), String> {
                         last_push = None;
                         cursor = None;
                     }
-                    send(
-                        stream,
-                        &mut out,
-                        &ServerMessage::Response {
-                            id: request.id,
-                            body: Box::new(body),
-                        },
-                    )?;
+                    let fetching = more_to_fetch(&body);
+                    let message = ServerMessage::Response {
+                        id: request.id,
+                        body: Box::new(body),
+                    };
+                    send(stream, &mut out, &message, fetching)?;
+                    if fetching
+                        && let ServerMessage::Response { body, .. } = message
+                        && let Response::KeptData(c) | Response::SnapshotData(c) = *body
+                    {
+                        spare = c.bytes;
+                    }
                 }
             }
             Err(e) if is_timeout(&e) => {
@@ -136,7 +143,7 @@ fn run(stream: &mut Stream, peer: &str, token: &str) -> Result<(), String> {
             && last.elapsed() >= PUSH_INTERVAL
         {
             let push = ServerMessage::Push(Push::Counters(state::live_counters()));
-            send(stream, &mut out, &push)?;
+            send(stream, &mut out, &push, false)?;
             last_push = Some(Instant::now());
         }
         if let Some(c) = &mut cursor
@@ -150,14 +157,29 @@ fn run(stream: &mut Stream, peer: &str, token: &str) -> Result<(), String> {
                 );
             }
             for push in pushes {
-                send(stream, &mut out, &ServerMessage::Push(push))?;
+                send(stream, &mut out, &ServerMessage::Push(push), false)?;
             }
         }
     }
 }
 
+/// Whether `body` is a snapshot chunk with more chunks after it (the client goes on
+/// fetching: the buffers of this one serve the next).
+fn more_to_fetch(body: &Response) -> bool {
+    matches!(body, Response::KeptData(c) | Response::SnapshotData(c)
+        if c.offset + (c.bytes.len() as u64) < c.total)
+}
+
 /// Encodes and writes one message; an answer too big for a frame becomes an error answer.
-fn send(stream: &mut Stream, out: &mut Vec<u8>, message: &ServerMessage) -> Result<(), String> {
+/// `fetching`: a chunk of a snapshot the client goes on fetching: the frame's buffer is kept
+/// for the next chunk instead of being given back (fresh pages for every 8 MiB chunk cost
+/// more than the copy into them).
+fn send(
+    stream: &mut Stream,
+    out: &mut Vec<u8>,
+    message: &ServerMessage,
+    fetching: bool,
+) -> Result<(), String> {
     out.clear();
     if let Err(e) = encode_frame(message, out) {
         let ServerMessage::Response { id, .. } = message else {
@@ -182,14 +204,15 @@ fn send(stream: &mut Stream, out: &mut Vec<u8>, message: &ServerMessage) -> Resu
         }
     })?;
     // Large answers leave a large buffer behind; idle connections should not keep it.
-    if out.capacity() > 1 << 20 {
+    if out.capacity() > 1 << 20 && !fetching {
         *out = Vec::new();
     }
     Ok(())
 }
 
 /// The answer to one request.
-pub fn answer(request: &RequestBody, subscribed: &mut bool) -> Response {
+/// `spare`: a buffer for a snapshot chunk's bytes (see `state::Kept::chunk`).
+pub fn answer(request: &RequestBody, subscribed: &mut bool, spare: Vec<u8>) -> Response {
     match request {
         RequestBody::ProcessInfo => Response::ProcessInfo(state::process_info()),
         RequestBody::Subscribe => {
@@ -237,7 +260,7 @@ pub fn answer(request: &RequestBody, subscribed: &mut bool) -> Response {
             if let Some((snapshot, offset, form)) = fetch
                 && let Some(kept) = state::kept_by_id(snapshot)
             {
-                let chunk = kept.chunk(form, offset);
+                let chunk = kept.chunk(form, offset, spare);
                 return match form {
                     state::Form::File => chunk.map_or_else(Response::Error, Response::SnapshotData),
                     state::Form::Analysed => chunk.map_or_else(Response::Error, Response::KeptData),

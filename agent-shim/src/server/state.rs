@@ -30,12 +30,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use heaptui_analysis::Kept as Columns;
 use heaptui_analysis::views;
 use heaptui_analysis::views::ages::Boundary;
-use heaptui_protocol::answer::{ANSWER_BUDGET, Answerer, clip, select_page, snapshot_chunk};
+use heaptui_protocol::answer::{ANSWER_BUDGET, Answerer, clip, select_page};
 use heaptui_protocol::codec::encoded_len;
 use heaptui_protocol::{
-    AgentInfo, ErrorAnswer, ErrorKind, GrowthPage, GrowthRow, LiveCounters, MAX_HISTORY,
-    MAX_STACK_FRAMES, Page, PageInfo, ProcessInfo, SnapshotChunk, SnapshotId, SnapshotInfo,
-    SnapshotRule,
+    AgentInfo, ErrorAnswer, ErrorKind, GrowthPage, GrowthRow, LiveCounters, MAX_CHUNK_BYTES,
+    MAX_HISTORY, MAX_STACK_FRAMES, Page, PageInfo, ProcessInfo, SnapshotChunk, SnapshotId,
+    SnapshotInfo, SnapshotRule,
 };
 
 use super::auto;
@@ -60,10 +60,21 @@ pub struct Kept {
     /// The allocation clock when it was taken (`auto::allocation_clock`): the wall-clock
     /// ages of its blocks.
     pub clock: Vec<(u64, u64)>,
-    /// The snapshot's bytes while a client fetches them (`SnapshotData`, `KeptData`): made on
-    /// the first chunk asked for, dropped once the last chunk is sent, so that they do not
-    /// stay in the target for the life of the snapshot.
-    encodings: [Encoding; 2],
+    /// The snapshot file's bytes while a client fetches them (`SnapshotData`): made on the
+    /// first chunk asked for, dropped once the last chunk is sent, so that they do not stay
+    /// in the target for the life of the snapshot.
+    file: Encoding,
+    /// The head of the `Kept` codec's bytes and their length while a client fetches them
+    /// (`KeptData`), made and dropped the same way. The rest of each chunk is copied from
+    /// the columns when it is asked for (`Kept::encode_window`): those bytes never exist
+    /// whole beside the columns they copy.
+    analysed: Mutex<Option<Arc<AnalysedHead>>>,
+}
+
+/// What every `KeptData` chunk of one snapshot needs: the codec's head and the total length.
+struct AnalysedHead {
+    head: Vec<u8>,
+    total: u64,
 }
 
 /// The two forms a client can fetch a kept snapshot in.
@@ -75,9 +86,9 @@ pub enum Form {
     Analysed = 1,
 }
 
-/// One form's bytes while they are being fetched. A second client fetching at the same time
-/// may find them dropped and has them made again: encoding is deterministic, so the bytes
-/// are the same.
+/// The snapshot file's bytes while they are being fetched. A second client fetching at the
+/// same time may find them dropped and has them made again: encoding is deterministic, so the
+/// bytes are the same (and so are every `KeptData` window's).
 #[derive(Default)]
 struct Encoding(Mutex<Option<Arc<Vec<u8>>>>);
 
@@ -88,51 +99,93 @@ impl Kept {
             .with_clock(&self.clock, self.info.taken_unix_ms)
     }
 
-    /// The chunk at `offset` of the snapshot in `form`, encoding it first when no client is
-    /// fetching it now; the bytes are dropped with the last chunk.
-    pub fn chunk(&self, form: Form, offset: u64) -> Result<SnapshotChunk, ErrorAnswer> {
-        let encoding = &self.encodings[form as usize];
-        let held = encoding.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let bytes = match held {
-            Some(bytes) => bytes,
-            None => {
-                let mut out = Vec::new();
-                let made = match form {
-                    Form::File => {
-                        heaptui_analysis::snapshot::write_binary_kept(&self.columns, &mut out)
-                            .map_err(|e| e.to_string())
-                    }
-                    Form::Analysed => self.columns.encode(&mut out).map_err(|e| e.to_string()),
-                };
-                made.map_err(|e| ErrorAnswer {
-                    kind: ErrorKind::Internal,
-                    message: format!("cannot encode snapshot {}: {e}", self.info.snapshot.0),
+    /// The chunk at `offset` of the snapshot in `form`, its bytes in `spare` (emptied first:
+    /// a connection hands back the buffer of its previous chunk, so that a fetch does not
+    /// fault in fresh pages for every chunk). A snapshot file is encoded whole when no
+    /// client is fetching it now and dropped with the last chunk; the `Kept` codec's chunks
+    /// are copied from the columns one at a time.
+    pub fn chunk(
+        &self,
+        form: Form,
+        offset: u64,
+        mut spare: Vec<u8>,
+    ) -> Result<SnapshotChunk, ErrorAnswer> {
+        spare.clear();
+        let total = match form {
+            Form::File => {
+                let bytes = self.file_bytes()?;
+                let total = bytes.len() as u64;
+                check_offset(self.info.snapshot, offset, total)?;
+                let start = offset as usize;
+                let end = bytes.len().min(start + MAX_CHUNK_BYTES as usize);
+                spare.extend_from_slice(&bytes[start..end]);
+                total
+            }
+            Form::Analysed => {
+                let head = held(&self.analysed, || {
+                    let head = self.columns.encoded_head();
+                    let total = self.columns.encoded_len(&head);
+                    Ok(AnalysedHead { head, total })
                 })?;
-                let bytes = Arc::new(out);
-                *encoding.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(bytes.clone());
-                bytes
+                check_offset(self.info.snapshot, offset, head.total)?;
+                self.columns.encode_window(
+                    &head.head,
+                    offset,
+                    MAX_CHUNK_BYTES as usize,
+                    &mut spare,
+                );
+                head.total
             }
         };
-        let chunk = snapshot_chunk(self.info.snapshot, &bytes, offset)?;
-        if chunk.offset + chunk.bytes.len() as u64 >= chunk.total {
-            encoding.0.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if offset + spare.len() as u64 >= total {
+            match form {
+                Form::File => drop(self.file.0.lock().unwrap_or_else(|e| e.into_inner()).take()),
+                Form::Analysed => drop(
+                    self.analysed
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .take(),
+                ),
+            }
         }
-        Ok(chunk)
+        Ok(SnapshotChunk {
+            snapshot: self.info.snapshot,
+            offset,
+            total,
+            bytes: spare,
+        })
+    }
+
+    /// The snapshot file's bytes, encoded now unless a client is fetching them.
+    fn file_bytes(&self) -> Result<Arc<Vec<u8>>, ErrorAnswer> {
+        held(&self.file.0, || {
+            let mut out = Vec::new();
+            heaptui_analysis::snapshot::write_binary_kept(&self.columns, &mut out).map_err(
+                |e| ErrorAnswer {
+                    kind: ErrorKind::Internal,
+                    message: format!("cannot encode snapshot {}: {e}", self.info.snapshot.0),
+                },
+            )?;
+            Ok(out)
+        })
     }
 
     /// What keeping this snapshot costs, with the bytes being fetched now.
     pub fn held_bytes(&self) -> u64 {
-        let fetching: usize = self
-            .encodings
-            .iter()
-            .filter_map(|e| {
-                e.0.lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .as_ref()
-                    .map(|b| b.capacity())
-            })
-            .sum();
-        self.info.held_bytes + fetching as u64
+        let file = self
+            .file
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map_or(0, |b| b.capacity());
+        let analysed = self
+            .analysed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map_or(0, |h| h.head.capacity());
+        self.info.held_bytes + (file + analysed) as u64
     }
 
     /// The figures with the memory held now.
@@ -147,6 +200,33 @@ impl Kept {
     pub fn heap_bytes(&self) -> u64 {
         self.info.totals.bytes
     }
+}
+
+/// What `slot` holds, made by `make` (outside the lock) when it holds nothing.
+fn held<T>(
+    slot: &Mutex<Option<Arc<T>>>,
+    make: impl FnOnce() -> Result<T, ErrorAnswer>,
+) -> Result<Arc<T>, ErrorAnswer> {
+    if let Some(held) = slot.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+        return Ok(held);
+    }
+    let made = Arc::new(make()?);
+    *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(made.clone());
+    Ok(made)
+}
+
+/// A chunk must start within the snapshot's bytes (at their end: an empty last chunk).
+fn check_offset(snapshot: SnapshotId, offset: u64, total: u64) -> Result<(), ErrorAnswer> {
+    if offset > total {
+        return Err(ErrorAnswer {
+            kind: ErrorKind::BadRequest,
+            message: format!(
+                "offset {offset} is past the end of snapshot {} ({total} bytes)",
+                snapshot.0
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Who asked for a snapshot.
@@ -268,7 +348,8 @@ fn take_locked(cause: Cause) -> Result<SnapshotInfo, String> {
         info: info.clone(),
         boundaries,
         clock: super::auto::allocation_clock(),
-        encodings: Default::default(),
+        file: Encoding::default(),
+        analysed: Mutex::new(None),
     });
     // Where the kept snapshot's bytes go, per object (BENCHMARKS.md "What a kept snapshot
     // holds", from bench/snapshot_cost.sh).

@@ -8,6 +8,11 @@
 //! but the decoder trusts nothing: every length is checked against what follows and against
 //! the other columns, every index against what it indexes, and every buffer is reserved
 //! fallibly, so a reader short of memory gets [`DecodeError::Memory`] instead of aborting.
+//!
+//! The encoding can also be made a window at a time ([`Kept::encode_window`]): the agent
+//! serves a client's chunks that way, so the bytes of a large snapshot never exist whole in
+//! the target beside the snapshot they copy (its columns are stored as they travel, so a
+//! window is mostly one copy of the column bytes it covers).
 
 use std::collections::TryReserveError;
 use std::io::{self, Read, Write};
@@ -241,19 +246,47 @@ fn write_head(k: &Kept) -> Vec<u8> {
 impl Kept {
     /// Writes the kept snapshot (see the module docs).
     pub fn encode(&self, out: &mut impl Write) -> io::Result<()> {
+        self.encode_with_head(&write_head(self), out)
+    }
+
+    /// The head of the encoding (see the module docs): what [`Kept::encoded_len`] and
+    /// [`Kept::encode_window`] take, so that a reader fetching the bytes window by window
+    /// has the head made once. A few bytes per site, thread and frame.
+    pub fn encoded_head(&self) -> Vec<u8> {
+        write_head(self)
+    }
+
+    /// The length of the encoding, `head` being this snapshot's [`Kept::encoded_head`].
+    pub fn encoded_len(&self, head: &[u8]) -> u64 {
+        let mut count = Window::new(u64::MAX, 0);
+        self.encode_with_head(head, &mut count)
+            .expect("counting bytes cannot fail");
+        count.at
+    }
+
+    /// The bytes `offset .. offset + max` of the encoding (fewer at its end), appended to
+    /// `out`: the same bytes as [`Kept::encode`]'s, made without the rest of them, so that
+    /// the encoding of a large snapshot never exists whole. `head` is this snapshot's
+    /// [`Kept::encoded_head`].
+    pub fn encode_window(&self, head: &[u8], offset: u64, max: usize, out: &mut Vec<u8>) {
+        let mut window = Window::new(offset, max);
+        window.out = std::mem::take(out);
+        // The window stops the encoding with an error once it is full.
+        let _ = self.encode_with_head(head, &mut window);
+        *out = window.out;
+    }
+
+    fn encode_with_head(&self, head: &[u8], out: &mut impl Write) -> io::Result<()> {
         out.write_all(&KEPT_MAGIC)?;
         out.write_all(&KEPT_VERSION.to_le_bytes())?;
-        let head = write_head(self);
         out.write_all(&(head.len() as u64).to_le_bytes())?;
-        out.write_all(&head)?;
+        out.write_all(head)?;
         for p in self.columns() {
             p.encode(out)?;
         }
         for bits in [&self.edge_interior, &self.possibly] {
             out.write_all(&(bits.len() as u64).to_le_bytes())?;
-            for w in bits.iter() {
-                out.write_all(&w.to_le_bytes())?;
-            }
+            write_words(out, bits)?;
         }
         Ok(())
     }
@@ -586,6 +619,59 @@ fn read_pairs(input: &mut impl Read, max: usize) -> Result<Vec<(u32, u64)>, Deco
     Ok(out)
 }
 
+/// A writer that keeps only the bytes from `from` to `to` of what is written to it and counts
+/// them all (`at`); once it has them all it stops the writing with an error.
+struct Window {
+    at: u64,
+    from: u64,
+    to: u64,
+    out: Vec<u8>,
+}
+
+impl Window {
+    /// The window of at most `max` bytes from `from`.
+    fn new(from: u64, max: usize) -> Window {
+        Window {
+            at: 0,
+            from,
+            to: from.saturating_add(max as u64),
+            out: Vec::new(),
+        }
+    }
+}
+
+impl Write for Window {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.at >= self.to && !buf.is_empty() {
+            return Err(io::Error::other("the window is full"));
+        }
+        let end = self.at + buf.len() as u64;
+        if end > self.from {
+            let lo = (self.from.max(self.at) - self.at) as usize;
+            let hi = (self.to.min(end) - self.at) as usize;
+            self.out.extend_from_slice(&buf[lo..hi]);
+        }
+        self.at = end;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Writes `words` little-endian, a few thousand bytes per write.
+fn write_words(out: &mut impl Write, words: &[u64]) -> io::Result<()> {
+    let mut buf = [0u8; 4096];
+    for part in words.chunks(buf.len() / 8) {
+        for (b, w) in buf.chunks_exact_mut(8).zip(part) {
+            b.copy_from_slice(&w.to_le_bytes());
+        }
+        out.write_all(&buf[..part.len() * 8])?;
+    }
+    Ok(())
+}
+
 impl Packed {
     fn encode(&self, out: &mut impl Write) -> io::Result<()> {
         out.write_all(&(self.len as u64).to_le_bytes())?;
@@ -693,6 +779,35 @@ mod tests {
         let mut bytes = Vec::new();
         k.encode(&mut bytes).unwrap();
         assert_eq!(Kept::decode(&mut bytes.as_slice()).unwrap(), k);
+    }
+
+    #[test]
+    fn windows_of_the_encoding_are_its_bytes() {
+        let graph = crate::synthetic::with_interior_edges(
+            &generate(&SyntheticConfig::new(20_000, 4, 5)),
+            4,
+        );
+        let k = Kept::new(&graph, &Analysis::new(&graph));
+        let mut bytes = Vec::new();
+        k.encode(&mut bytes).unwrap();
+        let head = k.encoded_head();
+        assert_eq!(k.encoded_len(&head), bytes.len() as u64);
+        // Windows that start and end inside the magic, the head, a column's runs, its bytes.
+        for max in [977, 4096, 65_537, bytes.len() / 3, bytes.len()] {
+            let mut joined = Vec::new();
+            let mut offset = 0;
+            while offset < bytes.len() {
+                let mut window = Vec::new();
+                k.encode_window(&head, offset as u64, max, &mut window);
+                assert_eq!(window.len(), max.min(bytes.len() - offset), "at {offset}");
+                offset += window.len();
+                joined.extend_from_slice(&window);
+            }
+            assert!(joined == bytes, "windows of {max} bytes");
+        }
+        let mut past = vec![1, 2];
+        k.encode_window(&head, bytes.len() as u64, 10, &mut past);
+        assert_eq!(past, [1, 2], "nothing past the end");
     }
 
     #[test]
