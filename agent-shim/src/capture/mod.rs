@@ -7,6 +7,7 @@
 mod alongside;
 pub mod budget;
 pub mod build;
+mod by_address;
 pub mod dontfork;
 pub mod mapped;
 pub mod modules;
@@ -35,20 +36,19 @@ impl Heap for Registry {
     }
 
     fn blocks(&self, frozen: &blocks::Frozen, out: &mut Vec<BlockInfo>) {
+        // Listed in address order as they are listed (`by_address`), the two halves of the
+        // table on two threads in the scanning child.
+        let live = LiveBlocks(frozen.listed());
+        let slots = frozen.slots();
+        let mut parts = [0..slots / 2, slots / 2..slots].map(|slots| Part {
+            slots,
+            moving: Vec::new(),
+        });
+        let two = scan::second_thread(frozen.len());
+        by_address::list_by_address(&live, &mut parts, out, two);
         let mut moving = self.moving.borrow_mut();
         moving.clear();
-        frozen.for_each(|b| {
-            if b.moving {
-                moving.push(b.addr);
-            }
-            out.push(BlockInfo {
-                addr: b.addr,
-                size: b.size,
-                seq: b.seq,
-                tid: b.tid,
-                stack: b.stack,
-            })
-        });
+        parts.iter().for_each(|p| moving.extend(&p.moving));
     }
 
     fn len_hint(&self, frozen: &blocks::Frozen) -> usize {
@@ -82,6 +82,40 @@ impl Heap for Registry {
             agent
         };
         agent || threads::spawned_for_agent(b.seq)
+    }
+}
+
+/// The live blocks of the frozen table, as `by_address` lists them.
+struct LiveBlocks<'a>(blocks::Listed<'a>);
+
+/// A part of the table's slots, and the blocks found moving there (see `Heap::moving`).
+struct Part {
+    slots: std::ops::Range<usize>,
+    moving: Vec<u64>,
+}
+
+impl by_address::Listing for LiveBlocks<'_> {
+    type Item = BlockInfo;
+    type Part = Part;
+
+    fn each(&self, part: &mut Part, mut f: impl FnMut(BlockInfo)) {
+        part.moving.clear();
+        self.0.for_each_in(part.slots.clone(), |b| {
+            if b.moving {
+                part.moving.push(b.addr);
+            }
+            f(BlockInfo {
+                addr: b.addr,
+                size: b.size,
+                seq: b.seq,
+                tid: b.tid,
+                stack: b.stack,
+            })
+        });
+    }
+
+    fn addr(b: &BlockInfo) -> u64 {
+        b.addr
     }
 }
 

@@ -18,15 +18,13 @@
 //! that touches no thread-local storage but `errno` (the agent's allocator, the block index,
 //! a [`Collector`] and an [`Edges`] of its own).
 
-use std::collections::HashMap;
-use std::hash::BuildHasherDefault;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use heaptui_analysis::{Edges, ObjectIndex};
 pub use heaptui_capture::BlockIndex;
-use heaptui_capture::blocks::FxHasher;
 
+pub use super::by_address::sort_by_address;
 use super::mapped::mapping_of;
 use super::modules::{Mapping, clamp_to};
 
@@ -194,104 +192,6 @@ pub fn checked_range(index: &BlockIndex, range: Range<u64>, c: &mut Collector) {
     }
 }
 
-/// Sorts `items` by `addr`: first into buckets by 2 MiB chunk of address space (one pass that
-/// moves each item into `scratch`, writing to as many places at once as the heap has chunks:
-/// a few hundred for millions of blocks), then each bucket back into `items` by the 21 low
-/// bits of the address, with two counting passes of 11 and 10 bits over a bucket that fits
-/// in the cache. The LSD radix sort it replaced made three passes of 16 bits over all items,
-/// each clearing `scratch` first and scattering to 65,536 places at once (a cache and TLB miss
-/// per item): a third of the child's index phase at 4.6M blocks. `scratch` must have at least
-/// `items.len()` capacity (its contents are overwritten).
-pub fn sort_by_address<T: Copy>(items: &mut [T], scratch: &mut Vec<T>, addr: impl Fn(&T) -> u64) {
-    const SHIFT: u32 = 21;
-    const LOW_BITS: u32 = 11;
-    const HIGH_BITS: u32 = SHIFT - LOW_BITS;
-    let n = items.len();
-    if n < 4096 {
-        items.sort_unstable_by_key(|t| addr(t));
-        return;
-    }
-    // Chunk number → items in it, then → where its bucket starts (then ends) in `scratch`.
-    let mut chunks: HashMap<u64, usize, BuildHasherDefault<FxHasher>> = HashMap::default();
-    let mut last = (u64::MAX, 0usize);
-    for t in items.iter() {
-        let chunk = addr(t) >> SHIFT;
-        if chunk == last.0 {
-            last.1 += 1;
-            continue;
-        }
-        if last.1 > 0 {
-            *chunks.entry(last.0).or_default() += last.1;
-        }
-        last = (chunk, 1);
-    }
-    *chunks.entry(last.0).or_default() += last.1;
-    let mut numbers: Vec<u64> = chunks.keys().copied().collect();
-    numbers.sort_unstable();
-    let mut bounds = Vec::with_capacity(numbers.len() + 1);
-    let mut sum = 0;
-    for c in &numbers {
-        bounds.push(sum);
-        let count = chunks.insert(*c, sum).expect("a chunk just listed");
-        sum += count;
-    }
-    bounds.push(sum);
-    scratch.clear();
-    scratch.reserve(n);
-    let spare = &mut scratch.spare_capacity_mut()[..n];
-    for t in items.iter() {
-        let at = chunks
-            .get_mut(&(addr(t) >> SHIFT))
-            .expect("a chunk counted");
-        spare[*at].write(*t);
-        *at += 1;
-    }
-    // SAFETY: the buckets partition 0..n and each position was written exactly once above.
-    unsafe { scratch.set_len(n) };
-    let largest = bounds.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
-    let mut bucket: Vec<T> = Vec::with_capacity(largest);
-    let mut low = vec![0usize; 1 << LOW_BITS];
-    let mut high = vec![0usize; 1 << HIGH_BITS];
-    for w in bounds.windows(2) {
-        let (from, to) = (&scratch[w[0]..w[1]], &mut items[w[0]..w[1]]);
-        if from.len() < 64 {
-            to.copy_from_slice(from);
-            to.sort_unstable_by_key(|t| addr(t));
-            continue;
-        }
-        let low_digit = |t: &T| (addr(t) & ((1 << LOW_BITS) - 1)) as usize;
-        let high_digit = |t: &T| ((addr(t) >> LOW_BITS) & ((1 << HIGH_BITS) - 1)) as usize;
-        low.iter_mut().for_each(|c| *c = 0);
-        high.iter_mut().for_each(|c| *c = 0);
-        for t in from {
-            low[low_digit(t)] += 1;
-            high[high_digit(t)] += 1;
-        }
-        let starts = |counts: &mut [usize]| {
-            let mut sum = 0;
-            for c in counts.iter_mut() {
-                (*c, sum) = (sum, sum + *c);
-            }
-        };
-        starts(&mut low);
-        starts(&mut high);
-        bucket.clear();
-        let into = &mut bucket.spare_capacity_mut()[..from.len()];
-        for t in from {
-            let d = low_digit(t);
-            into[low[d]].write(*t);
-            low[d] += 1;
-        }
-        // SAFETY: the low digits' counts partition the bucket; each position written once.
-        unsafe { bucket.set_len(from.len()) };
-        for t in &bucket {
-            let d = high_digit(t);
-            to[high[d]] = *t;
-            high[d] += 1;
-        }
-    }
-}
-
 /// Whether [`scan_blocks`] may scan on a second thread: set only in the scanning child (a
 /// thread the agent made in the program's own process would be one the program does not
 /// know, and the capture's stop would not find it either).
@@ -300,6 +200,12 @@ static SECOND_THREAD: AtomicBool = AtomicBool::new(false);
 /// Lets the block scan use a second thread from now on; for the scanning child only.
 pub fn allow_second_thread() {
     SECOND_THREAD.store(true, Ordering::Relaxed);
+}
+
+/// Whether the capture may use a second thread for a job of `items` items: only in the
+/// scanning child ([`allow_second_thread`]), and only when the job is worth it.
+pub fn second_thread(items: usize) -> bool {
+    items >= SECOND_THREAD_MIN_BLOCKS && SECOND_THREAD.load(Ordering::Relaxed)
 }
 
 /// Fewest blocks worth a second thread (a stack, a clone, a collector's marks, the join:
@@ -325,8 +231,7 @@ pub fn scan_blocks(
     c: &mut Collector,
     checked: &[ObjectIndex],
 ) -> Edges {
-    let two = index.len() >= SECOND_THREAD_MIN_BLOCKS && SECOND_THREAD.load(Ordering::Relaxed);
-    scan_blocks_on(index, maps, c, checked, two)
+    scan_blocks_on(index, maps, c, checked, second_thread(index.len()))
 }
 
 /// [`scan_blocks`], on two threads when `two`.
@@ -645,41 +550,6 @@ mod tests {
             }
             assert_eq!(low, high, "n {n}");
             assert!(unclaimed.claim_low().is_none() && unclaimed.claim_high().is_none());
-        }
-    }
-
-    #[test]
-    fn sorting_by_address_agrees_with_a_comparison_sort() {
-        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
-        // A brk heap of small blocks over a few dozen chunks, mmapped blocks far above it,
-        // in hash-table order; then fewer blocks than the radix passes are worth.
-        for n in [100_000usize, 3000] {
-            let mut items: Vec<(u64, usize)> = (0..n)
-                .map(|i| {
-                    let r = next();
-                    let addr = if r % 100 == 0 {
-                        0x7f00_0000_0000 + (r >> 8) % (1 << 36) / 4096 * 4096
-                    } else {
-                        0x5555_0000_0000 + (r >> 8) % (64 << 20) / 16 * 16
-                    };
-                    (addr, i)
-                })
-                .collect();
-            let mut expect = items.clone();
-            expect.sort_by_key(|t| t.0);
-            let mut scratch = Vec::with_capacity(n);
-            sort_by_address(&mut items, &mut scratch, |t| t.0);
-            let addrs = |v: &[(u64, usize)]| v.iter().map(|t| t.0).collect::<Vec<_>>();
-            assert_eq!(addrs(&items), addrs(&expect));
-            let mut seen: Vec<usize> = items.iter().map(|t| t.1).collect();
-            seen.sort_unstable();
-            assert!(seen.iter().copied().eq(0..n), "every item once");
         }
     }
 }

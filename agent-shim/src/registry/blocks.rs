@@ -1263,7 +1263,8 @@ pub(crate) fn unlock_all() {
 
 /// The whole table, held still: every shard lock is taken (see [`freeze`]).
 pub struct Frozen {
-    _locked: (),
+    /// Set while a [`Listed`] of it exists: HELD is being read and must not be refreshed.
+    listing: AtomicBool,
 }
 
 /// The blocks held back by `held_frees` as a capture found them; used only by the thread
@@ -1278,7 +1279,9 @@ static HELD: HeldCell = HeldCell(UnsafeCell::new(HeldSet::new()));
 /// its own hooks would not be tracked (they are counted as untracked instead of deadlocking).
 pub fn freeze() -> Frozen {
     lock_all(sys::current_tid());
-    Frozen { _locked: () }
+    Frozen {
+        listing: AtomicBool::new(false),
+    }
 }
 
 impl Frozen {
@@ -1318,22 +1321,35 @@ impl Frozen {
 
     /// Calls `f` for every live tracked block (in table order, not address order). Blocks
     /// the program freed but `held_frees` still holds are not live: they are left out.
-    pub fn for_each(&self, mut f: impl FnMut(&BlockRecord)) {
-        // After the world stopped (the capture calls this then): the blocks being added to a
-        // slot now are inside their malloc.
-        self.take_all_new();
-        // SAFETY: this thread holds every shard lock (`self`), the condition of HELD.
-        let held = unsafe { &mut *HELD.0.get() };
-        held.refresh();
-        for t in self.tables() {
-            for i in 0..t.cap {
-                // SAFETY: i < cap; the lock is held, nobody writes the slot.
-                let e = unsafe { *t.slots.add(i) };
-                if e.w[0] != 0 && !held.contains(e.addr()) {
-                    f(&e.unpack());
-                }
-            }
+    pub fn for_each(&self, f: impl FnMut(&BlockRecord)) {
+        self.listed().for_each_in(0..self.slots(), f);
+    }
+
+    /// The live blocks, settled for listing: new blocks waiting in slots moved into the
+    /// table, the held-back frees read. [`Listed::for_each_in`] then lists any part of them,
+    /// as often as wanted, from several threads at once (it only reads).
+    ///
+    /// While a `Listed` exists, another is the same listing (not settled again).
+    pub fn listed(&self) -> Listed<'_> {
+        let nested = self.listing.swap(true, Ordering::Acquire);
+        if !nested {
+            // After the world stopped (the capture calls this then): the blocks being added
+            // to a slot now are inside their malloc.
+            self.take_all_new();
+            // SAFETY: this thread holds every shard lock (`self`), the condition of HELD, and
+            // no `Listed` exists to read it meanwhile (`listing` was clear).
+            unsafe { (*HELD.0.get()).refresh() };
         }
+        Listed {
+            frozen: self,
+            first: !nested,
+        }
+    }
+
+    /// How many slots the shards' tables have together: [`Listed::for_each_in`] takes a range
+    /// of them (the tables laid end to end), so that two threads can list halves.
+    pub fn slots(&self) -> usize {
+        self.tables().map(|t| t.cap).sum()
     }
 
     /// Appends the blocks whose free `held_frees` holds back, as [`Frozen::for_each`] last
@@ -1347,6 +1363,44 @@ impl Frozen {
     /// Bytes of memory the table occupies (all shard mappings).
     pub fn table_bytes(&self) -> usize {
         self.tables().map(|t| t.mapped).sum()
+    }
+}
+
+/// The live blocks of a frozen table, settled ([`Frozen::listed`]).
+pub struct Listed<'a> {
+    frozen: &'a Frozen,
+    /// Whether this one clears `listing` when dropped (the first of nested ones).
+    first: bool,
+}
+
+impl Drop for Listed<'_> {
+    fn drop(&mut self) {
+        if self.first {
+            self.frozen.listing.store(false, Ordering::Release);
+        }
+    }
+}
+
+impl Listed<'_> {
+    /// Calls `f` for every live tracked block whose slot lies in `slots` (a range of
+    /// [`Frozen::slots`]), in table order. Blocks the program freed but `held_frees` still
+    /// holds are not live: they are left out.
+    pub fn for_each_in(&self, slots: std::ops::Range<usize>, mut f: impl FnMut(&BlockRecord)) {
+        // SAFETY: every shard lock is held (`self.frozen`) and HELD was refreshed when `self`
+        // was made; nothing writes it while `self` lives.
+        let held = unsafe { &*HELD.0.get() };
+        let mut first = 0;
+        for t in self.frozen.tables() {
+            let (from, to) = (slots.start.max(first), slots.end.min(first + t.cap));
+            for i in from.saturating_sub(first)..to.saturating_sub(first) {
+                // SAFETY: i < cap; the lock is held, nobody writes the slot.
+                let e = unsafe { *t.slots.add(i) };
+                if e.w[0] != 0 && !held.contains(e.addr()) {
+                    f(&e.unpack());
+                }
+            }
+            first += t.cap;
+        }
     }
 }
 
