@@ -430,7 +430,7 @@ impl Analysis {
         let (DomTree { mut idom, preorder }, (mut possibly, beside)) = both.both(
             || {
                 let heap = RootedHeap::new(graph, &layout);
-                dominators::dominator_tree(&heap, layout.super_root())
+                dominators::dominator_tree_with(&heap, layout.super_root(), both)
             },
             || (leaks::start_reached(graph), beside()),
         );

@@ -2,8 +2,9 @@
 //!
 //! Some passes of [`Analysis`](crate::Analysis) and [`Kept`](crate::Kept) need not wait for
 //! each other: the start-edge reach reads only the graph while the dominator tree is built,
-//! the two halves of the holders' referents read the same finished columns, and the kept
-//! columns pack different parts of the result. [`Both`] runs two such closures and returns
+//! the dominator tree's predecessor lists are filled from both ends at once, the two halves
+//! of the holders' referents read the same finished columns, and the kept columns pack
+//! different parts of the result. [`Both`] runs two such closures and returns
 //! both results; where the second runs is the caller's business, because the engine must not
 //! make threads of its own: the agent's scan child, where the largest analyses run, is a raw
 //! copy of one thread of another program and cannot use `std::thread`

@@ -12,6 +12,10 @@
 //! memory mostly in order. The module knows nothing about heaps, threads or frames: it
 //! must never grow such knowledge (see `attribution` for that).
 
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::both::{Both, OneThread};
+
 /// Marks "no node": the immediate dominator of an unreached node, and unused slots.
 pub const NONE: u32 = u32::MAX;
 
@@ -141,7 +145,16 @@ impl DomTree {
 /// Time `O(m log n)` for the semidominators plus the NCA walks, which are short on real
 /// graphs; memory about `6n + m` words at the peak, freed before returning except for the
 /// result.
-pub fn dominator_tree(graph: &impl Successors, root: u32) -> DomTree {
+pub fn dominator_tree(graph: &(impl Successors + Sync), root: u32) -> DomTree {
+    dominator_tree_with(graph, root, &OneThread)
+}
+
+/// [`dominator_tree`], with the predecessor lists filled in two halves by `both`.
+pub fn dominator_tree_with(
+    graph: &(impl Successors + Sync),
+    root: u32,
+    both: &impl Both,
+) -> DomTree {
     let n = graph.node_count();
     assert!(n < NONE as usize, "too many nodes for u32 ids");
     assert!((root as usize) < n, "root {root} out of range 0..{n}");
@@ -160,14 +173,14 @@ pub fn dominator_tree(graph: &impl Successors, root: u32) -> DomTree {
     // the search's counts are already theirs.
     let idom_pre = match u32::try_from(edges) {
         Ok(_) => {
-            let preds = Preds::<u32>::new(graph, &number, indegree, true, edges as usize);
+            let preds = Preds::<u32>::new(graph, &number, indegree, true, edges as usize, both);
             drop(number);
             semi_nca(&preds, parent)
         }
         Err(_) => {
             drop(indegree);
             let offsets = vec![0u64; preorder.len() + 1];
-            let preds = Preds::<u64>::new(graph, &number, offsets, false, edges as usize);
+            let preds = Preds::<u64>::new(graph, &number, offsets, false, edges as usize, both);
             drop(number);
             semi_nca(&preds, parent)
         }
@@ -250,17 +263,19 @@ struct Preds<O> {
     targets: Vec<u32>,
 }
 
-impl<O: Copy + Default + TryFrom<usize> + Into<u64>> Preds<O> {
+impl<O: Copy + Default + TryFrom<usize> + Into<u64> + Send + Sync> Preds<O> {
     /// `number` is each node's preorder number and `edges` how many successors the reached
     /// nodes have in all (which `O` must hold); `offsets` has one entry per reached node and
     /// one more: each node's count of predecessors at `1 + number` when `counted` (the
-    /// search counted them), else zeros (they are counted here).
+    /// search counted them), else zeros (they are counted here). The lists are filled in two
+    /// halves by `both`.
     fn new(
-        graph: &impl Successors,
+        graph: &(impl Successors + Sync),
         number: &[u32],
         mut offsets: Vec<O>,
         counted: bool,
         edges: usize,
+        both: &impl Both,
     ) -> Self {
         let offset =
             |k: usize| O::try_from(k).unwrap_or_else(|_| unreachable!("checked by the caller"));
@@ -268,11 +283,12 @@ impl<O: Copy + Default + TryFrom<usize> + Into<u64>> Preds<O> {
         let reached = offsets.len() - 1;
         // Nodes in id order, so that the graph's own lists are read in order; the order of a
         // node's predecessors does not matter to the semidominators.
-        let reached_nodes = || (0..number.len() as u32).filter(|&v| number[v as usize] != NONE);
-        // Counts at `1 + number`, summed into starts at `number`, which the fill advances to
-        // the ends: then shifted one place, they are the offsets.
+        let reached_nodes = |ids: std::ops::Range<u32>| ids.filter(|&v| number[v as usize] != NONE);
+        let all = 0..number.len() as u32;
+        // Counts at `1 + number`, summed into the offsets: each node's list starts at
+        // `offsets[number]` and ends at `offsets[number + 1]`.
         if !counted {
-            for v in reached_nodes() {
+            for v in reached_nodes(all.clone()) {
                 for &w in graph.successors(v) {
                     let c = &mut offsets[number[w as usize] as usize + 1];
                     *c = offset(at(*c) + 1);
@@ -282,17 +298,35 @@ impl<O: Copy + Default + TryFrom<usize> + Into<u64>> Preds<O> {
         for i in 0..reached {
             offsets[i + 1] = offset(at(offsets[i + 1]) + at(offsets[i]));
         }
-        let mut targets = vec![0u32; edges];
-        for v in reached_nodes() {
-            let i = number[v as usize];
-            for &w in graph.successors(v) {
-                let c = &mut offsets[number[w as usize] as usize];
-                targets[at(*c)] = i;
-                *c = offset(at(*c) + 1);
-            }
-        }
-        offsets.copy_within(0..reached, 1);
-        offsets[0] = O::default();
+        // The nodes below the middle id fill each list from its start, the others from its
+        // end, each with cursors of its own: the two halves meet, and write different places.
+        let targets: Vec<AtomicU32> = (0..edges).map(|_| AtomicU32::new(0)).collect();
+        let middle = all.end / 2;
+        both.both(
+            || {
+                let mut next = offsets[..reached].to_vec();
+                for v in reached_nodes(0..middle) {
+                    let i = number[v as usize];
+                    for &w in graph.successors(v) {
+                        let c = &mut next[number[w as usize] as usize];
+                        targets[at(*c)].store(i, Ordering::Relaxed);
+                        *c = offset(at(*c) + 1);
+                    }
+                }
+            },
+            || {
+                let mut end = offsets[1..].to_vec();
+                for v in reached_nodes(middle..all.end) {
+                    let i = number[v as usize];
+                    for &w in graph.successors(v) {
+                        let c = &mut end[number[w as usize] as usize];
+                        *c = offset(at(*c) - 1);
+                        targets[at(*c)].store(i, Ordering::Relaxed);
+                    }
+                }
+            },
+        );
+        let targets = targets.into_iter().map(AtomicU32::into_inner).collect();
         Preds { offsets, targets }
     }
 }
@@ -437,16 +471,24 @@ mod tests {
     }
 
     /// The predecessor lists with `u64` offsets, counted apart (for more than 2^32 edges),
-    /// are the lists with the search's `u32` counts.
+    /// are the lists with the search's `u32` counts, filled on one thread or two.
     #[test]
     fn predecessors_are_the_same_with_either_offsets() {
         let g = Csr::from_lists([vec![1, 2], vec![3, 3], vec![3, 1], vec![0], vec![2]]);
         let search = depth_first(&g, 0);
         let edges = search.edges as usize;
         assert_eq!(edges, 7, "node 4 is not reached");
-        let narrow = Preds::<u32>::new(&g, &search.number, search.indegree, true, edges);
+        let narrow =
+            Preds::<u32>::new(&g, &search.number, search.indegree, true, edges, &OneThread);
         let zeros = vec![0u64; search.preorder.len() + 1];
-        let wide = Preds::<u64>::new(&g, &search.number, zeros, false, edges);
+        let wide = Preds::<u64>::new(
+            &g,
+            &search.number,
+            zeros,
+            false,
+            edges,
+            &crate::ScopedThreads,
+        );
         for v in 0..search.preorder.len() as u32 {
             let mut a = narrow.successors(v).to_vec();
             let mut b = wide.successors(v).to_vec();
