@@ -196,6 +196,10 @@ pub struct Phases {
     /// child): what the capture costs however loaded the machine is, where the walls above
     /// stretch with the load.
     pub scan_cpu: Duration,
+    /// Naming the allocation stacks and frames the scan found (in the process, where the
+    /// symbol tables are cached): the scanning child waits for the names before it builds
+    /// the graph.
+    pub naming: Duration,
 }
 
 /// One thread's frames as found inside the stop window, not yet symbolized.
@@ -384,11 +388,12 @@ fn run<H: Heap>(
             // SAFETY: reaps our own child (it has no exit signal: __WALL finds it) and reads
             // its resource usage into `usage`.
             unsafe { libc::wait4(child, &mut status, libc::__WALL, &mut usage) };
-            let (kept, unnamed, named) = received?;
+            let (kept, unnamed, named, naming) = received?;
             if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
                 return Err(CaptureError::Child);
             }
             let mut phases = unnamed.phases();
+            phases.naming = naming;
             let time = |t: libc::timeval| {
                 Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
             };
@@ -404,8 +409,10 @@ fn run<H: Heap>(
             drop(world);
             dontfork::put_back_late(not_put_back);
             let unnamed = Unnamed::of(&scanned);
+            let naming = Instant::now();
             let names = name(heap, &space, &unnamed);
             let named = Instant::now();
+            let naming = named - naming;
             let kept = match &mut sink {
                 Sink::Kept => Some(analyse(
                     process,
@@ -429,7 +436,8 @@ fn run<H: Heap>(
                     None
                 }
             };
-            let phases = unnamed.phases();
+            let mut phases = unnamed.phases();
+            phases.naming = naming;
             (kept, unnamed, pause, phases, named)
         }
     };
@@ -1451,23 +1459,25 @@ fn analyse_in_child(
 
 /// In the parent: names what the child asks for, then receives what it makes: the kept
 /// snapshot, or the snapshot file's bytes copied to `sink`'s writer. Returns the kept snapshot
-/// (for [`Sink::Kept`]), what the child asked (its phases, the capture's summary) and when
-/// the names were sent.
+/// (for [`Sink::Kept`]), what the child asked (its phases, the capture's summary), when the
+/// names were sent and how long naming took.
 fn receive_from_child<H: Heap>(
     heap: &H,
     space: &AddressSpace,
     fd: i32,
     sink: &mut Sink<'_>,
-) -> Result<(Option<Kept>, Unnamed, Instant), CaptureError> {
+) -> Result<(Option<Kept>, Unnamed, Instant, Duration), CaptureError> {
     let unnamed = read_message(fd)
         .and_then(|b| Unnamed::decode(&b))
         .ok_or(CaptureError::Child)?;
+    let naming = Instant::now();
     let names = name(heap, space, &unnamed);
     if !send_message(fd, &names.encode()) {
         return Err(CaptureError::Child);
     }
     drop(names);
     let named = Instant::now();
+    let naming = named - naming;
     let mut input = std::io::BufReader::with_capacity(1 << 20, Socket(fd));
     let kept = match sink {
         Sink::File(out) => {
@@ -1485,7 +1495,7 @@ fn receive_from_child<H: Heap>(
             _ => CaptureError::Child,
         })?),
     };
-    Ok((kept, unnamed, named))
+    Ok((kept, unnamed, named, naming))
 }
 
 #[cfg(test)]

@@ -366,6 +366,7 @@ fn take_locked(cause: Cause) -> Result<SnapshotInfo, String> {
             )
         })
         .collect();
+    let sites = kept.columns.sites().len();
     TAKEN[cause as usize].fetch_add(1, Ordering::Relaxed);
     // Every snapshot restarts the rule; only with a rule on is a peak snapshot kept.
     let higher = auto::snapshot_taken(allocated_before, kept.heap_bytes())
@@ -381,7 +382,7 @@ fn take_locked(cause: Cause) -> Result<SnapshotInfo, String> {
     // Freed outside the locks (a big graph takes a while to drop).
     drop((old, old_peak));
     crate::agent_info!(
-        "snapshot {}{}: {} objects, {} bytes, {} threads; pause_ms={:.3} capture_ms={:.3} analysis_ms={:.3} held_bytes={} (in the scanning child: index_ms={:.3} roots_ms={:.3} blocks_ms={:.3} scan_cpu_ms={:.3} child_cpu_ms={:.3}){}",
+        "snapshot {}{}: {} objects, {} bytes, {} threads; pause_ms={:.3} capture_ms={:.3} analysis_ms={:.3} held_bytes={} (in the scanning child: index_ms={:.3} roots_ms={:.3} blocks_ms={:.3} scan_cpu_ms={:.3} child_cpu_ms={:.3}; naming its {} sites in the agent: name_ms={:.3}){}",
         snapshot.0,
         match cause {
             Cause::Request => "",
@@ -399,6 +400,8 @@ fn take_locked(cause: Cause) -> Result<SnapshotInfo, String> {
         phases.blocks.as_secs_f64() * 1e3,
         phases.scan_cpu.as_secs_f64() * 1e3,
         phases.child_cpu.as_secs_f64() * 1e3,
+        sites,
+        phases.naming.as_secs_f64() * 1e3,
         if higher { "; kept as the peak" } else { "" }
     );
     crate::agent_info!(
