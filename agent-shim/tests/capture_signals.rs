@@ -295,6 +295,14 @@ fn unstoppable_threads_are_waited_out_once_then_briefly() {
     // last stop must not cost the 1 s deadline again.
     let pause = pause_ms(&run, 3);
     assert!(pause < 500.0, "snapshot 3 paused {pause} ms:\n{}", run.log);
+    // Three incomplete captures: the first is said in the log, the others only counted in the
+    // exit summary that then goes to stderr too.
+    let said: Vec<&str> = run
+        .log
+        .lines()
+        .filter(|l| l.contains("a capture was incomplete: a thread was not stopped"))
+        .collect();
+    assert_eq!(said.len(), 1, "{}", run.log);
 }
 
 #[test]

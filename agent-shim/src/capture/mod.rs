@@ -124,12 +124,15 @@ impl by_address::Listing for LiveBlocks<'_> {
 pub fn take() -> Result<Capture, CaptureError> {
     let list = before_capture()?;
     let capture = build::capture(&Registry::default(), &list, stop::Timeouts::default());
-    after_capture(capture.as_ref().is_ok_and(|c| {
-        c.kept
-            .threads()
-            .iter()
-            .all(|t| t.state == heaptui_analysis::ThreadState::Stopped)
-    }));
+    after_capture(match &capture {
+        Err(e) => Some(e.to_string()),
+        Ok(c) => c.kept.threads().iter().find_map(|t| match &t.state {
+            heaptui_analysis::ThreadState::Stopped => None,
+            heaptui_analysis::ThreadState::NotStoppable(why) => {
+                Some(format!("thread {} was not stopped ({why})", t.tid))
+            }
+        }),
+    });
     capture
 }
 
@@ -137,7 +140,11 @@ pub fn take() -> Result<Capture, CaptureError> {
 pub fn take_file(out: &mut dyn std::io::Write) -> Result<FileCapture, CaptureError> {
     let list = before_capture()?;
     let capture = build::capture_file(&Registry::default(), &list, stop::Timeouts::default(), out);
-    after_capture(capture.as_ref().is_ok_and(|c| c.complete));
+    after_capture(match &capture {
+        Err(e) => Some(e.to_string()),
+        Ok(c) if !c.complete => Some("a thread was not stopped".to_string()),
+        Ok(_) => None,
+    });
     capture
 }
 
@@ -157,10 +164,16 @@ fn before_capture() -> Result<Vec<ThreadInfo>, CaptureError> {
         .collect())
 }
 
-/// An incomplete capture is something that went wrong: the exit summary then says so on
-/// stderr (log.rs).
-fn after_capture(complete: bool) {
-    if !complete {
-        crate::log::note_problem();
+/// An incomplete capture (`why`: a thread it could not stop, or the error that ended it) is
+/// something that went wrong: the first one is said in the log, so that the exit summary
+/// that then goes to stderr (log.rs) is not the only trace of it.
+fn after_capture(incomplete: Option<String>) {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let Some(why) = incomplete else {
+        return;
+    };
+    crate::log::note_problem();
+    if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        crate::agent_log!("a capture was incomplete: {why} (said for the first one only)");
     }
 }
