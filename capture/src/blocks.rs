@@ -74,7 +74,18 @@ pub struct BlockIndex {
 impl BlockIndex {
     /// Builds the index over blocks given as `(addr, size)`, which must be sorted by address
     /// and disjoint (heap blocks are). A zero-size block still owns its first byte.
+    ///
+    /// # Panics
+    /// When the blocks are not sorted by address (see [`BlockIndex::of_sorted`]).
     pub fn new(blocks: impl ExactSizeIterator<Item = (u64, u64)>) -> BlockIndex {
+        BlockIndex::of_sorted(blocks).expect("blocks sorted by address")
+    }
+
+    /// Builds the index as [`BlockIndex::new`] does, or returns `None` when a block starts
+    /// below the one before it (the blocks were not sorted by address): the check is one
+    /// compare per block in the pass that copies them, so a caller whose blocks come sorted
+    /// by construction need not read them all once more to make sure of it.
+    pub fn of_sorted(blocks: impl ExactSizeIterator<Item = (u64, u64)>) -> Option<BlockIndex> {
         let n = blocks.len();
         let mut starts = Vec::with_capacity(n);
         let mut ends = Vec::with_capacity(n);
@@ -84,7 +95,7 @@ impl BlockIndex {
         // boundary was taken for a reference to it.) Found as the blocks are copied: the
         // bits any start has below 16, and whether two starts share a 16- or 8-byte granule.
         let (mut low_bits, mut share_16, mut share_8, mut last) = (0u64, false, false, None);
-        let mut max = 0;
+        let (mut max, mut unsorted) = (0, false);
         for (addr, size) in blocks {
             let end = addr.saturating_add(size.max(1));
             starts.push(addr);
@@ -94,8 +105,12 @@ impl BlockIndex {
             if let Some(last) = last {
                 share_16 |= addr >> 4 == last >> 4;
                 share_8 |= addr >> 3 == last >> 3;
+                unsorted |= addr < last;
             }
             last = Some(addr);
+        }
+        if unsorted {
+            return None;
         }
         let granule = if low_bits == 0 && !share_16 {
             4
@@ -120,7 +135,7 @@ impl BlockIndex {
         let straddling = index.build_maps();
         index.build_dense();
         index.mark_insides(straddling);
-        index
+        Some(index)
     }
 
     /// Sets the `inside` bit of every granule of a chunk with a map that lies wholly inside
@@ -406,6 +421,22 @@ mod tests {
         assert_eq!(index.lookup(0x40_0008), None);
         assert_eq!(index.lookup(0), None);
         assert_eq!(index.lookup(u64::MAX), None);
+    }
+
+    #[test]
+    fn blocks_out_of_address_order_make_no_index() {
+        let sorted = [(0x1000u64, 16u64), (0x1010, 16), (0x40_0000, 8)];
+        assert!(BlockIndex::of_sorted(sorted.iter().copied()).is_some());
+        // Out of order anywhere, first or last included.
+        for (i, j) in [(0, 1), (1, 2), (0, 2)] {
+            let mut blocks = sorted;
+            blocks.swap(i, j);
+            assert!(
+                BlockIndex::of_sorted(blocks.iter().copied()).is_none(),
+                "{blocks:x?}"
+            );
+        }
+        assert!(BlockIndex::of_sorted(std::iter::empty()).is_some());
     }
 
     #[test]

@@ -562,11 +562,21 @@ fn scan_stopped<H: Heap>(
         Some(own.fs_base),
     );
     blocks.retain(|b| !heap.agent_block(b));
-    sort_by_address(blocks, scratch);
+    // The agent's table lists its blocks in address order (`by_address`), so they are not
+    // read once more to make sure: the index finds out in the pass that copies them, and
+    // only blocks that came out of order are sorted here, their TLS search made again (made
+    // on blocks out of order it drops only blocks that hold a TLS word, but may miss some).
+    drop_referenced(blocks, own_tls);
+    let index = match BlockIndex::of_sorted(blocks.iter().map(|b| (b.addr, b.size))) {
+        Some(index) => index,
+        None => {
+            sort_by_address(blocks, scratch);
+            drop_referenced(blocks, own_tls);
+            BlockIndex::new(blocks.iter().map(|b| (b.addr, b.size)))
+        }
+    };
     // Not needed again: freed now, for the memory the scan and the analysis take next.
     drop(std::mem::take(scratch));
-    drop_referenced(blocks, own_tls);
-    let index = BlockIndex::new(blocks.iter().map(|b| (b.addr, b.size)));
     let mut collector = Collector::new(blocks.len());
     phases.index = mark.elapsed();
     let mark = Instant::now();
@@ -1627,14 +1637,18 @@ mod tests {
         );
     }
 
-    /// Blocks given by hand: real memory owned by the test.
+    /// Blocks given by hand: real memory owned by the test. Listed in descending address
+    /// order on purpose: the capture must sort blocks a table lists out of order (the
+    /// agent's own comes sorted) before it indexes them.
     struct Fixed(Vec<BlockInfo>);
 
     impl Heap for Fixed {
         type Frozen = ();
         fn freeze(&self) {}
         fn blocks(&self, _: &(), out: &mut Vec<BlockInfo>) {
+            let from = out.len();
             out.extend_from_slice(&self.0);
+            out[from..].sort_unstable_by_key(|b| std::cmp::Reverse(b.addr));
         }
         fn len_hint(&self, _: &()) -> usize {
             self.0.len()
