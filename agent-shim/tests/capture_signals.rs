@@ -296,13 +296,26 @@ fn unstoppable_threads_are_waited_out_once_then_briefly() {
     let pause = pause_ms(&run, 3);
     assert!(pause < 500.0, "snapshot 3 paused {pause} ms:\n{}", run.log);
     // Three incomplete captures: the first is said in the log, the others only counted in the
-    // exit summary that then goes to stderr too.
+    // exit summary that then goes to stderr too. The line names the thread and the reason.
+    let rawmask = first
+        .threads
+        .iter()
+        .find(|t| t.name == "rawmask")
+        .unwrap()
+        .tid;
     let said: Vec<&str> = run
         .log
         .lines()
-        .filter(|l| l.contains("a capture was incomplete: a thread was not stopped"))
+        .filter(|l| l.contains("a capture was incomplete"))
         .collect();
     assert_eq!(said.len(), 1, "{}", run.log);
+    assert!(
+        said[0].contains(&format!(
+            "a capture was incomplete: thread {rawmask} was not stopped (stop signal blocked)"
+        )),
+        "{}",
+        said[0]
+    );
 }
 
 #[test]

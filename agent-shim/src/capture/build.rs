@@ -125,8 +125,8 @@ pub struct FileCapture {
     pub objects: u64,
     pub bytes: u64,
     pub threads: usize,
-    /// Whether every thread in it was stopped.
-    pub complete: bool,
+    /// The first thread the capture could not stop, and why (`None`: every one was).
+    pub not_stopped: Option<(u32, String)>,
     pub pause: Duration,
     pub phases: Phases,
     /// The whole capture, the file written.
@@ -256,7 +256,7 @@ pub fn capture_file<H: Heap>(
         objects: unnamed.summary[0],
         bytes: unnamed.summary[1],
         threads: unnamed.stopped.len(),
-        complete: unnamed.stopped.iter().all(|&s| s),
+        not_stopped: unnamed.not_stopped,
         pause,
         phases,
         total: begin.elapsed(),
@@ -1069,6 +1069,8 @@ struct Unnamed {
     summary: [u64; 2],
     /// Per thread: whether it was stopped.
     stopped: Vec<bool>,
+    /// The first thread not stopped, and why.
+    not_stopped: Option<(u32, String)>,
 }
 
 impl Unnamed {
@@ -1102,6 +1104,10 @@ impl Unnamed {
                 .iter()
                 .map(|t| t.state == ThreadState::Stopped)
                 .collect(),
+            not_stopped: s.raw.iter().find_map(|t| match &t.state {
+                ThreadState::Stopped => None,
+                ThreadState::NotStoppable(why) => Some((t.tid, why.clone())),
+            }),
         }
     }
 
@@ -1135,6 +1141,10 @@ impl Unnamed {
         self.summary.iter().for_each(|&v| m.u64(v));
         m.u64(self.stopped.len() as u64);
         self.stopped.iter().for_each(|&v| m.u64(u64::from(v)));
+        // A tid is never 0: 0 says "every thread was stopped".
+        let (tid, why) = self.not_stopped.as_ref().map_or((0, ""), |(t, w)| (*t, w));
+        m.u64(u64::from(tid));
+        m.text(why);
         m.0
     }
 
@@ -1168,12 +1178,15 @@ impl Unnamed {
         let stopped = (0..n)
             .map(|_| r.u64().map(|v| v == 1))
             .collect::<Option<_>>()?;
+        let tid = r.u64()? as u32;
+        let why = r.text()?;
         r.done().then_some(Unnamed {
             stacks,
             frames,
             phases,
             summary,
             stopped,
+            not_stopped: (tid != 0).then_some((tid, why)),
         })
     }
 }
@@ -1742,6 +1755,7 @@ mod tests {
             phases: [5, 6, 7, 3, 4096, 9],
             summary: [3, 96],
             stopped: vec![true, false, true],
+            not_stopped: Some((42, "stop signal blocked".into())),
         };
         let bytes = unnamed.encode();
         assert_eq!(Unnamed::decode(&bytes), Some(unnamed));

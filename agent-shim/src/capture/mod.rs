@@ -142,8 +142,10 @@ pub fn take_file(out: &mut dyn std::io::Write) -> Result<FileCapture, CaptureErr
     let capture = build::capture_file(&Registry::default(), &list, stop::Timeouts::default(), out);
     after_capture(match &capture {
         Err(e) => Some(e.to_string()),
-        Ok(c) if !c.complete => Some("a thread was not stopped".to_string()),
-        Ok(_) => None,
+        Ok(c) => c
+            .not_stopped
+            .as_ref()
+            .map(|(tid, why)| format!("thread {tid} was not stopped ({why})")),
     });
     capture
 }
