@@ -20,7 +20,9 @@
 //! The index is built in one pass over the sorted blocks: each block's start bit, the ranks
 //! and the `inside` bits of the blocks whose whole granules end in the chunk they start in
 //! (all but a few large ones, marked after). Two passes and a granule check of two more took
-//! 189 instructions a block at 4.6M blocks; the one pass takes 139.
+//! 189 instructions a block at 4.6M blocks; the one pass takes 139. The pass can also run in
+//! two halves on two threads (`BlockIndex::of_sorted_in_halves`, the scanning child's), the
+//! maps split where a chunk begins: the longest thread then does 61 a block.
 //!
 //! Owns the index and its lookups; it reads no memory (the caller scans, inside the target or
 //! over a copy of it) and never changes once built.
@@ -89,58 +91,113 @@ impl BlockIndex {
         let n = blocks.len();
         let mut starts = Vec::with_capacity(n);
         let mut ends = Vec::with_capacity(n);
-        // The coarsest granule on which every block starts and in which no two blocks start
-        // together. (Starts off the granule would make a word in the granule below a start
-        // resolve to that block: a pointer into the gap before a block 8 bytes past a 16-byte
-        // boundary was taken for a reference to it.) Found as the blocks are copied: the
-        // bits any start has below 16, and whether two starts share a 16- or 8-byte granule.
-        let (mut low_bits, mut share_16, mut share_8, mut last) = (0u64, false, false, None);
-        let (mut max, mut unsorted) = (0, false);
+        let mut facts = Starts::NONE;
         for (addr, size) in blocks {
             let end = addr.saturating_add(size.max(1));
             starts.push(addr);
             ends.push(end);
-            max = max.max(end);
-            low_bits |= addr & 15;
-            if let Some(last) = last {
-                share_16 |= addr >> 4 == last >> 4;
-                share_8 |= addr >> 3 == last >> 3;
-                unsorted |= addr < last;
-            }
-            last = Some(addr);
+            facts.add(addr, end);
         }
-        if unsorted {
+        if facts.unsorted {
             return None;
         }
-        let granule = if low_bits == 0 && !share_16 {
-            4
-        } else if low_bits & 7 == 0 && !share_8 {
-            3
-        } else {
-            0
+        let granule = facts.granule();
+        let maps = Maps::build(&starts, &ends, 0, granule);
+        Some(BlockIndex::assemble(starts, ends, &facts, granule, maps))
+    }
+
+    /// As [`BlockIndex::of_sorted`] over `items` (each block given by `block`), in two
+    /// halves: `both` runs its two closures, on two threads if it can (the scanning child's
+    /// `alongside`), one after the other if not. The blocks' copy is split at the middle,
+    /// their maps at the first chunk boundary past it, so each half makes maps of chunks of
+    /// its own; the second half's are then appended after the first's (a few MiB). The index
+    /// is the one [`BlockIndex::of_sorted`] makes of the same blocks.
+    pub fn of_sorted_in_halves<T: Sync>(
+        items: &[T],
+        block: impl Fn(&T) -> (u64, u64) + Sync,
+        mut both: impl FnMut(&mut (dyn FnMut() + Send), &mut (dyn FnMut() + Send)),
+    ) -> Option<BlockIndex> {
+        let n = items.len();
+        let mid = n / 2;
+        // Zeroed, so written in place by the two halves without `unsafe`: a large
+        // allocation's fresh pages are zero already, and each half faults in its own.
+        let mut starts = vec![0u64; n];
+        let mut ends = vec![0u64; n];
+        let (mut low, mut high) = (Starts::NONE, Starts::NONE);
+        {
+            let (s0, s1) = starts.split_at_mut(mid);
+            let (e0, e1) = ends.split_at_mut(mid);
+            let copy = |items: &[T], starts: &mut [u64], ends: &mut [u64], facts: &mut Starts| {
+                for ((t, s), e) in items.iter().zip(starts).zip(ends) {
+                    let (addr, size) = block(t);
+                    let end = addr.saturating_add(size.max(1));
+                    *s = addr;
+                    *e = end;
+                    facts.add(addr, end);
+                }
+            };
+            let (first, second) = items.split_at(mid);
+            both(&mut || copy(first, s0, e0, &mut low), &mut || {
+                copy(second, s1, e1, &mut high)
+            });
+        }
+        let facts = low.then(&high);
+        if facts.unsorted {
+            return None;
+        }
+        let granule = facts.granule();
+        // The maps split where a chunk begins, at or after the middle.
+        let split = match mid.checked_sub(1) {
+            Some(before) => {
+                let chunk = starts[before] >> CHUNK_SHIFT;
+                mid + starts[mid..].partition_point(|&s| s >> CHUNK_SHIFT == chunk)
+            }
+            None => n,
         };
-        let words_per_chunk = 1usize << (CHUNK_SHIFT - granule - 6);
+        let maps = if split == n {
+            Maps::build(&starts, &ends, 0, granule)
+        } else {
+            let (mut first, mut second) = (None, None);
+            let (s, e) = (&starts, &ends);
+            both(
+                &mut || first = Some(Maps::build(&s[..split], &e[..split], 0, granule)),
+                &mut || second = Some(Maps::build(&s[split..], &e[split..], split, granule)),
+            );
+            let (Some(first), Some(second)) = (first, second) else {
+                unreachable!("both halves run")
+            };
+            first.then(second, words_per_chunk(granule))
+        };
+        Some(BlockIndex::assemble(starts, ends, &facts, granule, maps))
+    }
+
+    fn assemble(
+        starts: Vec<u64>,
+        ends: Vec<u64>,
+        facts: &Starts,
+        granule: u32,
+        maps: Maps,
+    ) -> BlockIndex {
         let mut index = BlockIndex {
             min: starts.first().copied().unwrap_or(u64::MAX),
-            max,
+            max: facts.max,
             starts,
             ends,
             granule,
-            chunks: HashMap::default(),
+            chunks: maps.chunks,
             dense: Vec::new(),
             dense_first: 0,
-            maps: Vec::new(),
-            words_per_chunk,
+            maps: maps.maps,
+            words_per_chunk: words_per_chunk(granule),
         };
-        let straddling = index.build_maps();
         index.build_dense();
-        index.mark_insides(straddling);
-        Some(index)
+        index.mark_insides(maps.straddling);
+        index
     }
 
     /// Sets the `inside` bit of every granule of a chunk with a map that lies wholly inside
     /// one of blocks `which` (those whose whole granules reach past the chunk they start in:
-    /// `build_maps` marked the others').
+    /// `Maps::build` marked the others').
     fn mark_insides(&mut self, which: Vec<u32>) {
         let granule = 1u64 << self.granule;
         for i in which {
@@ -201,74 +258,6 @@ impl BlockIndex {
             Some(&c) => Some(c),
             None => self.chunks.get(&chunk).copied(),
         }
-    }
-
-    /// Makes the map of every chunk in which a block starts, with its start bits, its ranks
-    /// and the `inside` bits of the blocks whose whole granules end in the chunk they start
-    /// in (nearly all); returns the others, for [`BlockIndex::mark_insides`]. Names the
-    /// chunks only covered by a block after it.
-    fn build_maps(&mut self) -> Vec<u32> {
-        // Blocks come in address order, so the chunks of their starts do too: a new map is
-        // always the last one.
-        let mut straddling = Vec::new();
-        let (wpc, granule) = (self.words_per_chunk, self.granule);
-        let mut last_chunk = u64::MAX;
-        let mut map = 0..0;
-        // The blocks starting before word `word_at` of the maps, the first word whose rank is
-        // not yet set.
-        let (mut rank, mut word_at) = (0u32, 0usize);
-        for i in 0..self.starts.len() {
-            let (start, end) = (self.starts[i], self.ends[i]);
-            let chunk = start >> CHUNK_SHIFT;
-            if chunk != last_chunk {
-                for w in &mut self.maps[word_at..map.end] {
-                    w.rank = rank;
-                }
-                last_chunk = chunk;
-                // A chunk only covered so far (by an earlier block's tail) gets its map now.
-                let m = self.maps.len();
-                self.chunks.insert(chunk, (m / wpc) as u32);
-                self.maps.resize(m + wpc, Word::default());
-                map = m..m + wpc;
-                word_at = m;
-            }
-            let words = &mut self.maps[map.clone()];
-            let g = ((start & CHUNK_MASK) >> granule) as usize;
-            for w in &mut words[word_at - map.start..=g / 64] {
-                w.rank = rank;
-            }
-            word_at = map.start + g / 64 + 1;
-            words[g / 64].starts |= 1 << (g % 64);
-            rank += 1;
-            // Its whole granules (from its start, on a granule), when they end in this chunk.
-            let (first, last) = (start, end & !((1 << granule) - 1));
-            if first < last {
-                if (last - 1) >> CHUNK_SHIFT == chunk {
-                    let g0 = ((first & CHUNK_MASK) >> granule) as usize;
-                    let count = ((last - first) >> granule) as usize;
-                    if count <= 64 - g0 % 64 {
-                        // Within one word: most blocks.
-                        words[g0 / 64].inside |= u64::MAX >> (64 - count) << (g0 % 64);
-                    } else {
-                        set_bits(words, g0, g0 + count);
-                    }
-                } else {
-                    straddling.push(i as u32);
-                }
-            }
-            // Chunks the block covers past its first are named after it, unless a later
-            // block starts there (then it gets a map, whose ranks find this block too).
-            let last_covered = (end - 1) >> CHUNK_SHIFT;
-            if last_covered > chunk {
-                for covered in chunk + 1..=last_covered {
-                    self.chunks.entry(covered).or_insert(COVERED | i as u32);
-                }
-            }
-        }
-        for w in &mut self.maps[word_at..map.end] {
-            w.rank = rank;
-        }
-        straddling
     }
 
     pub fn len(&self) -> usize {
@@ -356,6 +345,189 @@ impl BlockIndex {
     }
 }
 
+/// Words of a chunk's map at granule `granule`.
+fn words_per_chunk(granule: u32) -> usize {
+    1usize << (CHUNK_SHIFT - granule - 6)
+}
+
+/// What a copy of a run of blocks found about their starts: the granule's facts, the highest
+/// end, whether they came in address order.
+#[derive(Clone, Copy)]
+struct Starts {
+    first: Option<u64>,
+    last: Option<u64>,
+    max: u64,
+    /// The bits any start has below 16.
+    low_bits: u64,
+    /// Whether two consecutive starts share a 16-byte, an 8-byte granule.
+    share_16: bool,
+    share_8: bool,
+    /// Whether a start lies below the one before it.
+    unsorted: bool,
+}
+
+impl Starts {
+    const NONE: Starts = Starts {
+        first: None,
+        last: None,
+        max: 0,
+        low_bits: 0,
+        share_16: false,
+        share_8: false,
+        unsorted: false,
+    };
+
+    #[inline]
+    fn add(&mut self, addr: u64, end: u64) {
+        self.max = self.max.max(end);
+        self.low_bits |= addr & 15;
+        match self.last {
+            Some(last) => {
+                self.share_16 |= addr >> 4 == last >> 4;
+                self.share_8 |= addr >> 3 == last >> 3;
+                self.unsorted |= addr < last;
+            }
+            None => self.first = Some(addr),
+        }
+        self.last = Some(addr);
+    }
+
+    /// The facts of this run followed by `next`.
+    fn then(&self, next: &Starts) -> Starts {
+        let (Some(last), Some(first)) = (self.last, next.first) else {
+            return if self.last.is_some() { *self } else { *next };
+        };
+        Starts {
+            first: self.first,
+            last: next.last,
+            max: self.max.max(next.max),
+            low_bits: self.low_bits | next.low_bits,
+            share_16: self.share_16 || next.share_16 || first >> 4 == last >> 4,
+            share_8: self.share_8 || next.share_8 || first >> 3 == last >> 3,
+            unsorted: self.unsorted || next.unsorted || first < last,
+        }
+    }
+
+    /// The coarsest granule on which every block starts and in which no two blocks start
+    /// together. (Starts off the granule would make a word in the granule below a start
+    /// resolve to that block: a pointer into the gap before a block 8 bytes past a 16-byte
+    /// boundary was taken for a reference to it.)
+    fn granule(&self) -> u32 {
+        if self.low_bits == 0 && !self.share_16 {
+            4
+        } else if self.low_bits & 7 == 0 && !self.share_8 {
+            3
+        } else {
+            0
+        }
+    }
+}
+
+/// The chunk maps of a run of sorted blocks, before the dense table is made.
+struct Maps {
+    /// [`words_per_chunk`] words per chunk holding starts, chunks in ascending address order.
+    maps: Vec<Word>,
+    /// Chunk number → index of its map in `maps`, or `COVERED | block`.
+    chunks: HashMap<u64, u32, BuildHasherDefault<FxHasher>>,
+    /// The blocks whose whole granules reach past the chunk they start in.
+    straddling: Vec<u32>,
+}
+
+impl Maps {
+    /// Makes the map of every chunk in which one of the blocks `starts`/`ends` starts, with
+    /// its start bits, its ranks and the `inside` bits of the blocks whose whole granules end
+    /// in the chunk they start in (nearly all); keeps the others, for
+    /// [`BlockIndex::mark_insides`]. Names the chunks only covered by a block after it. The
+    /// blocks are numbered from `first` (as many blocks come before them).
+    fn build(starts: &[u64], ends: &[u64], first: usize, granule: u32) -> Maps {
+        // Blocks come in address order, so the chunks of their starts do too: a new map is
+        // always the last one.
+        let wpc = words_per_chunk(granule);
+        let mut out = Maps {
+            maps: Vec::new(),
+            chunks: HashMap::default(),
+            straddling: Vec::new(),
+        };
+        let mut last_chunk = u64::MAX;
+        let mut map = 0..0;
+        // The blocks starting before word `word_at` of the maps, the first word whose rank is
+        // not yet set.
+        let (mut rank, mut word_at) = (first as u32, 0usize);
+        for (k, (&start, &end)) in starts.iter().zip(ends).enumerate() {
+            let i = first + k;
+            let chunk = start >> CHUNK_SHIFT;
+            if chunk != last_chunk {
+                for w in &mut out.maps[word_at..map.end] {
+                    w.rank = rank;
+                }
+                last_chunk = chunk;
+                // A chunk only covered so far (by an earlier block's tail) gets its map now.
+                let m = out.maps.len();
+                out.chunks.insert(chunk, (m / wpc) as u32);
+                out.maps.resize(m + wpc, Word::default());
+                map = m..m + wpc;
+                word_at = m;
+            }
+            let words = &mut out.maps[map.clone()];
+            let g = ((start & CHUNK_MASK) >> granule) as usize;
+            for w in &mut words[word_at - map.start..=g / 64] {
+                w.rank = rank;
+            }
+            word_at = map.start + g / 64 + 1;
+            words[g / 64].starts |= 1 << (g % 64);
+            rank += 1;
+            // Its whole granules (from its start, on a granule), when they end in this chunk.
+            let (from, to) = (start, end & !((1 << granule) - 1));
+            if from < to {
+                if (to - 1) >> CHUNK_SHIFT == chunk {
+                    let g0 = ((from & CHUNK_MASK) >> granule) as usize;
+                    let count = ((to - from) >> granule) as usize;
+                    if count <= 64 - g0 % 64 {
+                        // Within one word: most blocks.
+                        words[g0 / 64].inside |= u64::MAX >> (64 - count) << (g0 % 64);
+                    } else {
+                        set_bits(words, g0, g0 + count);
+                    }
+                } else {
+                    out.straddling.push(i as u32);
+                }
+            }
+            // Chunks the block covers past its first are named after it, unless a later
+            // block starts there (then it gets a map, whose ranks find this block too).
+            let last_covered = (end - 1) >> CHUNK_SHIFT;
+            if last_covered > chunk {
+                for covered in chunk + 1..=last_covered {
+                    out.chunks.entry(covered).or_insert(COVERED | i as u32);
+                }
+            }
+        }
+        for w in &mut out.maps[word_at..map.end] {
+            w.rank = rank;
+        }
+        out
+    }
+
+    /// These maps followed by `next`'s, of the blocks after these, whose chunks all lie above
+    /// the last of these blocks' starts: `next`'s maps are appended, their entries renumbered,
+    /// and a chunk these name as covered by a block that `next` has a map for takes the map
+    /// (as when one pass makes both).
+    fn then(mut self, next: Maps, wpc: usize) -> Maps {
+        let offset = (self.maps.len() / wpc) as u32;
+        self.maps.extend_from_slice(&next.maps);
+        self.chunks.reserve(next.chunks.len());
+        for (chunk, entry) in next.chunks {
+            let entry = if entry & COVERED != 0 {
+                entry
+            } else {
+                entry + offset
+            };
+            self.chunks.insert(chunk, entry);
+        }
+        self.straddling.extend(next.straddling);
+        self
+    }
+}
+
 /// Sets bits `from..to` of a bitmap laid over the `inside` fields of `words`.
 fn set_bits(words: &mut [Word], from: usize, to: usize) {
     let mut g = from;
@@ -423,6 +595,26 @@ mod tests {
         assert_eq!(index.lookup(u64::MAX), None);
     }
 
+    /// The index of `blocks` made in halves, on two threads when `threads`.
+    fn in_halves(blocks: &[(u64, u64)], threads: bool) -> BlockIndex {
+        BlockIndex::of_sorted_in_halves(
+            blocks,
+            |&b| b,
+            |first, second| {
+                if threads {
+                    std::thread::scope(|s| {
+                        s.spawn(second);
+                        first();
+                    });
+                } else {
+                    first();
+                    second();
+                }
+            },
+        )
+        .expect("sorted blocks")
+    }
+
     #[test]
     fn blocks_out_of_address_order_make_no_index() {
         let sorted = [(0x1000u64, 16u64), (0x1010, 16), (0x40_0000, 8)];
@@ -437,6 +629,21 @@ mod tests {
             );
         }
         assert!(BlockIndex::of_sorted(std::iter::empty()).is_some());
+        // In halves too, out of order across the two.
+        let halves = |blocks: &[(u64, u64)]| {
+            BlockIndex::of_sorted_in_halves(
+                blocks,
+                |&b| b,
+                |first, second| {
+                    first();
+                    second();
+                },
+            )
+        };
+        assert!(halves(&sorted).is_some());
+        assert!(halves(&[sorted[1], sorted[0]]).is_none());
+        assert!(halves(&[sorted[0], sorted[2], sorted[1]]).is_none());
+        assert!(halves(&[]).is_some());
     }
 
     #[test]
@@ -496,6 +703,15 @@ mod tests {
                 }
             }
             let index = BlockIndex::new(blocks.iter().copied());
+            let halves = [
+                in_halves(&blocks, false),
+                in_halves(&blocks, true),
+                // Split past the middle of a 5 MiB block's chunks, and into its own.
+                in_halves(
+                    &blocks[..blocks.iter().position(|b| b.1 == 5 << 20).unwrap() * 2],
+                    true,
+                ),
+            ];
             let linear = |v: u64| {
                 blocks
                     .iter()
@@ -514,11 +730,18 @@ mod tests {
                     let at = index.lookup_at(v, &mut (u64::MAX, 0));
                     let expect = linear(v).map(|i| (i, blocks[i as usize].0 == v));
                     assert_eq!(at, expect, "align {align}: {v:#x}");
+                    assert_eq!(halves[0].lookup_at(v, &mut (u64::MAX, 0)), at);
+                    assert_eq!(halves[1].lookup_at(v, &mut (u64::MAX, 0)), at);
                 }
             }
             for _ in 0..5000 {
                 let v = blocks[0].0 + next(at - blocks[0].0 + 64);
                 assert_eq!(index.lookup(v), linear(v), "align {align}: {v:#x}");
+                assert_eq!(halves[0].lookup(v), linear(v), "align {align}: {v:#x}");
+                assert_eq!(halves[1].lookup(v), linear(v), "align {align}: {v:#x}");
+                let some = halves[2].len();
+                let expect = linear(v).filter(|&i| (i as usize) < some);
+                assert_eq!(halves[2].lookup(v), expect, "align {align}: {v:#x}");
             }
         }
     }

@@ -455,6 +455,22 @@ fn sort_by_address(blocks: &mut [BlockInfo], scratch: &mut Vec<BlockInfo>) {
     super::scan::sort_by_address(blocks, scratch, |b| b.addr);
 }
 
+/// The block index of `blocks`, none if they are not sorted by address
+/// (`BlockIndex::of_sorted`); made in two halves on the scanning child's two threads when
+/// there are enough blocks (`scan::second_thread`).
+fn index_blocks(blocks: &[BlockInfo]) -> Option<BlockIndex> {
+    let block = |b: &BlockInfo| (b.addr, b.size);
+    if !super::scan::second_thread(blocks.len()) {
+        return BlockIndex::of_sorted(blocks.iter().map(block));
+    }
+    BlockIndex::of_sorted_in_halves(blocks, block, |first, second| {
+        // SAFETY: only in the scanning child (`second_thread`); the second half copies
+        // blocks and builds maps, touching no thread-local storage (the agent's allocator,
+        // a hash map without random keys) and not panicking.
+        unsafe { alongside(first, second) };
+    })
+}
+
 /// Removes the blocks that words of `ranges` point into (blocks sorted by address): a
 /// search of the blocks per word (a few hundred words of the capturing thread's TLS), not
 /// of the words per block (millions).
@@ -567,7 +583,7 @@ fn scan_stopped<H: Heap>(
     // only blocks that came out of order are sorted here, their TLS search made again (made
     // on blocks out of order it drops only blocks that hold a TLS word, but may miss some).
     drop_referenced(blocks, own_tls);
-    let index = match BlockIndex::of_sorted(blocks.iter().map(|b| (b.addr, b.size))) {
+    let index = match index_blocks(blocks) {
         Some(index) => index,
         None => {
             sort_by_address(blocks, scratch);
