@@ -37,7 +37,9 @@ trap cleanup EXIT
 gcc -O2 bench/heap_floor.c -o "$work/heap_floor"
 sampler=bench/memory_sampler.py
 
-HEAPTUI_LISTEN=127.0.0.1:0 HEAPTUI_LOG="$work/agent.log" LD_PRELOAD="$AGENT" \
+# The script's own variables (HEAPTUI_BIN, AGENT_SO) stay out of perl's environment: the agent
+# reads every HEAPTUI_* variable and would log HEAPTUI_BIN as unknown.
+env -u HEAPTUI_BIN -u AGENT_SO HEAPTUI_LISTEN=127.0.0.1:0 HEAPTUI_LOG="$work/agent.log" LD_PRELOAD="$AGENT" \
     perl bench/hash.pl "$KEYS" >"$work/perl.out" &
 pid=$!
 until grep -q '^ready' "$work/perl.out"; do

@@ -176,6 +176,20 @@ pub fn write_frame<W: Write>(w: &mut W, payload: &[u8]) -> io::Result<()> {
 /// Reads one frame's payload, refusing a length over `max` before reading or allocating it.
 /// A clean end of stream before the header is [`FrameError::Closed`].
 pub fn read_frame<R: Read>(r: &mut R, max: usize) -> Result<Vec<u8>, FrameError> {
+    let mut payload = Vec::new();
+    read_frame_into(r, max, &mut payload)?;
+    Ok(payload)
+}
+
+/// [`read_frame`] into `payload` (cleared first), whose allocation is reused: a client that
+/// reads many large frames (the 8 MiB chunks of a kept snapshot) then touches its pages once
+/// instead of growing and faulting in a fresh buffer for every frame.
+pub fn read_frame_into<R: Read>(
+    r: &mut R,
+    max: usize,
+    payload: &mut Vec<u8>,
+) -> Result<(), FrameError> {
+    payload.clear();
     let mut head = [0u8; HEADER_LEN];
     let got = read_full(r, &mut head)?;
     if got == 0 {
@@ -193,15 +207,15 @@ pub fn read_frame<R: Read>(r: &mut R, max: usize) -> Result<Vec<u8>, FrameError>
     }
     // Grow with the bytes that actually arrive rather than trusting `len` up front: a peer
     // that announces the maximum and stalls then holds at most one read's worth of memory.
-    let mut payload = Vec::with_capacity(len.min(64 * 1024));
-    r.take(len as u64).read_to_end(&mut payload)?;
+    payload.reserve(len.min(64 * 1024));
+    r.take(len as u64).read_to_end(payload)?;
     if payload.len() < len {
         return Err(FrameError::Truncated {
             got: HEADER_LEN + payload.len(),
             want: HEADER_LEN + len,
         });
     }
-    Ok(payload)
+    Ok(())
 }
 
 /// Reads until `buf` is full or the stream ends; returns the bytes read.
@@ -334,6 +348,28 @@ mod tests {
         assert_eq!(read_frame(&mut r, 8).unwrap(), b"one");
         assert_eq!(read_frame(&mut r, 8).unwrap(), b"");
         assert!(matches!(read_frame(&mut r, 8), Err(FrameError::Closed)));
+    }
+
+    #[test]
+    fn a_reused_buffer_holds_only_the_last_frame_and_keeps_its_allocation() {
+        let mut wire = Vec::new();
+        write_frame(&mut wire, &[7u8; 100]).unwrap();
+        write_frame(&mut wire, b"two").unwrap();
+        write_frame(&mut wire, b"").unwrap();
+        let mut r = &wire[..];
+        let mut payload = b"left over".to_vec();
+        read_frame_into(&mut r, 128, &mut payload).unwrap();
+        assert_eq!(payload, [7u8; 100]);
+        let grown = payload.capacity();
+        read_frame_into(&mut r, 128, &mut payload).unwrap();
+        assert_eq!(payload, b"two");
+        assert_eq!(payload.capacity(), grown);
+        read_frame_into(&mut r, 128, &mut payload).unwrap();
+        assert!(payload.is_empty());
+        assert!(matches!(
+            read_frame_into(&mut r, 128, &mut payload),
+            Err(FrameError::Closed)
+        ));
     }
 
     #[test]

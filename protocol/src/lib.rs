@@ -54,7 +54,7 @@ pub use codec::{
     CONFIG, DecodeError, EncodeError, HANDSHAKE_MAX_FRAME_LEN, MAX_FRAME_LEN, ProtocolError,
     decode_payload, encode_frame, encoded_len, recv, send, to_frame,
 };
-pub use frame::{FrameDecoder, FrameError, read_frame, write_frame};
+pub use frame::{FrameDecoder, FrameError, read_frame, read_frame_into, write_frame};
 pub use handshake::{
     Admission, AgentInfo, HandshakeError, Hello, MAGIC, PROTOCOL_VERSION, Peer, Refusal,
     RefusalReason, Welcome, accept, check_hello, check_welcome, decode_hello, decode_welcome,

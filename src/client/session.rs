@@ -12,6 +12,7 @@ use heaptui_protocol::stream::Stream;
 use heaptui_protocol::{
     AgentInfo, FrameError, Hello, MAX_FRAME_LEN, Push, Request, RequestBody, RequestId, Response,
     ServerMessage, SnapshotChunk, SnapshotId, SnapshotInfo, decode_payload, read_frame,
+    read_frame_into,
 };
 
 use super::{Address, ClientError, TokenSource, token};
@@ -30,6 +31,9 @@ pub struct Session {
     next_id: u64,
     address: Address,
     agent: AgentInfo,
+    /// The last answer's frame, its allocation kept for the next (a kept snapshot comes in
+    /// 8 MiB chunks: one buffer for all of them, not a fresh one each).
+    frame: Vec<u8>,
 }
 
 /// The one sentence for a failed connect.
@@ -145,6 +149,7 @@ impl Session {
             next_id: 1,
             address: address.clone(),
             agent,
+            frame: Vec::new(),
         })
     }
 
@@ -160,8 +165,9 @@ impl Session {
         heaptui_protocol::send(&mut self.stream, &Request { id, body })
             .map_err(|e| self.lost(e))?;
         loop {
-            let payload = read_frame(&mut self.stream, MAX_FRAME_LEN).map_err(|e| self.lost(e))?;
-            let message: ServerMessage = decode_payload(&payload).map_err(|e| self.lost(e))?;
+            read_frame_into(&mut self.stream, MAX_FRAME_LEN, &mut self.frame)
+                .map_err(|e| self.lost(e))?;
+            let message: ServerMessage = decode_payload(&self.frame).map_err(|e| self.lost(e))?;
             match message {
                 ServerMessage::Response { id: got, body } if got == id => {
                     return match *body {

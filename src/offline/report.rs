@@ -6,6 +6,8 @@
 //! tables (`text`) are drawn from it, so the two cannot disagree. Building it reads the
 //! engine's figures and the graph's names; it computes no figure itself.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::io::{BufWriter, Write};
 use std::path::Path;
 
@@ -336,13 +338,34 @@ impl Report {
 /// these become report rows: a heap of millions of blocks can have millions of groups, and
 /// a row each (with its label) would cost the client more than the rest of the report.
 fn largest_groups(groups: &GroupTable, limit: GroupLimit) -> Vec<u32> {
-    let key = |&g: &u32| (std::cmp::Reverse(groups.size_at(g)), groups.id(g));
-    let mut order: Vec<u32> = (0..groups.len() as u32).collect();
-    let listed = limit.of(order.len());
-    if listed < order.len() {
-        order.select_nth_unstable_by_key(listed, key);
-        order.truncate(listed);
+    // One pass keeping the `listed` largest in a heap whose top is the smallest of them:
+    // each size is read out of the packed columns once (a selection over all groups read it
+    // at every comparison, a tenth of a live report's client CPU on a 4.56M-block heap), an
+    // id only for a size that can enter, and the memory is that of the listed groups. The
+    // keys are distinct (a group's id is), so the order is that of a sort of them all.
+    let listed = limit.of(groups.len());
+    let mut largest: BinaryHeap<(Reverse<u64>, GroupId, u32)> = BinaryHeap::with_capacity(listed);
+    for g in 0..groups.len() as u32 {
+        let size = groups.size_at(g);
+        if largest.len() < listed {
+            largest.push((Reverse(size), groups.id(g), g));
+            continue;
+        }
+        let Some(mut smallest) = largest.peek_mut() else {
+            break; // nothing is listed
+        };
+        let Reverse(smallest_size) = smallest.0;
+        if size < smallest_size {
+            continue;
+        }
+        let key = (Reverse(size), groups.id(g), g);
+        if key < *smallest {
+            *smallest = key;
+        }
     }
-    order.sort_unstable_by_key(key);
-    order
+    largest
+        .into_sorted_vec()
+        .into_iter()
+        .map(|(_, _, g)| g)
+        .collect()
 }
