@@ -20,7 +20,9 @@
 //! A program thread's `free` usually goes nowhere yet: `registry::held_frees` holds it and
 //! applies it with the thread's next fifteen (a request of 64 KiB or more applies them first);
 //! likewise its new blocks under 4 KiB wait in its slot of `registry::new_blocks` and reach the
-//! table sixteen at a time (every reader of the table sees them there).
+//! table sixteen at a time, the oldest of the 64 waiting (every reader of the table sees them
+//! there). A free or realloc of a block still waiting in the calling thread's slot is done
+//! there: the block never reaches the table (most of sqlite3's blocks).
 
 pub mod pthread;
 pub mod unwind;
@@ -32,6 +34,7 @@ use crate::record;
 use crate::registry::blocks;
 use crate::registry::counters::{self, Op, Rare};
 use crate::registry::held_frees;
+use crate::registry::new_blocks;
 use crate::registry::stacks;
 use crate::sys;
 
@@ -282,8 +285,18 @@ unsafe fn resize(p: *mut c_void, size: usize, op: Op, entry_sp: usize, fp: usize
         return unsafe { __libc_realloc(p, size) };
     };
     // The block stays in the table, marked moving, while libc works on it: a snapshot taken
-    // meanwhile sees it where the program still holds it (registry::blocks docs).
-    let old = blocks::begin_move(p as u64);
+    // meanwhile sees it where the program still holds it (registry::blocks docs). A block
+    // still waiting in this thread's slot (most reallocs follow their malloc closely) stays
+    // there, marked the same way, and its new block takes its entry.
+    let st = sys::thread_state();
+    let waiting = (size < new_blocks::DIRECT_FROM as usize && !st.agent())
+        .then(|| held_frees::claimed_index(st.held()))
+        .flatten()
+        .and_then(|k| blocks::begin_move_waiting(p as u64, k).map(|(old, i)| (old, k, i)));
+    let old = match &waiting {
+        Some((old, ..)) => Some(*old),
+        None => blocks::begin_move(p as u64),
+    };
     if old.is_none() {
         counters::count_rare(Rare::UnknownRealloc);
     }
@@ -297,7 +310,9 @@ unsafe fn resize(p: *mut c_void, size: usize, op: Op, entry_sp: usize, fp: usize
     if q.is_null() {
         if size == 0 {
             // glibc's realloc(p, 0) frees p and returns NULL: a release, not a failure.
-            if let Some(old) = &old {
+            if let Some(old) = &old
+                && !waiting.is_some_and(|(old, k, i)| blocks::end_move_waiting(&old, k, i))
+            {
                 blocks::end_move(old);
             }
             recorded.freed(p as u64, busy.tid, || stack_id(entry_sp, fp));
@@ -305,7 +320,9 @@ unsafe fn resize(p: *mut c_void, size: usize, op: Op, entry_sp: usize, fp: usize
             agent_share(op, None, old_size);
         } else {
             // p is untouched.
-            if old.is_some() {
+            if old.is_some()
+                && !waiting.is_some_and(|(old, k, i)| blocks::cancel_move_waiting(&old, k, i))
+            {
                 blocks::cancel_move(p as u64);
             }
             failed(op);
@@ -313,9 +330,14 @@ unsafe fn resize(p: *mut c_void, size: usize, op: Op, entry_sp: usize, fp: usize
         }
         return q;
     }
-    let tracked = match &old {
-        Some(old) => blocks::finish_move(old, q as u64, size as u64, busy.tid, stack, op),
-        None => blocks::insert(q as u64, size as u64, busy.tid, stack, op),
+    let (q64, size64) = (q as u64, size as u64);
+    let tracked = match (&waiting, &old) {
+        (Some((old, k, i)), _) => {
+            blocks::finish_move_waiting(old, *k, *i, q64, size64, busy.tid, stack, op)
+                .unwrap_or_else(|| blocks::finish_move(old, q64, size64, busy.tid, stack, op))
+        }
+        (None, Some(old)) => blocks::finish_move(old, q64, size64, busy.tid, stack, op),
+        (None, None) => blocks::insert(q64, size64, busy.tid, stack, op),
     };
     recorded.moved(p as u64, q as u64, size as u64, busy.tid, stack);
     agent_share(op, tracked.then_some(size as u64), old_size);
@@ -356,18 +378,44 @@ pub(crate) unsafe extern "C" fn reallocarray(
 /// # Safety
 /// As `free(3)`; `entry_sp`/`fp` as for [`malloc`] (the freeing stack, for a recording).
 pub(crate) unsafe extern "C" fn free(p: *mut c_void, entry_sp: usize, fp: usize) {
-    if !p.is_null()
-        && !record::enabled()
-        && held_frees::hold_unless_full(p as u64, sys::thread_state())
-    {
-        // Applied with the thread's next batch (registry::held_frees).
-        return;
+    if !p.is_null() && !record::enabled() {
+        let st = sys::thread_state();
+        if cancel_waiting(p as u64, st) {
+            // SAFETY: the program's free of p, whose block left the thread's slot above (it
+            // never reached the table).
+            unsafe { __libc_free(p) };
+            return;
+        }
+        if held_frees::hold_unless_full(p as u64, st) {
+            // Applied with the thread's next batch (registry::held_frees).
+            return;
+        }
     }
     // SAFETY: as the caller's free.
     unsafe { free_general(p, entry_sp, fp) }
 }
 
-/// Every free the fast path above does not take; out of line, so that the fast path saves no
+/// The free of a block still waiting in the calling thread's batch slot (a program thread not
+/// inside a hook): it leaves the slot and goes to libc, the table untouched
+/// (`blocks::cancel_new`). False, nothing done, when the block is not there.
+#[inline]
+fn cancel_waiting(p: u64, st: &sys::ThreadState) -> bool {
+    if st.busy() {
+        return false;
+    }
+    let Some(k) = held_frees::claimed_index(st.held()) else {
+        return false;
+    };
+    st.set_busy(true);
+    let cancelled = blocks::cancel_new(p, k);
+    if cancelled {
+        held_frees::count_unheld_free(st, sys::current_tid());
+    }
+    st.set_busy(false);
+    cancelled
+}
+
+/// Every free the fast paths above do not take; out of line, so that the fast path saves no
 /// registers.
 ///
 /// # Safety

@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize
 
 use super::counters::{self, Op, Rare, ShardStats};
 use super::held_frees::{HeldSet, used_slots};
-use super::new_blocks::{NEW, NewSlot};
+use super::new_blocks::{BATCH, NEW, NURSERY, NewSlot};
 use crate::sync::{self, CacheLine, RawLock};
 use crate::sys;
 
@@ -227,6 +227,11 @@ static SEQ: CacheLine<AtomicU64> = CacheLine(AtomicU64::new(0));
 /// Tid of the thread that holds every shard lock (freeze or fork), 0 if none: its own hooks
 /// must not try to lock a shard again.
 static HOLDER: CacheLine<AtomicU32> = CacheLine(AtomicU32::new(0));
+/// Set (and never cleared) with the first bit of any shard's `missed` ([`missed_free`]): until
+/// then no address can have two entries, and [`cancel_new`] need not read the shard's word.
+/// Why it is seen in time: as for [`duplicates_possible`], the store happens before the block
+/// goes back to libc, so before any call that names a later block at its address.
+static MISSED_ANY: AtomicBool = AtomicBool::new(false);
 /// Bytes mapped by all shard tables (for the agent-memory figure).
 static TABLE_BYTES: AtomicU64 = AtomicU64::new(0);
 /// Cleared when a table could not grow, or broke an invariant ([`broken`]): the agent stops
@@ -465,6 +470,7 @@ pub fn missed_free(addr: u64) {
     shard_of(addr)
         .missed
         .fetch_or(missed_bit(addr), Ordering::Relaxed);
+    MISSED_ANY.store(true, Ordering::Relaxed);
 }
 
 /// The bit of `addr` in its shard's record of missed frees: one of 64 buckets by hash, so a
@@ -583,15 +589,16 @@ fn newer(a: u64, b: u64) -> bool {
 /// counts it) when it could not be tracked.
 #[inline]
 pub fn insert_new(addr: u64, size: u64, tid: u32, stack: u32, op: Op, k: usize) -> bool {
-    if size >= super::new_blocks::DIRECT_FROM {
-        // A big block goes straight in, after the thread's waiting ones: the live bytes
-        // published with it (the moments that make a peak) then count them too.
-        apply_new(k);
-        return insert(addr, size, tid, stack, op);
-    }
     let Some(slot) = NEW.get(k) else {
         return insert(addr, size, tid, stack, op);
     };
+    if size >= super::new_blocks::DIRECT_FROM {
+        // A big block goes straight in, and the peak counts the thread's waiting blocks with
+        // it: such a moment is what makes a peak (`new_blocks` module docs).
+        let tracked = insert(addr, size, tid, stack, op);
+        counters::raise_peak_above_published(slot.waiting_bytes());
+        return tracked;
+    }
     if !trackable(addr, size, op) {
         return false;
     }
@@ -599,7 +606,8 @@ pub fn insert_new(addr: u64, size: u64, tid: u32, stack: u32, op: Op, k: usize) 
     let full = match slot.push(addr, e.w, op) {
         Some(full) => full,
         None => {
-            // Full already (only a broken invariant gets there): apply it, then add.
+            // Full already, or its next entry not empty (only a broken invariant gets
+            // there): apply it all, then add.
             apply_new(k);
             match slot.push(addr, e.w, op) {
                 Some(full) => full,
@@ -608,7 +616,7 @@ pub fn insert_new(addr: u64, size: u64, tid: u32, stack: u32, op: Op, k: usize) 
         }
     };
     if full {
-        apply_new(k);
+        apply_oldest(k);
     }
     true
 }
@@ -617,12 +625,12 @@ pub fn insert_new(addr: u64, size: u64, tid: u32, stack: u32, op: Op, k: usize) 
 /// without applying anything (no shard lock is taken then: the hooks' fast path).
 #[inline]
 pub fn new_fits(k: usize, size: u64) -> bool {
-    size < super::new_blocks::DIRECT_FROM && NEW.get(k).is_some_and(NewSlot::room_for_one_more)
+    size < super::new_blocks::DIRECT_FROM && NEW.get(k).is_some_and(NewSlot::has_room)
 }
 
 /// Records a new block of a program thread in its batch slot `k`, which [`new_fits`] said
-/// takes it (so this applies nothing and takes no lock). False (and counted) when it could
-/// not be tracked.
+/// takes it (so this takes no lock unless the slot is full now). False (and counted) when it
+/// could not be tracked.
 #[inline(always)]
 pub fn push_new(addr: u64, size: u64, tid: u32, stack: u32, op: Op, k: usize) -> bool {
     let Some(slot) = NEW.get(k) else {
@@ -634,39 +642,176 @@ pub fn push_new(addr: u64, size: u64, tid: u32, stack: u32, op: Op, k: usize) ->
     let e = Entry::pack(&BlockRecord::new_block(addr, size, tid, stack));
     match slot.push(addr, e.w, op) {
         Some(false) => true,
-        // Full now, or already (what `new_fits` ruled out): applied as `insert_new` would.
+        // Full now: its oldest blocks go to the table, as `insert_new` would.
         Some(true) => {
-            apply_new(k);
+            apply_oldest(k);
             true
         }
         None => insert(addr, size, tid, stack, op),
     }
 }
 
-/// Applies the new blocks of batch slot `k` (its owner thread, inside a hook or ending; or a
-/// fork child for a thread it did not inherit): their table slots are prefetched together,
-/// then each shard is locked once for all of its blocks (see `new_blocks` for why an entry
-/// leaves the slot only under its shard's lock).
+/// The calling thread frees `addr`, a block of its own that may still wait in its batch slot
+/// `k`: when it does (and no free of an address like it was missed, so that this entry is
+/// the address's only one), it leaves the slot without ever reaching the table or taking a
+/// lock, counted as allocated and freed, and the caller hands the block to libc. False,
+/// nothing done, otherwise. Most blocks of a program like sqlite3 are freed within a few
+/// dozen allocations of their thread (BENCHMARKS.md "Real programs"): they cost the table
+/// nothing.
+#[inline]
+pub fn cancel_new(addr: u64, k: usize) -> bool {
+    let Some(slot) = NEW.get(k) else {
+        return false;
+    };
+    if MISSED_ANY.load(Ordering::Relaxed) && duplicates_possible(addr) {
+        return false;
+    }
+    slot.cancel(addr)
+}
+
+/// A realloc of the block at `addr`, which waits in the calling thread's slot `k`, starts:
+/// the entry stays where it is, marked moving, under the shard lock every other reader of the
+/// address takes (so none sees it half-marked). Its record and index, or None when the block
+/// is not there (or a free of an address like it was missed): then [`begin_move`]. The new
+/// block must be one that waits too (under [`super::new_blocks::DIRECT_FROM`] bytes).
+pub fn begin_move_waiting(addr: u64, k: usize) -> Option<(BlockRecord, usize)> {
+    let slot = NEW.get(k)?;
+    if MISSED_ANY.load(Ordering::Relaxed) && duplicates_possible(addr) {
+        return None;
+    }
+    let i = slot.find_own(addr)?;
+    let _locked = Locked::new(shard_of(addr));
+    // Taken between the look and the lock (a capture, another thread): the table has it.
+    if slot.addrs[i].load(Ordering::Relaxed) != addr {
+        return None;
+    }
+    let (words, _) = slot.entry(i);
+    if words[2] & MOVING != 0 {
+        return None;
+    }
+    slot.words[i][2].store(words[2] | MOVING, Ordering::Relaxed);
+    let mut e = Entry { w: words };
+    e.w[2] |= MOVING;
+    Some((e.unpack(), i))
+}
+
+/// The entry a [`begin_move_waiting`] marked, locked: its call when it is still there (not
+/// taken meanwhile by a capture, which moved it into the table; the caller then uses the
+/// table's [`finish_move`], [`end_move`] or [`cancel_move`]).
+fn own_move_in_slot(slot: &NewSlot, i: usize, old: &BlockRecord) -> Option<Op> {
+    if slot.addrs.get(i)?.load(Ordering::Relaxed) != old.addr {
+        return None;
+    }
+    let (words, op) = slot.entry(i);
+    is_own_move(&Entry { w: words }, old).then_some(op)
+}
+
+/// The realloc of a block that waited in slot `k` (entry `i`, see [`begin_move_waiting`])
+/// returned `addr` with `size` bytes: the new block takes the old one's entry, in one step
+/// under the old block's shard lock (a capture, which holds every lock, sees one of the two).
+/// The old block is counted as allocated and released in that shard. Some(whether the new
+/// block is tracked), or None when the entry was taken meanwhile (then [`finish_move`]).
+#[allow(clippy::too_many_arguments)]
+pub fn finish_move_waiting(
+    old: &BlockRecord,
+    k: usize,
+    i: usize,
+    addr: u64,
+    size: u64,
+    tid: u32,
+    stack: u32,
+    op: Op,
+) -> Option<bool> {
+    let slot = NEW.get(k)?;
+    let shard = shard_of(old.addr);
+    let _locked = Locked::new(shard);
+    let made = own_move_in_slot(slot, i, old)?;
+    shard.stats.tracked(made, old.size);
+    shard.stats.released(None, old.size);
+    shard.stats.settle();
+    if !trackable(addr, size, op) {
+        slot.empty(i, old.addr);
+        return Some(false);
+    }
+    let e = Entry::pack(&BlockRecord::new_block(addr, size, tid, stack));
+    slot.replace(i, old.addr, addr, e.w, op);
+    Some(true)
+}
+
+/// The realloc of a waiting block gave it back to libc with no new one (`realloc(p, 0)`):
+/// its entry goes, counted as allocated and released. False when it was taken meanwhile
+/// (then [`end_move`]).
+pub fn end_move_waiting(old: &BlockRecord, k: usize, i: usize) -> bool {
+    let Some(slot) = NEW.get(k) else {
+        return false;
+    };
+    let shard = shard_of(old.addr);
+    let _locked = Locked::new(shard);
+    let Some(made) = own_move_in_slot(slot, i, old) else {
+        return false;
+    };
+    slot.empty(i, old.addr);
+    shard.stats.tracked(made, old.size);
+    shard.stats.released(None, old.size);
+    shard.stats.settle();
+    true
+}
+
+/// The realloc of a waiting block failed (libc kept it): the mark goes. False when it was
+/// taken meanwhile (then [`cancel_move`]).
+pub fn cancel_move_waiting(old: &BlockRecord, k: usize, i: usize) -> bool {
+    let Some(slot) = NEW.get(k) else {
+        return false;
+    };
+    let _locked = Locked::new(shard_of(old.addr));
+    if own_move_in_slot(slot, i, old).is_none() {
+        return false;
+    }
+    let w2 = slot.words[i][2].load(Ordering::Relaxed);
+    slot.words[i][2].store(w2 & !MOVING, Ordering::Relaxed);
+    true
+}
+
+/// Applies every new block of batch slot `k` (its owner thread, inside a hook or ending; or
+/// a fork child for a thread it did not inherit), and marks the slot applied.
 pub fn apply_new(k: usize) {
     let Some(slot) = NEW.get(k) else {
         return;
     };
-    let n = slot.written();
-    if n == 0 {
-        return;
+    for from in (0..super::new_blocks::NURSERY).step_by(BATCH) {
+        apply_run(slot, from..from + BATCH);
     }
-    for a in &slot.addrs[..n] {
+    slot.clear();
+}
+
+/// Applies the oldest [`BATCH`] new blocks of the calling thread's slot `k`, which is full.
+fn apply_oldest(k: usize) {
+    if let Some(slot) = NEW.get(k) {
+        apply_run(slot, slot.oldest());
+    }
+}
+
+/// Applies the new blocks at indexes `run` (at most [`BATCH`]) of `slot`: their table slots
+/// are prefetched together, then each shard is locked once for all of its blocks (see
+/// `new_blocks` for why an entry leaves the slot only under its shard's lock).
+fn apply_run(slot: &NewSlot, run: std::ops::Range<usize>) {
+    let Some(addrs) = slot.addrs.get(run.clone()) else {
+        return;
+    };
+    let from = run.start;
+    // Bit j: entry from + j not yet applied.
+    let mut left: u32 = 0;
+    for (j, a) in addrs.iter().enumerate().take(BATCH) {
         let a = a.load(Ordering::Relaxed);
         if a != 0 {
+            left |= 1 << j;
             let _ = prefetch(a);
         }
     }
-    // Bit i: entry i not yet applied.
-    let mut left: u32 = (1u32 << n).wrapping_sub(1);
     let mut round = 0;
     while left != 0 {
         let first = left.trailing_zeros() as usize;
-        let a = slot.addrs[first].load(Ordering::Acquire);
+        let a = addrs[first].load(Ordering::Acquire);
         if a == 0 {
             // Taken by a reader (a free from another thread, a capture).
             left &= !(1 << first);
@@ -675,13 +820,13 @@ pub fn apply_new(k: usize) {
         let shard = shard_of(a);
         let mut locked = Locked::new(shard);
         let mut stalled = false;
-        for i in first..n {
-            if left & 1 << i == 0 {
+        for (j, cell) in addrs.iter().enumerate().take(BATCH).skip(first) {
+            if left & 1 << j == 0 {
                 continue;
             }
-            let a = slot.addrs[i].load(Ordering::Acquire);
+            let a = cell.load(Ordering::Acquire);
             if a == 0 {
-                left &= !(1 << i);
+                left &= !(1 << j);
                 continue;
             }
             if !std::ptr::eq(shard_of(a), shard) {
@@ -689,7 +834,7 @@ pub fn apply_new(k: usize) {
             }
             match apply_entry(
                 slot,
-                i,
+                from + j,
                 locked.table(),
                 &shard.stats,
                 round >= MOVE_WAIT_LIMIT,
@@ -698,7 +843,7 @@ pub fn apply_new(k: usize) {
                     stalled = true;
                     break;
                 }
-                Placed::Stored { .. } | Placed::Full => left &= !(1 << i),
+                Placed::Stored { .. } | Placed::Full => left &= !(1 << j),
             }
         }
         shard.stats.settle();
@@ -713,7 +858,6 @@ pub fn apply_new(k: usize) {
             wait_for_mover(round);
         }
     }
-    slot.clear();
 }
 
 /// Moves entry `i` of `slot` into its shard's `table` (whose lock the caller holds) and
@@ -810,12 +954,17 @@ fn find_new(addr: u64) -> Option<Waiting> {
     let mut newest: Option<Waiting> = None;
     for k in order {
         let slot = &NEW[k];
-        let Some(i) = (0..slot.written()).find(|&i| slot.addrs[i].load(Ordering::Acquire) == addr)
-        else {
+        let Some(i) = (0..NURSERY).find(|&i| slot.addrs[i].load(Ordering::Acquire) == addr) else {
             continue;
         };
         let (words, op) = slot.entry(i);
         let e = Entry { w: words };
+        // A realloc in progress on the slot's owner (`begin_move_waiting`): a new block at the
+        // address supersedes it, and only that realloc ends it (as a moving table entry, which
+        // only a free finding no other block takes, and only a program's race can make it).
+        if e.moving() {
+            continue;
+        }
         // Two slots hold an address only after a missed free: the entry with the higher
         // sequence number is the live block (see `new_blocks`).
         if newest.as_ref().is_none_or(|n| newer(e.seq(), n.e.seq())) {
@@ -1300,7 +1449,7 @@ impl Frozen {
     /// shard lock held, so no owner is applying them meanwhile.
     fn take_all_new(&self) {
         for slot in &NEW[..used_slots()] {
-            for i in 0..slot.written() {
+            for i in 0..NURSERY {
                 let a = slot.addrs[i].load(Ordering::Acquire);
                 if a == 0 {
                     continue;
@@ -1412,7 +1561,7 @@ impl Drop for Frozen {
 
 #[cfg(test)]
 mod tests {
-    use super::super::new_blocks::{BATCH, any_waiting};
+    use super::super::new_blocks::any_waiting;
     use super::*;
 
     #[test]
@@ -1513,7 +1662,7 @@ mod tests {
         for i in 0..3u64 {
             assert!(insert_new(BASE + 64 * i, 10 + i, tid, 0, Op::Malloc, k));
         }
-        assert_eq!(slot.written(), 3);
+        assert_eq!(slot.waiting(), 3);
         assert!(any_waiting(), "a slot holding blocks is counted");
         let waiting = lookup(BASE + 64).expect("a waiting block is found");
         assert_eq!((waiting.size, waiting.tid), (11, tid));
@@ -1534,20 +1683,32 @@ mod tests {
         assert!(finish_move(&old, BASE + 192, 30, tid, 0, Op::Realloc));
         // The owner's batch applies what is left, once: the freed block does not come back.
         super::apply_new(k);
-        assert_eq!(slot.written(), 0);
+        assert_eq!(slot.waiting(), 0);
         assert!(!any_waiting(), "an applied slot is uncounted");
         assert_eq!(frozen_in(BASE..BASE + 4096), [(BASE, 10), (BASE + 192, 30)]);
-        // A full slot is applied by the insert that fills it.
-        for i in 0..BATCH as u64 {
+        // A full slot's oldest blocks are applied by the insert that fills it; the rest wait.
+        let full = NURSERY as u64;
+        for i in 0..full {
             assert!(insert_new(BASE + 4096 + 32 * i, 1, tid, 0, Op::Malloc, k));
         }
-        assert_eq!(slot.written(), 0);
-        assert!(
-            !any_waiting(),
-            "a full slot applied by its insert is uncounted"
+        assert_eq!(slot.waiting(), NURSERY - BATCH);
+        let applied = {
+            let h = |i: u64| BASE + 4096 + 32 * i;
+            (0..full)
+                .filter(|&i| {
+                    let mut shard = Locked::new(shard_of(h(i)));
+                    shard.table().find(h(i), hash(h(i))).is_some()
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            applied,
+            (0..BATCH as u64).collect::<Vec<_>>(),
+            "the oldest went first"
         );
-        assert_eq!(frozen_in(BASE + 4096..BASE + 8192).len(), BATCH);
-        for i in 0..BATCH as u64 {
+        assert!(any_waiting());
+        assert_eq!(frozen_in(BASE + 4096..BASE + 8192).len(), NURSERY);
+        for i in 0..full {
             assert_eq!(
                 remove(BASE + 4096 + 32 * i, Some(Op::Free)).map(|r| r.size),
                 Some(1)
@@ -1555,6 +1716,118 @@ mod tests {
         }
         assert_eq!(remove(BASE, Some(Op::Free)).map(|r| r.size), Some(10));
         assert_eq!(remove(BASE + 192, Some(Op::Free)).map(|r| r.size), Some(30));
+    }
+
+    #[test]
+    fn a_block_its_owner_frees_while_it_waits_never_reaches_the_table() {
+        const BASE: u64 = 0x5a00_0000_0000;
+        let st = sys::thread_state();
+        let tid = sys::current_tid();
+        let k = super::super::held_frees::own_index(st, tid).expect("a batch slot");
+        super::apply_new(k);
+        let before = counters::counters();
+        assert!(insert_new(BASE, 40, tid, 0, Op::Malloc, k));
+        assert!(insert_new(BASE + 64, 8, tid, 0, Op::Calloc, k));
+        assert!(cancel_new(BASE, k), "found through the slot's index");
+        assert!(!cancel_new(BASE, k), "cancelled once");
+        assert_eq!(lookup(BASE), None);
+        let after = counters::counters();
+        assert_eq!(after.calls(Op::Malloc) - before.calls(Op::Malloc), 1);
+        assert_eq!(after.calls(Op::Calloc) - before.calls(Op::Calloc), 1);
+        assert_eq!(after.calls(Op::Free) - before.calls(Op::Free), 1);
+        assert_eq!(after.allocated_bytes - before.allocated_bytes, 48);
+        assert_eq!(after.freed_bytes - before.freed_bytes, 40);
+        assert_eq!(after.live_blocks - before.live_blocks, 1);
+        // A block a capture moved into the table is no longer the slot's: its free goes the
+        // table's way.
+        assert_eq!(frozen_in(BASE..BASE + 4096), [(BASE + 64, 8)]);
+        assert!(!cancel_new(BASE + 64, k));
+        assert_eq!(remove(BASE + 64, Some(Op::Free)).map(|r| r.size), Some(8));
+        // After a missed free at an address like it, an entry is not cancelled (another one
+        // may be newer): the table's way finds the newest.
+        missed_free(BASE + 128);
+        assert!(insert_new(BASE + 128, 3, tid, 0, Op::Malloc, k));
+        assert!(!cancel_new(BASE + 128, k));
+        assert_eq!(remove(BASE + 128, Some(Op::Free)).map(|r| r.size), Some(3));
+        let end = counters::counters();
+        assert_eq!(end.live_blocks, before.live_blocks);
+        assert_eq!(end.live_bytes, before.live_bytes);
+    }
+
+    #[test]
+    fn a_realloc_of_a_waiting_block_stays_in_its_slot_and_a_capture_sees_one_of_the_two() {
+        // Old and new blocks in different shards (64 MiB regions).
+        const OLD: u64 = 0x5b00_0000_0000;
+        const MOVED_TO: u64 = 0x5b00_1000_0000;
+        let st = sys::thread_state();
+        let tid = sys::current_tid();
+        let k = super::super::held_frees::own_index(st, tid).expect("a batch slot");
+        let slot = &NEW[k];
+        super::apply_new(k);
+        let before = counters::counters();
+        let in_table = |addr: u64| {
+            let mut shard = Locked::new(shard_of(addr));
+            shard.table().find(addr, hash(addr)).is_some()
+        };
+        // Finished in the slot: the new block takes the old one's entry.
+        assert!(insert_new(OLD, 24, tid, 0, Op::Malloc, k));
+        let (old, i) = begin_move_waiting(OLD, k).expect("waiting in its slot");
+        assert_eq!((old.size, old.moving), (24, true));
+        assert_eq!(
+            lookup(OLD),
+            None,
+            "a realloc in progress in a slot is its owner's"
+        );
+        assert_eq!(
+            finish_move_waiting(&old, k, i, MOVED_TO, 40, tid, 0, Op::Realloc),
+            Some(true)
+        );
+        assert_eq!(slot.waiting(), 1);
+        assert!(!in_table(OLD) && !in_table(MOVED_TO));
+        let moved = lookup(MOVED_TO).expect("the new block waits");
+        assert_eq!((moved.size, moved.moving), (40, false));
+        assert!(moved.seq > old.seq);
+        let after = counters::counters();
+        assert_eq!(after.calls(Op::Malloc) - before.calls(Op::Malloc), 1);
+        assert_eq!(after.calls(Op::Realloc) - before.calls(Op::Realloc), 1);
+        assert_eq!(after.allocated_bytes - before.allocated_bytes, 64);
+        assert_eq!(after.freed_bytes - before.freed_bytes, 24);
+        assert!(
+            cancel_new(MOVED_TO, k),
+            "the new block is its thread's to free"
+        );
+        // A capture in between moves the moving entry into the table, where it shows moving;
+        // the realloc then finishes there.
+        assert!(insert_new(OLD, 24, tid, 0, Op::Malloc, k));
+        let (old, i) = begin_move_waiting(OLD, k).expect("waiting in its slot");
+        let frozen = freeze();
+        let mut seen = Vec::new();
+        frozen.for_each(|r| {
+            if r.addr == OLD || r.addr == MOVED_TO {
+                seen.push((r.addr, r.size, r.moving));
+            }
+        });
+        drop(frozen);
+        assert_eq!(seen, [(OLD, 24, true)]);
+        assert_eq!(
+            finish_move_waiting(&old, k, i, MOVED_TO, 40, tid, 0, Op::Realloc),
+            None
+        );
+        assert!(finish_move(&old, MOVED_TO, 40, tid, 0, Op::Realloc));
+        assert!(!in_table(OLD) && in_table(MOVED_TO));
+        assert_eq!(remove(MOVED_TO, Some(Op::Free)).map(|r| r.size), Some(40));
+        // A failed realloc leaves the block waiting, unmarked; realloc(p, 0) frees it.
+        assert!(insert_new(OLD, 24, tid, 0, Op::Malloc, k));
+        let (old, i) = begin_move_waiting(OLD, k).expect("waiting in its slot");
+        assert!(cancel_move_waiting(&old, k, i));
+        assert_eq!(lookup(OLD).map(|r| (r.size, r.moving)), Some((24, false)));
+        let (old, i) = begin_move_waiting(OLD, k).expect("waiting in its slot");
+        assert!(end_move_waiting(&old, k, i));
+        assert_eq!(lookup(OLD), None);
+        assert_eq!(slot.waiting(), 0);
+        let end = counters::counters();
+        assert_eq!(end.live_blocks, before.live_blocks);
+        assert_eq!(end.live_bytes, before.live_bytes);
     }
 
     #[test]

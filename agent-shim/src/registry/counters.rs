@@ -243,6 +243,22 @@ pub fn agent_block_out(size: u64) {
     AGENT_BLOCKS_OUT.fetch_add(1, Ordering::Relaxed);
 }
 
+/// Raises the peak to the live bytes the shards published plus `waiting`, the bytes of the
+/// calling thread's new blocks waiting in its slot, which no shard published (a big block's
+/// insert, `blocks::insert_new`: see the module docs).
+#[inline]
+pub fn raise_peak_above_published(waiting: u64) {
+    if waiting == 0 {
+        return;
+    }
+    let reached = PUBLISHED
+        .load(Ordering::Relaxed)
+        .saturating_add(i64::try_from(waiting).unwrap_or(i64::MAX));
+    if reached > PEAK_BYTES.load(Ordering::Relaxed) {
+        PEAK_BYTES.fetch_max(reached, Ordering::Relaxed);
+    }
+}
+
 /// A snapshot of every counter.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counters {

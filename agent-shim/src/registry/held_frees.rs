@@ -12,7 +12,9 @@
 //!   until its entry has left the table (removal before `__libc_free`, as before).
 //! - The program no longer holds it: a capture leaves held blocks out ([`HeldSet`], used by
 //!   `blocks::Frozen`), and the counters count them as freed ([`account`]).
-//! - Memory goes back to libc up to `BATCH − 1` frees late. A request of
+//! - Memory goes back to libc up to `BATCH − 1` frees late (frees of blocks still waiting in
+//!   the thread's slot of new blocks are not held, `blocks::cancel_new`, but count: `Slot::
+//!   unheld`). A request of
 //!   [`FLUSH_BEFORE`] bytes or more first applies the thread's batch ([`flush_current`]),
 //!   so a program that frees a big buffer to make room for another gets it back first.
 //!   (Deciding by the freed block's own size would cost what the batch saves: its size is
@@ -58,6 +60,10 @@ struct Slot {
     /// Tid of the owner; 0 = free.
     owner: AtomicU32,
     len: AtomicU32,
+    /// Frees of the owner that went to libc without being held (`blocks::cancel_new`) since
+    /// the first block now held: the slot is applied once `len + unheld` reaches [`BATCH`],
+    /// so a held block still goes back to libc within `BATCH − 1` of its thread's frees.
+    unheld: AtomicU32,
     blocks: [AtomicU64; BATCH],
 }
 
@@ -65,6 +71,7 @@ static SLOT: [Slot; SLOTS] = [const {
     Slot {
         owner: AtomicU32::new(0),
         len: AtomicU32::new(0),
+        unheld: AtomicU32::new(0),
         blocks: [const { AtomicU64::new(0) }; BATCH],
     }
 }; SLOTS];
@@ -93,6 +100,7 @@ impl Slot {
         // Emptied before the blocks leave the table: a capture in between sees them as live
         // (as a capture inside `free` always did), never as held after libc reused them.
         self.len.store(0, Ordering::Release);
+        self.unheld.store(0, Ordering::Relaxed);
         n
     }
 
@@ -207,7 +215,7 @@ pub fn hold(p: u64, st: &ThreadState, tid: u32) -> bool {
     };
     cell.store(p, Ordering::Relaxed);
     slot.len.store(n as u32 + 1, Ordering::Release);
-    if n + 1 == BATCH {
+    if n + 1 + slot.unheld.load(Ordering::Relaxed) as usize >= BATCH {
         slot.flush();
     }
     true
@@ -236,7 +244,7 @@ pub fn hold_unless_full(p: u64, st: &ThreadState) -> bool {
     st.set_busy(true);
     let n = slot.len.load(Ordering::Relaxed) as usize;
     let held = match slot.blocks.get(n) {
-        Some(cell) if n + 1 < BATCH => {
+        Some(cell) if n + 1 + (slot.unheld.load(Ordering::Relaxed) as usize) < BATCH => {
             cell.store(p, Ordering::Relaxed);
             slot.len.store(n as u32 + 1, Ordering::Release);
             true
@@ -245,6 +253,28 @@ pub fn hold_unless_full(p: u64, st: &ThreadState) -> bool {
     };
     st.set_busy(false);
     held
+}
+
+/// Counts a free of the calling thread that went to libc without being held (its block still
+/// waited in the thread's slot of new blocks: `blocks::cancel_new`), and applies the held
+/// frees once that makes [`BATCH`] frees since the first of them (see `Slot::unheld`). The
+/// caller is inside a hook (marked busy) on a program thread; `tid` is its thread id.
+#[inline]
+pub fn count_unheld_free(st: &ThreadState, tid: u32) {
+    let Some(slot) = claimed(st.held()) else {
+        return;
+    };
+    let held = slot.len.load(Ordering::Relaxed);
+    if held == 0 {
+        return;
+    }
+    let unheld = slot.unheld.load(Ordering::Relaxed) + 1;
+    slot.unheld.store(unheld, Ordering::Relaxed);
+    // The thread holding every shard lock (a fork's prepare handler) leaves it to its next
+    // held free, which goes the general way.
+    if (held + unheld) as usize >= BATCH && blocks::usable_by(tid) {
+        slot.flush();
+    }
 }
 
 /// The slot number of a thread whose `ThreadState::held` is `held`, if it claimed one.

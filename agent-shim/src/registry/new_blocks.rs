@@ -1,42 +1,63 @@
-//! New blocks held per thread and applied to the block table in batches (buffered inserts).
+//! New blocks held per thread and applied to the block table in batches (buffered inserts),
+//! and most of them never reaching it (the nursery).
 //!
 //! Why: recording a block in the table cost each allocation four atomic read-modify-writes
 //! (the sequence number, the shard lock, the published live bytes, the unlock) and, on a big
 //! heap, one cache and TLB miss on the new entry's slot (BENCHMARKS.md "Real programs"). A
 //! program thread instead writes its new block into a slot of its own (the same slot number
-//! as its held frees, `held_frees`) and returns; when [`BATCH`] blocks are there, its thread
-//! prefetches their table slots together, takes each shard lock once for all of that
-//! shard's blocks (glibc gives a thread's blocks one arena, so mostly one shard), publishes
-//! its live bytes once, and only then clears the slot (`blocks::apply_new`). Only the
-//! sequence number is still taken per block, so it stays the allocation order across
-//! threads.
+//! as its held frees, `held_frees`) and returns. The slot is a ring of [`NURSERY`] entries:
+//! when it is full, its thread applies the oldest [`BATCH`] together: it prefetches their
+//! table slots, takes each shard lock once for all of that shard's blocks (glibc gives a
+//! thread's blocks one arena, so mostly one shard), publishes its live bytes once, and empties
+//! those entries (`blocks::apply_oldest`). Only the sequence number is still taken per block,
+//! so it stays the allocation order across threads.
+//!
+//! Most blocks die young: sqlite3 frees 99.9% of its blocks within 32 allocations of its
+//! thread, and reallocates its blocks right after allocating them (BENCHMARKS.md "Real
+//! programs"). So a block waits for at least `NURSERY − BATCH` (48) later allocations of its
+//! thread, and when that thread frees or reallocates it meanwhile, it is done in the slot:
+//! - A free of a block waiting in the freeing thread's own slot ([`NewSlot::cancel`], found
+//!   through the slot's owner-private index, a hint checked against the entry) empties the
+//!   entry with one compare-and-swap, counts the block as allocated and freed in the slot's
+//!   own counters, and hands it to libc at once: no table, no lock, no held free.
+//! - A realloc of such a block marks its entry moving in place, under the shard lock every
+//!   other reader of that address takes, and the new block (under [`DIRECT_FROM`] bytes) takes
+//!   the same entry when libc returns, in one step under that lock
+//!   (`blocks::begin_move_waiting`, `blocks::finish_move_waiting`): a capture, which holds
+//!   every lock, sees the old block moving or the new one, as it does in the table.
 //!
 //! The one rule that makes it correct: **an entry leaves a slot only with its block's shard
 //! lock held, and goes straight into that shard's table (or is accounted as freed there)
-//! under the same lock.** So whoever holds a shard's lock sees each of that shard's blocks
-//! either in the table or in some thread's slot, never in neither, and an entry it sees in a
-//! slot cannot change under it: its owner rewrites a slot entry only after it was taken, and
-//! clears `len` only after its whole batch was applied. Every reader of the table uses it:
+//! under the same lock** — or it leaves it by its owner's compare-and-swap when the program
+//! frees it (a cancel), which only the program's own race can make another reader of the
+//! address see (one of the two empties the entry). So whoever holds a shard's lock sees each
+//! of that shard's blocks either in the table or in some thread's slot, never in neither, and
+//! an entry it sees in a slot cannot change under it: its owner rewrites a slot entry only
+//! after it was emptied, or (a realloc) under that lock. Every reader of the table uses it:
 //! - A free, realloc, lookup or size query that does not find its address in the table (or
 //!   finds there only another thread's realloc in progress, which a new block at the same
 //!   address supersedes) looks through the slots (the calling thread's first) and takes the
-//!   entry (`blocks::live_at`, `blocks::mark`): a block freed by another thread before its allocating
-//!   thread applied its batch is neither reported unknown nor left behind in the table.
+//!   entry (`blocks::live_at`, `blocks::mark`): a block freed by another thread before its
+//!   allocating thread applied it is neither reported unknown nor left behind in the table. A
+//!   realloc in progress in a slot is left to its owner (a new block there supersedes it).
 //! - A capture holds every shard lock (`blocks::Frozen`): after the world is stopped, its
-//!   `for_each` first moves every slot's blocks into the table. A block being written into a
-//!   slot at that moment is not yet returned by malloc (its thread is stopped inside the
-//!   hook), so leaving it out is right; the owner's later batch finds the entries taken.
-//!   (In the scan child this happens to the child's copy only.)
-//! - The live counters count the blocks in slots as allocated ([`account`]): exact whenever
-//!   no hook runs, like held frees; a reading taken while a batch is applied can count a
-//!   block twice or not at all for that moment. The peak is published by the shards, so it
-//!   can miss what waits in slots: blocks of [`DIRECT_FROM`] bytes or more never wait, and
-//!   the thread's waiting blocks are applied before such a block goes in, so that is less
-//!   than `BATCH` × 4 KiB per thread and none of the allocating thread's own at a big block;
-//!   every reading of the counters also raises the peak by the bytes it found waiting
-//!   (`counters` module docs).
+//!   `for_each` first moves every slot's blocks into the table (a realloc's moving entry as
+//!   moving; its owner then finishes it in the table). A block being written into a slot at
+//!   that moment is not yet returned by malloc (its thread is stopped inside the hook), so
+//!   leaving it out is right; a block being cancelled is inside its free. The owner's later
+//!   batch finds the entries taken. (In the scan child this happens to the child's copy only.)
+//! - The live counters count the blocks in slots as allocated ([`account`]), and the
+//!   cancelled ones as allocated and freed: exact whenever no hook runs, like held frees; a
+//!   reading taken while a batch is applied can count a block twice or not at all for that
+//!   moment. The peak is published by the shards, so it can miss what waits in slots: blocks
+//!   of [`DIRECT_FROM`] bytes or more never wait, so that is less than `NURSERY` × 4 KiB per
+//!   thread; when such a block goes in, the peak is raised by the bytes its thread has
+//!   waiting (`counters::raise_peak_above_published`), and every reading of the counters also
+//!   raises it by the bytes it found waiting (`counters` module docs). A block allocated and
+//!   freed while it waited reaches no shard: the peak misses it unless a reading or a big
+//!   block came in between.
 //! - A fork child applies the slots of the parent's other threads (`held_frees::
-//!   adopt_in_child`); a thread's batch is applied when it ends (thread-exit destructor) and
+//!   adopt_in_child`); a thread's slot is applied when it ends (thread-exit destructor) and
 //!   for the main thread by the exit summary. A thread that ends without the destructor
 //!   keeps its blocks in its slot: still seen by every reader above.
 //! - An address can be in a slot and in the table (or in two slots) only when the agent did
@@ -47,66 +68,98 @@
 //!   by address (`blocks::missed_free`): a free, realloc or lookup that finds its address in
 //!   the table looks in no slot unless a free at an address of the same shard and bucket was
 //!   missed, so one missed free slows only those, not every free of the process (why the
-//!   record is always seen in time: `blocks::duplicates_possible`).
+//!   record is always seen in time: `blocks::duplicates_possible`); and from the first missed
+//!   free on, a cancel or an in-slot realloc happens only at addresses of other buckets.
 //! - The agent's own threads insert directly (their share of the counters stays exact), and
-//!   so do reallocs (their swap of old and new entries is one step under both shard locks).
+//!   so do reallocs of blocks not waiting in the thread's slot (their swap of old and new
+//!   entries is one step under both shard locks).
 //!
 //! Written by its owner thread inside a hook (and by lock holders taking entries), read by
 //! lock holders and the counters; never allocates, locks or prints.
 
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 
-use super::counters::{Counters, Op};
+use super::counters::{Counters, OPS, Op};
 use super::held_frees::{SLOTS, used_slots};
 use crate::sync::CacheLine;
 
-/// New blocks a thread holds before they are applied together.
+/// New blocks a thread keeps waiting at most (its nursery); when it is full, the oldest
+/// [`BATCH`] are applied together, so a block waits for at least `NURSERY − BATCH` of its
+/// thread's later allocations before it can reach the table.
+pub const NURSERY: usize = 64;
+/// New blocks applied together (the oldest of a full nursery).
 pub const BATCH: usize = 16;
 /// Blocks of this many bytes or more are inserted directly: what waits in a slot stays
-/// below `BATCH` × 4 KiB per thread, which bounds what the published live bytes (and so
+/// below `NURSERY` × 4 KiB per thread, which bounds what the published live bytes (and so
 /// the peak) can miss, and a big block's insert is small beside what its program does with it.
 pub const DIRECT_FROM: u64 = 4096;
+/// Buckets of a slot's owner-private index (see [`NewSlot::index`]).
+const INDEX: usize = 256;
 
-/// One thread's new blocks (indexed like its `held_frees` slot).
+/// One thread's new blocks (indexed like its `held_frees` slot): a ring of [`NURSERY`]
+/// entries, position `n` (counted from the thread's first block) at index `n % NURSERY`.
 #[repr(align(64))]
 pub(super) struct NewSlot {
-    /// Entries `[0, len)` were written; each is the block's address until it was taken.
-    pub(super) len: AtomicU32,
-    /// Address of entry i, 0 once taken.
-    pub(super) addrs: [AtomicU64; BATCH],
+    /// Positions written so far (only the owner reads and writes it).
+    tail: AtomicU32,
+    /// Positions before this one were applied, a multiple of [`BATCH`] (owner only).
+    head: AtomicU32,
+    /// Address of entry i, 0 when the entry is empty (never written, taken or cancelled).
+    /// Readers look at every entry: the non-zero ones are the blocks waiting.
+    pub(super) addrs: [AtomicU64; NURSERY],
     /// The rest of entry i: the block table's packed words (`blocks::Entry`).
-    pub(super) words: [[AtomicU64; 3]; BATCH],
+    pub(super) words: [[AtomicU64; 3]; NURSERY],
     /// The hooked call (`Op`) of entry i.
-    pub(super) ops: [AtomicU8; BATCH],
+    pub(super) ops: [AtomicU8; NURSERY],
+    /// Owner-private: for each bucket of addresses (`index_bucket`), 1 + the index of the
+    /// newest entry written there, 0 for none. A hint only: an entry it names is the
+    /// address's only when its `addrs` word still holds that address (a later block of the
+    /// same bucket overwrites the hint; a taken entry is empty).
+    index: [AtomicU8; INDEX],
+    /// Blocks allocated and freed by the owner while they waited here ([`NewSlot::cancel`]):
+    /// they never reach a shard, so they are counted here (calls per allocating op, frees,
+    /// bytes). Written by the owner only, read by [`account`].
+    cancelled_calls: [AtomicU64; OPS],
+    cancelled_frees: AtomicU64,
+    cancelled_bytes: AtomicU64,
 }
 
 pub(super) static NEW: [NewSlot; SLOTS] = [const {
     NewSlot {
-        len: AtomicU32::new(0),
-        addrs: [const { AtomicU64::new(0) }; BATCH],
-        words: [const { [const { AtomicU64::new(0) }; 3] }; BATCH],
-        ops: [const { AtomicU8::new(0) }; BATCH],
+        tail: AtomicU32::new(0),
+        head: AtomicU32::new(0),
+        addrs: [const { AtomicU64::new(0) }; NURSERY],
+        words: [const { [const { AtomicU64::new(0) }; 3] }; NURSERY],
+        ops: [const { AtomicU8::new(0) }; NURSERY],
+        index: [const { AtomicU8::new(0) }; INDEX],
+        cancelled_calls: [const { AtomicU64::new(0) }; OPS],
+        cancelled_frees: AtomicU64::new(0),
+        cancelled_bytes: AtomicU64::new(0),
     }
 }; SLOTS];
 
-/// Slots whose `len` is not 0, so that a free, lookup or mark of an address the table does
-/// not hold (a block allocated before the constructor, or not tracked once the table is
+/// Slots that may hold new blocks, so that a free, lookup or mark of an address the table
+/// does not hold (a block allocated before the constructor, or not tracked once the table is
 /// full) skips reading every thread's slot when no new block waits anywhere
 /// ([`any_waiting`]).
 ///
-/// Only a slot's owner changes it: +1 in [`NewSlot::push`] when `len` leaves 0, before the
-/// entry is written, and −1 in [`NewSlot::clear`] after `len` is back at 0. So at every
-/// moment it is at least the number of non-empty slots (a fork child may inherit it higher,
-/// from a thread stopped between the two steps: then it only searches for nothing).
+/// Only a slot's owner changes it: +1 in [`NewSlot::push`] when the ring leaves empty (every
+/// position applied), before the entry is written, and −1 in [`NewSlot::clear`] once every
+/// entry was applied. So at every moment it is at least the number of non-empty slots (a fork
+/// child may inherit it higher, from a thread stopped between the two steps: then it only
+/// searches for nothing; a slot whose entries were all cancelled stays counted until its next
+/// full apply).
 ///
 /// Why a reader that reads 0 misses no entry it must see: the reader names the block's
 /// address, so its call happens after the `malloc` that returned it, and so after the +1
-/// that preceded the entry (the same happens-before edge by which it sees `len` with
+/// that preceded the entry (the same happens-before edge by which it sees the entry with
 /// Acquire); by coherence it reads that +1 or a later value. A later value can be 0 only
 /// after this slot's −1, which follows its entries being taken, each under its shard's
 /// lock: the reader holds the lock of the block's shard, so either the entry was taken
 /// before (into the table the reader looked in, or as freed) or it cannot be taken before the
-/// reader unlocks, and then the −1 comes after the read (read-write coherence).
+/// reader unlocks, and then the −1 comes after the read (read-write coherence). (The owner
+/// cancels an entry without a lock, but only when the program frees that block: a reader
+/// naming it then races the program's own free.)
 static FILLED: CacheLine<AtomicU32> = CacheLine(AtomicU32::new(0));
 
 /// Whether any slot may hold new blocks (see [`FILLED`]). The caller holds the lock of the
@@ -116,49 +169,172 @@ pub(super) fn any_waiting() -> bool {
     FILLED.load(Ordering::Acquire) != 0
 }
 
+/// The bucket of `addr` in a slot's index.
+#[inline]
+fn index_bucket(addr: u64) -> usize {
+    ((addr >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - 8)) as usize
+}
+
+/// A counter with a single writer: a plain load and store, no lock prefix.
+#[inline]
+fn bump(c: &AtomicU64, by: u64) {
+    c.store(
+        c.load(Ordering::Relaxed).wrapping_add(by),
+        Ordering::Relaxed,
+    );
+}
+
 impl NewSlot {
-    /// Adds an entry (its owner, inside a hook): whether the slot is full now and must be
-    /// applied; None (nothing added) when it was full already.
+    /// Whether the ring has room for one more entry without applying its oldest ones (read
+    /// by the owner).
+    #[inline]
+    pub(super) fn has_room(&self) -> bool {
+        self.tail
+            .load(Ordering::Relaxed)
+            .wrapping_sub(self.head.load(Ordering::Relaxed))
+            < NURSERY as u32
+    }
+
+    /// Adds an entry (its owner, inside a hook): whether the ring is full now, so that its
+    /// oldest [`BATCH`] must be applied ([`NewSlot::oldest`]); None (nothing added) when it
+    /// was full already, or the entry to write was not empty (a broken invariant).
     #[inline]
     pub(super) fn push(&self, addr: u64, words: [u64; 3], op: Op) -> Option<bool> {
-        let n = self.len.load(Ordering::Relaxed) as usize;
-        let at = self.addrs.get(n)?;
-        if n == 0 {
+        let tail = self.tail.load(Ordering::Relaxed);
+        let head = self.head.load(Ordering::Relaxed);
+        let used = tail.wrapping_sub(head) as usize;
+        if used >= NURSERY {
+            return None;
+        }
+        let i = tail as usize % NURSERY;
+        let at = &self.addrs[i];
+        if at.load(Ordering::Relaxed) != 0 {
+            return None;
+        }
+        if used == 0 {
             // Counted before the entry is written: the Release stores below publish it too.
             FILLED.fetch_add(1, Ordering::Relaxed);
         }
-        for (w, v) in self.words[n].iter().zip(words) {
+        for (w, v) in self.words[i].iter().zip(words) {
             w.store(v, Ordering::Relaxed);
         }
-        self.ops[n].store(op as u8, Ordering::Relaxed);
-        // The words are written before the address that makes them an entry, and the entry
-        // before the length that makes readers look at it.
+        self.ops[i].store(op as u8, Ordering::Relaxed);
+        // The words are written before the address that makes them an entry.
         at.store(addr, Ordering::Release);
-        self.len.store(n as u32 + 1, Ordering::Release);
-        Some(n + 1 >= BATCH)
+        self.index[index_bucket(addr)].store(i as u8 + 1, Ordering::Relaxed);
+        self.tail.store(tail.wrapping_add(1), Ordering::Relaxed);
+        Some(used + 1 >= NURSERY)
     }
 
-    /// Empties the slot (its owner, once every entry was taken; or a fork child for a
-    /// thread it did not inherit) and uncounts it in [`FILLED`].
+    /// The indexes of the oldest [`BATCH`] entries, to be applied, and marks them applied
+    /// (the owner; the caller applies them at once). Empty unless the ring is full.
+    #[inline]
+    pub(super) fn oldest(&self) -> std::ops::Range<usize> {
+        let head = self.head.load(Ordering::Relaxed);
+        if (self.tail.load(Ordering::Relaxed).wrapping_sub(head) as usize) < NURSERY {
+            return 0..0;
+        }
+        self.head
+            .store(head.wrapping_add(BATCH as u32), Ordering::Relaxed);
+        let from = head as usize % NURSERY;
+        from..from + BATCH
+    }
+
+    /// The owner frees `addr`: when it still waits here (never seen by the table or anyone
+    /// else), the entry is emptied and the block counted as allocated and freed, and the
+    /// caller hands it to libc. False, nothing done, when it is not found through the index,
+    /// or was taken meanwhile (by a capture, or a reader on another thread): the free then
+    /// goes the usual way, which finds it in the table.
+    #[inline]
+    pub(super) fn cancel(&self, addr: u64) -> bool {
+        let bucket = index_bucket(addr);
+        let hint = self.index[bucket].load(Ordering::Relaxed) as usize;
+        let Some(cell) = hint.checked_sub(1).and_then(|i| self.addrs.get(i)) else {
+            return false;
+        };
+        if cell.load(Ordering::Relaxed) != addr {
+            return false;
+        }
+        // Against a capture or another thread taking the entry (under its shard lock) at the
+        // same moment: one of them empties it.
+        if cell
+            .compare_exchange(addr, 0, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        self.index[bucket].store(0, Ordering::Relaxed);
+        let i = hint - 1;
+        let (words, op) = self.entry(i);
+        bump(&self.cancelled_calls[op as usize], 1);
+        bump(&self.cancelled_frees, 1);
+        bump(&self.cancelled_bytes, words[1] & ((1 << 48) - 1));
+        true
+    }
+
+    /// The index of the owner's entry of `addr`, found through the index (the owner only; a
+    /// hint: it may be taken the next moment, unless the caller holds `addr`'s shard lock).
+    #[inline]
+    pub(super) fn find_own(&self, addr: u64) -> Option<usize> {
+        let hint = self.index[index_bucket(addr)].load(Ordering::Relaxed) as usize;
+        let i = hint.checked_sub(1)?;
+        (self.addrs.get(i)?.load(Ordering::Relaxed) == addr).then_some(i)
+    }
+
+    /// Replaces the owner's entry i (at `old`) by a new block at `addr` (a realloc finished
+    /// with both in this slot): the words first, then the address that makes them an entry.
+    /// The caller holds the lock of `old`'s shard, the only one a reader of the old entry
+    /// takes; nobody can look for `addr` yet (realloc has not returned it).
+    pub(super) fn replace(&self, i: usize, old: u64, addr: u64, words: [u64; 3], op: Op) {
+        for (w, v) in self.words[i].iter().zip(words) {
+            w.store(v, Ordering::Relaxed);
+        }
+        self.ops[i].store(op as u8, Ordering::Relaxed);
+        self.addrs[i].store(addr, Ordering::Release);
+        let was = index_bucket(old);
+        if self.index[was].load(Ordering::Relaxed) as usize == i + 1 {
+            self.index[was].store(0, Ordering::Relaxed);
+        }
+        self.index[index_bucket(addr)].store(i as u8 + 1, Ordering::Relaxed);
+    }
+
+    /// Empties the owner's entry i (at `addr`), under `addr`'s shard lock.
+    pub(super) fn empty(&self, i: usize, addr: u64) {
+        self.addrs[i].store(0, Ordering::Release);
+        let bucket = index_bucket(addr);
+        if self.index[bucket].load(Ordering::Relaxed) as usize == i + 1 {
+            self.index[bucket].store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Marks every entry applied (its owner, once each was taken; or a fork child for a
+    /// thread it did not inherit) and uncounts the slot in [`FILLED`].
     pub(super) fn clear(&self) {
-        if self.len.load(Ordering::Relaxed) == 0 {
+        let tail = self.tail.load(Ordering::Relaxed);
+        if self.head.load(Ordering::Relaxed) == tail {
             return;
         }
-        self.len.store(0, Ordering::Release);
+        // A multiple of BATCH, so that `oldest` keeps returning whole runs of indexes.
+        let batch = BATCH as u32;
+        let next = tail.wrapping_add((batch - tail % batch) % batch);
+        self.tail.store(next, Ordering::Relaxed);
+        self.head.store(next, Ordering::Release);
         FILLED.fetch_sub(1, Ordering::Release);
     }
 
-    /// Whether one more entry leaves the slot short of full, so that adding it applies
-    /// nothing (read by the owner).
-    #[inline]
-    pub(super) fn room_for_one_more(&self) -> bool {
-        (self.len.load(Ordering::Relaxed) as usize) + 1 < BATCH
+    /// The bytes of the blocks waiting here (the owner, before a big block: `blocks::insert_new`).
+    pub(super) fn waiting_bytes(&self) -> u64 {
+        (0..NURSERY)
+            .filter(|&i| self.addrs[i].load(Ordering::Relaxed) != 0)
+            .map(|i| self.words[i][1].load(Ordering::Relaxed) & ((1 << 48) - 1))
+            .sum()
     }
 
-    /// The entries written so far.
-    #[inline]
-    pub(super) fn written(&self) -> usize {
-        (self.len.load(Ordering::Acquire) as usize).min(BATCH)
+    /// The blocks waiting here (for tests and the size hint).
+    pub(super) fn waiting(&self) -> usize {
+        (0..NURSERY)
+            .filter(|&i| self.addrs[i].load(Ordering::Relaxed) != 0)
+            .count()
     }
 
     /// Entry i's packed words and call.
@@ -197,7 +373,14 @@ fn op_of(code: u8) -> Op {
 pub fn account(c: &mut Counters) -> u64 {
     let mut bytes = 0;
     for slot in &NEW[..used_slots()] {
-        for i in 0..slot.written() {
+        for (op, calls) in slot.cancelled_calls.iter().enumerate() {
+            c.calls[op] += calls.load(Ordering::Relaxed);
+        }
+        c.calls[Op::Free as usize] += slot.cancelled_frees.load(Ordering::Relaxed);
+        let cancelled = slot.cancelled_bytes.load(Ordering::Relaxed);
+        c.allocated_bytes += cancelled;
+        c.freed_bytes += cancelled;
+        for i in 0..NURSERY {
             let addr = slot.addrs[i].load(Ordering::Acquire);
             if addr == 0 {
                 continue;
@@ -218,12 +401,5 @@ pub fn account(c: &mut Counters) -> u64 {
 
 /// Blocks waiting in slots now (a capture's size hint).
 pub fn waiting() -> usize {
-    NEW[..used_slots()]
-        .iter()
-        .map(|s| {
-            (0..s.written())
-                .filter(|&i| s.addrs[i].load(Ordering::Relaxed) != 0)
-                .count()
-        })
-        .sum()
+    NEW[..used_slots()].iter().map(NewSlot::waiting).sum()
 }
