@@ -379,40 +379,55 @@ pub(crate) unsafe extern "C" fn reallocarray(
 /// As `free(3)`; `entry_sp`/`fp` as for [`malloc`] (the freeing stack, for a recording).
 pub(crate) unsafe extern "C" fn free(p: *mut c_void, entry_sp: usize, fp: usize) {
     if !p.is_null() && !record::enabled() {
-        let st = sys::thread_state();
-        if cancel_waiting(p as u64, st) {
-            // SAFETY: the program's free of p, whose block left the thread's slot above (it
-            // never reached the table).
-            unsafe { __libc_free(p) };
-            return;
-        }
-        if held_frees::hold_unless_full(p as u64, st) {
+        match free_fast(p as u64, sys::thread_state()) {
+            FastFree::Cancelled => {
+                // SAFETY: the program's free of p, whose block left the thread's slot (it
+                // never reached the table).
+                unsafe { __libc_free(p) };
+                return;
+            }
             // Applied with the thread's next batch (registry::held_frees).
-            return;
+            FastFree::Held => return,
+            FastFree::No => {}
         }
     }
     // SAFETY: as the caller's free.
     unsafe { free_general(p, entry_sp, fp) }
 }
 
-/// The free of a block still waiting in the calling thread's batch slot (a program thread not
-/// inside a hook): it leaves the slot and goes to libc, the table untouched
-/// (`blocks::cancel_new`). False, nothing done, when the block is not there.
+/// What the free hook's fast path did.
+enum FastFree {
+    /// The block was still waiting in the thread's slot of new blocks: it left it, and goes to
+    /// libc now (`blocks::cancel_new`).
+    Cancelled,
+    /// Held back in the thread's slot (`held_frees::hold_unless_full`).
+    Held,
+    /// Nothing: the general path takes the free.
+    No,
+}
+
+/// The common free of a program thread (not inside a hook, with a claimed slot): the block
+/// leaves the thread's slot of new blocks if it still waits there, else it is held back
+/// unless that fills the thread's slot of held frees.
 #[inline]
-fn cancel_waiting(p: u64, st: &sys::ThreadState) -> bool {
+fn free_fast(p: u64, st: &sys::ThreadState) -> FastFree {
     if st.busy() {
-        return false;
+        return FastFree::No;
     }
     let Some(k) = held_frees::claimed_index(st.held()) else {
-        return false;
+        return FastFree::No;
     };
     st.set_busy(true);
-    let cancelled = blocks::cancel_new(p, k);
-    if cancelled {
-        held_frees::count_unheld_free(st, sys::current_tid());
-    }
+    let done = if blocks::cancel_new(p, k) {
+        held_frees::count_unheld_free(k);
+        FastFree::Cancelled
+    } else if held_frees::hold_unless_full(p, k) {
+        FastFree::Held
+    } else {
+        FastFree::No
+    };
     st.set_busy(false);
-    cancelled
+    done
 }
 
 /// Every free the fast paths above do not take; out of line, so that the fast path saves no

@@ -798,35 +798,41 @@ fn apply_run(slot: &NewSlot, run: std::ops::Range<usize>) {
     let Some(addrs) = slot.addrs.get(run.clone()) else {
         return;
     };
+    let n = addrs.len().min(BATCH);
     let from = run.start;
-    // Bit j: entry from + j not yet applied.
-    let mut left: u32 = 0;
-    for (j, a) in addrs.iter().enumerate().take(BATCH) {
+    let mut any = false;
+    for a in &addrs[..n] {
         let a = a.load(Ordering::Relaxed);
         if a != 0 {
-            left |= 1 << j;
+            any = true;
             let _ = prefetch(a);
         }
     }
+    if !any {
+        return;
+    }
+    // Bit i: entry from + i not yet applied.
+    let mut left: u32 = (1u32 << n).wrapping_sub(1);
     let mut round = 0;
     while left != 0 {
         let first = left.trailing_zeros() as usize;
         let a = addrs[first].load(Ordering::Acquire);
         if a == 0 {
-            // Taken by a reader (a free from another thread, a capture).
+            // Empty: taken by a reader (a free from another thread, a capture), cancelled by
+            // its owner's free, or never written.
             left &= !(1 << first);
             continue;
         }
         let shard = shard_of(a);
         let mut locked = Locked::new(shard);
         let mut stalled = false;
-        for (j, cell) in addrs.iter().enumerate().take(BATCH).skip(first) {
-            if left & 1 << j == 0 {
+        for (i, cell) in addrs[..n].iter().enumerate().skip(first) {
+            if left & 1 << i == 0 {
                 continue;
             }
             let a = cell.load(Ordering::Acquire);
             if a == 0 {
-                left &= !(1 << j);
+                left &= !(1 << i);
                 continue;
             }
             if !std::ptr::eq(shard_of(a), shard) {
@@ -834,7 +840,7 @@ fn apply_run(slot: &NewSlot, run: std::ops::Range<usize>) {
             }
             match apply_entry(
                 slot,
-                from + j,
+                from + i,
                 locked.table(),
                 &shard.stats,
                 round >= MOVE_WAIT_LIMIT,
@@ -843,7 +849,7 @@ fn apply_run(slot: &NewSlot, run: std::ops::Range<usize>) {
                     stalled = true;
                     break;
                 }
-                Placed::Stored { .. } | Placed::Full => left &= !(1 << j),
+                Placed::Stored { .. } | Placed::Full => left &= !(1 << i),
             }
         }
         shard.stats.settle();

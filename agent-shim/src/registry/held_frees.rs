@@ -221,12 +221,12 @@ pub fn hold(p: u64, st: &ThreadState, tid: u32) -> bool {
     true
 }
 
-/// The free hook's fast path: holds `p` (non-null) in the calling thread's slot when that is
-/// all this free needs — a program thread (never an agent thread: those have no slot) not
-/// inside a hook, whose slot is claimed and not filled by this block. False, with nothing
-/// done, otherwise: the hook's general path ([`hold`]) takes the free. The thread is marked
-/// busy before it reads its slot, so a signal handler that frees meanwhile takes the general
-/// path and finds the thread inside a hook.
+/// The free hook's fast path: holds `p` (non-null) in slot `k`, the calling thread's, when
+/// that is all this free needs — a program thread (never an agent thread: those have no slot)
+/// not inside a hook (the caller marked it busy before calling, so a signal handler that frees
+/// meanwhile takes the general path and finds the thread inside a hook), whose slot is not
+/// filled by this block. False, with nothing done, otherwise: the hook's general path
+/// ([`hold`]) takes the free.
 ///
 /// Unlike the general path it does not ask `blocks::usable_by`: holding touches no table, so
 /// the thread that holds every shard lock (a free in a fork's atfork prepare handler) may hold
@@ -234,34 +234,31 @@ pub fn hold(p: u64, st: &ThreadState, tid: u32) -> bool {
 /// child, before anything else). Only a free that fills the slot goes the general way, which
 /// then hands the block to libc and records the missed free.
 #[inline]
-pub fn hold_unless_full(p: u64, st: &ThreadState) -> bool {
-    if st.busy() || !HOLDING.load(Ordering::Relaxed) {
+pub fn hold_unless_full(p: u64, k: usize) -> bool {
+    if !HOLDING.load(Ordering::Relaxed) {
         return false;
     }
-    let Some(slot) = claimed(st.held()) else {
+    let Some(slot) = SLOT.get(k) else {
         return false;
     };
-    st.set_busy(true);
     let n = slot.len.load(Ordering::Relaxed) as usize;
-    let held = match slot.blocks.get(n) {
+    match slot.blocks.get(n) {
         Some(cell) if n + 1 + (slot.unheld.load(Ordering::Relaxed) as usize) < BATCH => {
             cell.store(p, Ordering::Relaxed);
             slot.len.store(n as u32 + 1, Ordering::Release);
             true
         }
         _ => false,
-    };
-    st.set_busy(false);
-    held
+    }
 }
 
 /// Counts a free of the calling thread that went to libc without being held (its block still
 /// waited in the thread's slot of new blocks: `blocks::cancel_new`), and applies the held
 /// frees once that makes [`BATCH`] frees since the first of them (see `Slot::unheld`). The
-/// caller is inside a hook (marked busy) on a program thread; `tid` is its thread id.
+/// caller is inside a hook (marked busy) on a program thread whose slot is `k`.
 #[inline]
-pub fn count_unheld_free(st: &ThreadState, tid: u32) {
-    let Some(slot) = claimed(st.held()) else {
+pub fn count_unheld_free(k: usize) {
+    let Some(slot) = SLOT.get(k) else {
         return;
     };
     let held = slot.len.load(Ordering::Relaxed);
@@ -272,7 +269,7 @@ pub fn count_unheld_free(st: &ThreadState, tid: u32) {
     slot.unheld.store(unheld, Ordering::Relaxed);
     // The thread holding every shard lock (a fork's prepare handler) leaves it to its next
     // held free, which goes the general way.
-    if (held + unheld) as usize >= BATCH && blocks::usable_by(tid) {
+    if (held + unheld) as usize >= BATCH && blocks::usable_by(sys::current_tid()) {
         slot.flush();
     }
 }

@@ -93,6 +93,10 @@ pub const BATCH: usize = 16;
 /// below `NURSERY` × 4 KiB per thread, which bounds what the published live bytes (and so
 /// the peak) can miss, and a big block's insert is small beside what its program does with it.
 pub const DIRECT_FROM: u64 = 4096;
+/// Frees in a row that found their block nowhere in the slot before the search is skipped.
+const CANCEL_MISSES: u32 = 64;
+/// Once skipped, one free in this many searches the slot again.
+const CANCEL_RETRY: u32 = 16;
 /// Buckets of a slot's owner-private index (see [`NewSlot::index`]).
 const INDEX: usize = 256;
 
@@ -104,6 +108,12 @@ pub(super) struct NewSlot {
     tail: AtomicU32,
     /// Positions before this one were applied, a multiple of [`BATCH`] (owner only).
     head: AtomicU32,
+    /// The owner's frees in a row that found no block of theirs here ([`NewSlot::cancel`];
+    /// owner only), and how many frees are still to skip the search: a thread whose frees
+    /// are of old blocks (perl's) stops paying for it, and tries again every
+    /// [`CANCEL_RETRY`]th free.
+    misses: AtomicU32,
+    skip: AtomicU32,
     /// Address of entry i, 0 when the entry is empty (never written, taken or cancelled).
     /// Readers look at every entry: the non-zero ones are the blocks waiting.
     pub(super) addrs: [AtomicU64; NURSERY],
@@ -128,6 +138,8 @@ pub(super) static NEW: [NewSlot; SLOTS] = [const {
     NewSlot {
         tail: AtomicU32::new(0),
         head: AtomicU32::new(0),
+        misses: AtomicU32::new(0),
+        skip: AtomicU32::new(0),
         addrs: [const { AtomicU64::new(0) }; NURSERY],
         words: [const { [const { AtomicU64::new(0) }; 3] }; NURSERY],
         ops: [const { AtomicU8::new(0) }; NURSERY],
@@ -247,29 +259,51 @@ impl NewSlot {
     /// goes the usual way, which finds it in the table.
     #[inline]
     pub(super) fn cancel(&self, addr: u64) -> bool {
-        let bucket = index_bucket(addr);
-        let hint = self.index[bucket].load(Ordering::Relaxed) as usize;
-        let Some(cell) = hint.checked_sub(1).and_then(|i| self.addrs.get(i)) else {
-            return false;
-        };
-        if cell.load(Ordering::Relaxed) != addr {
+        let skip = self.skip.load(Ordering::Relaxed);
+        if skip != 0 {
+            self.skip.store(skip - 1, Ordering::Relaxed);
             return false;
         }
+        let bucket = index_bucket(addr);
+        let hint = self.index[bucket].load(Ordering::Relaxed) as usize;
+        let found = hint
+            .checked_sub(1)
+            .and_then(|i| self.addrs.get(i))
+            .is_some_and(|cell| cell.load(Ordering::Relaxed) == addr);
+        if !found {
+            self.missed();
+            return false;
+        }
+        let i = hint - 1;
         // Against a capture or another thread taking the entry (under its shard lock) at the
         // same moment: one of them empties it.
-        if cell
+        if self.addrs[i]
             .compare_exchange(addr, 0, Ordering::Relaxed, Ordering::Relaxed)
             .is_err()
         {
             return false;
         }
+        self.misses.store(0, Ordering::Relaxed);
         self.index[bucket].store(0, Ordering::Relaxed);
-        let i = hint - 1;
         let (words, op) = self.entry(i);
         bump(&self.cancelled_calls[op as usize], 1);
         bump(&self.cancelled_frees, 1);
         bump(&self.cancelled_bytes, words[1] & ((1 << 48) - 1));
         true
+    }
+
+    /// A free of the owner found no block of its own here: after [`CANCEL_MISSES`] in a row,
+    /// the next `CANCEL_RETRY − 1` frees skip the search (a search that finds nothing costs
+    /// a program whose frees are of old blocks, like perl's, more than it saves).
+    #[cold]
+    fn missed(&self) {
+        let misses = self.misses.load(Ordering::Relaxed) + 1;
+        if misses >= CANCEL_MISSES {
+            self.skip.store(CANCEL_RETRY - 1, Ordering::Relaxed);
+            self.misses.store(CANCEL_MISSES - 1, Ordering::Relaxed);
+        } else {
+            self.misses.store(misses, Ordering::Relaxed);
+        }
     }
 
     /// The index of the owner's entry of `addr`, found through the index (the owner only; a
