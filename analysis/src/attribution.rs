@@ -414,9 +414,10 @@ impl Analysis {
     }
 
     /// [`Analysis::new`], with the passes that need not wait for each other run by `both`
-    /// (see `both`), and `beside`, a caller's job that reads only the graph, run beside the
-    /// dominator tree (the agent packs the graph's own kept columns there). The same figures
-    /// whatever `both` does.
+    /// (see `both`), and `beside`, a caller's job that reads only the graph (the agent packs
+    /// the graph's own kept columns there). On two threads: the dominator tree's depth-first
+    /// search beside the start-edge reach and `beside`, then the tree's predecessor lists in
+    /// two halves; never more than two at once. The same figures whatever `both` does.
     pub fn with<S: Send>(
         graph: &HeapGraph,
         both: &impl Both,
@@ -426,14 +427,14 @@ impl Analysis {
         let n = layout.objects as usize;
         let frames = layout.frames();
 
-        // The start-edge reach reads only the graph: beside the dominator tree.
-        let (DomTree { mut idom, preorder }, (mut possibly, beside)) = both.both(
-            || {
-                let heap = RootedHeap::new(graph, &layout);
-                dominators::dominator_tree_with(&heap, layout.super_root(), both)
-            },
-            || (leaks::start_reached(graph), beside()),
-        );
+        // The start-edge reach reads only the graph: beside the dominator tree's depth-first
+        // search (the tree's predecessor fill then takes both threads).
+        let heap = RootedHeap::new(graph, &layout);
+        let (DomTree { mut idom, preorder }, (mut possibly, beside)) =
+            dominators::dominator_tree_with(&heap, layout.super_root(), both, || {
+                (leaks::start_reached(graph), beside())
+            });
+        drop(heap);
         idom.truncate(n);
         idom.shrink_to_fit();
 

@@ -1,10 +1,13 @@
 //! Two passes of the analysis at once, on threads the caller offers.
 //!
 //! Some passes of [`Analysis`](crate::Analysis) and [`Kept`](crate::Kept) need not wait for
-//! each other: the start-edge reach reads only the graph while the dominator tree is built,
-//! the dominator tree's predecessor lists are filled from both ends at once, the two halves
-//! of the holders' referents read the same finished columns, and the kept columns pack
-//! different parts of the result. [`Both`] runs two such closures and returns
+//! each other. In order, each step on two threads: the dominator tree's depth-first search
+//! beside the start-edge reach (which reads only the graph) and the caller's `beside` job
+//! (the agent packs the graph's own kept columns there); the dominator tree's predecessor
+//! lists, filled from both ends at once; the two halves of the holders' referents, which
+//! read the same finished columns; the kept columns, packing different parts of the
+//! result. No step starts a `both` inside another, so never more than two threads run.
+//! [`Both`] runs two such closures and returns
 //! both results; where the second runs is the caller's business, because the engine must not
 //! make threads of its own: the agent's scan child, where the largest analyses run, is a raw
 //! copy of one thread of another program and cannot use `std::thread`
@@ -43,7 +46,7 @@ impl Both for OneThread {
 }
 
 /// `second` on a scoped std thread while the calling thread runs `first` (for processes where
-/// std threads are safe to make: tests, benchmarks, the client).
+/// std threads are safe to make: the tests and the benchmarks use it).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ScopedThreads;
 

@@ -74,7 +74,6 @@ impl Csr {
         self.offsets.push(self.targets.len());
     }
 
-    /// Total number of edges.
     /// Appends `other`'s nodes after this graph's (their successor ids unchanged).
     pub fn append(&mut self, other: &Csr) {
         let base = self.targets.len();
@@ -83,6 +82,7 @@ impl Csr {
             .extend(other.offsets[1..].iter().map(|&o| o + base));
     }
 
+    /// Total number of edges.
     pub fn edge_count(&self) -> usize {
         self.targets.len()
     }
@@ -146,26 +146,34 @@ impl DomTree {
 /// graphs; memory about `6n + m` words at the peak, freed before returning except for the
 /// result.
 pub fn dominator_tree(graph: &(impl Successors + Sync), root: u32) -> DomTree {
-    dominator_tree_with(graph, root, &OneThread)
+    dominator_tree_with(graph, root, &OneThread, || ()).0
 }
 
-/// [`dominator_tree`], with the predecessor lists filled in two halves by `both`.
-pub fn dominator_tree_with(
+/// [`dominator_tree`] on the two threads `both` may offer, one after the other: `beside`,
+/// a caller's job, runs beside the depth-first search, then the predecessor lists are filled
+/// in two halves, one on each; the semidominators and the tree run on the calling thread.
+/// Never more than two closures at once, so `both` must not already be running this call
+/// (its `second` would make a third thread).
+pub fn dominator_tree_with<S: Send>(
     graph: &(impl Successors + Sync),
     root: u32,
     both: &impl Both,
-) -> DomTree {
+    beside: impl FnOnce() -> S + Send,
+) -> (DomTree, S) {
     let n = graph.node_count();
     assert!(n < NONE as usize, "too many nodes for u32 ids");
     assert!((root as usize) < n, "root {root} out of range 0..{n}");
 
-    let Search {
-        preorder,
-        parent,
-        number,
-        indegree,
-        edges,
-    } = depth_first(graph, root);
+    let (
+        Search {
+            preorder,
+            parent,
+            number,
+            indegree,
+            edges,
+        },
+        beside,
+    ) = both.both(|| depth_first(graph, root), beside);
 
     // Predecessors of every reached node, in preorder numbers; built here rather than
     // from the node-space graph so the semidominator loop reads numbers directly. Offsets
@@ -190,7 +198,7 @@ pub fn dominator_tree_with(
     for (i, &v) in preorder.iter().enumerate() {
         idom[v as usize] = preorder[idom_pre[i] as usize];
     }
-    DomTree { idom, preorder }
+    (DomTree { idom, preorder }, beside)
 }
 
 /// What the depth-first search finds.
