@@ -4,6 +4,7 @@
 mod live_common;
 
 use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
 
 use live_common::*;
 use serde_json::Value;
@@ -457,6 +458,61 @@ fn the_analysed_snapshot_travels_in_chunks_and_the_agent_holds_no_copy_of_it() {
         )
     );
     assert!(kept.object_count() > 600_000);
+    drop(c);
+    let (out, log) = target.finish();
+    assert!(out.status.success(), "{log}");
+}
+
+/// The target's resident memory, in bytes.
+fn resident_bytes(target: &Target) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", target.child.id())).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/PID/status");
+    kb << 10
+}
+
+/// A client that fetches one chunk of the analysed snapshot and then stays connected without
+/// asking for the next: after `FETCH_IDLE` the agent lets go of the buffers it kept for the
+/// next chunk (the chunk's bytes and its frame, 16 MiB), and the target's resident memory is
+/// back to what it was before the fetch.
+#[test]
+fn an_abandoned_fetch_does_not_keep_its_buffers_in_the_target() {
+    use heaptui_protocol::{RequestBody, Response};
+
+    let dir = Scratch::new("kept-data-abandoned");
+    let exe = shapes(dir.path());
+    let mut target = Target::start(dir.path(), &exe, "127.0.0.1:0", &[]);
+    assert_eq!(target.command("many 600000"), "ok");
+    let mut c = target.client();
+    let info = c.snapshot();
+    let before = resident_bytes(&target);
+    let chunk = match c.ask(RequestBody::KeptData {
+        snapshot: info.snapshot,
+        offset: 0,
+    }) {
+        Response::KeptData(chunk) => chunk,
+        other => panic!("{other:?}"),
+    };
+    assert!(
+        (chunk.bytes.len() as u64) < chunk.total,
+        "one chunk of several: {} of {} bytes",
+        chunk.bytes.len(),
+        chunk.total
+    );
+    wait_for_log(
+        &target,
+        "stopped fetching a snapshot: let go of",
+        1,
+        Duration::from_secs(30),
+    );
+    let after = resident_bytes(&target);
+    assert!(
+        after < before + (4 << 20),
+        "{after} bytes resident after the fetch was abandoned, {before} before it"
+    );
     drop(c);
     let (out, log) = target.finish();
     assert!(out.status.success(), "{log}");

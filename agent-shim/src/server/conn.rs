@@ -7,8 +7,9 @@
 //! `HANDSHAKE_MAX_FRAME_LEN` bytes; afterwards a frame that has begun must keep arriving (a
 //! client that sends half a frame and stalls is closed after [`STALL_TIMEOUT`]); an answer that
 //! the client does not read within [`WRITE_TIMEOUT`] closes it. Memory per connection is one
-//! read buffer, the frame being received (at most `MAX_FRAME_LEN`) and the answer being sent;
-//! the kernel's socket buffer is the only queue. Every connection ends with one log line
+//! read buffer, the frame being received (at most `MAX_FRAME_LEN`) and the answer being sent
+//! (kept, with the chunk's bytes, for the next chunk of a snapshot fetch, until the client has
+//! not asked for it for [`FETCH_IDLE`]); the kernel's socket buffer is the only queue. Every connection ends with one log line
 //! saying why.
 //!
 //! Never: block another connection or the target's threads, trust anything before the hello,
@@ -36,6 +37,10 @@ pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 pub const PUSH_INTERVAL: Duration = Duration::from_secs(1);
 /// How often an idle connection wakes (pushes, stall checks).
 const TICK: Duration = Duration::from_millis(100);
+/// How long a connection keeps the buffers of a snapshot fetch (the last chunk's bytes and
+/// its frame, 16 MiB) waiting for the next chunk: a client that stops fetching and stays
+/// connected must not hold them in the target for the connection's life.
+pub const FETCH_IDLE: Duration = Duration::from_secs(1);
 
 /// Serves one connection to its end and logs why it ended.
 pub fn serve(stream: &mut Stream, peer: String, token: &str) {
@@ -70,6 +75,9 @@ fn run(stream: &mut Stream, peer: &str, token: &str) -> Result<(), String> {
     // The bytes of the last snapshot chunk sent while a client fetches the rest: the next
     // chunk is copied into them (see `send` for the frame's own buffer).
     let mut spare = Vec::new();
+    // When the last chunk of an unfinished fetch was sent: `out` and `spare` are kept for
+    // the next one until [`FETCH_IDLE`] has passed without it.
+    let mut fetch_sent: Option<Instant> = None;
     let mut subscribed = false;
     let mut last_push: Option<Instant> = None;
     // Where this connection is in the agent's events, while subscribed.
@@ -119,6 +127,7 @@ fn run(stream: &mut Stream, peer: &str, token: &str) -> Result<(), String> {
                         body: Box::new(body),
                     };
                     send(stream, &mut out, &message, fetching)?;
+                    fetch_sent = fetching.then(Instant::now);
                     if fetching
                         && let ServerMessage::Response { body, .. } = message
                         && let Response::KeptData(c) | Response::SnapshotData(c) = *body
@@ -134,6 +143,17 @@ fn run(stream: &mut Stream, peer: &str, token: &str) -> Result<(), String> {
                         decoder.buffered(),
                         STALL_TIMEOUT.as_secs()
                     ));
+                }
+                if let Some(sent) = fetch_sent
+                    && sent.elapsed() >= FETCH_IDLE
+                {
+                    fetch_sent = None;
+                    let held = spare.capacity() + out.capacity();
+                    spare = Vec::new();
+                    out = Vec::new();
+                    crate::agent_info!(
+                        "client at {peer} stopped fetching a snapshot: let go of the {held} bytes kept for its next chunk"
+                    );
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
