@@ -63,9 +63,17 @@ pub trait Heap {
     type Frozen;
     /// Freezes the table. Must not be called while the world is stopped.
     fn freeze(&self) -> Self::Frozen;
-    /// Appends every live block to `out`; called while frozen and stopped, so it must not
-    /// allocate with libc.
+    /// Appends every live block of the program's to `out` (not the agent's own, allocated
+    /// by libc for an agent thread: they are left out of the graph); called while frozen and
+    /// stopped, so it must not allocate with libc.
     fn blocks(&self, frozen: &Self::Frozen, out: &mut Vec<BlockInfo>);
+    /// Appends `(address, size)` of every block of 2 KiB or more (the only ones that can be
+    /// mmapped chunks, which span whole pages) among those the last [`Heap::blocks`] call
+    /// found, the agent's own included, and returns true; or returns false, and the capture
+    /// looks through all the listed blocks. Called while stopped, like [`Heap::blocks`].
+    fn large_blocks(&self, _frozen: &Self::Frozen, _out: &mut Vec<(u64, u64)>) -> bool {
+        false
+    }
     /// How many live blocks there are (to reserve memory before the stop).
     fn len_hint(&self, frozen: &Self::Frozen) -> usize;
     /// Return addresses of an interned allocation stack, innermost first (after the resume).
@@ -78,11 +86,6 @@ pub trait Heap {
     /// Whether the blocks are glibc malloc chunks (a size word below each block).
     fn glibc_blocks(&self) -> bool {
         true
-    }
-    /// Whether a block is the agent's own (allocated by libc for an agent thread), left out
-    /// of the graph. Called while stopped: must not allocate or lock.
-    fn agent_block(&self, _b: &BlockInfo) -> bool {
-        false
     }
     /// Appends the addresses of the blocks a realloc in progress is moving: libc may already
     /// have unmapped their memory, so the scan reads them with a checked copy. Called while
@@ -537,10 +540,18 @@ fn scan_stopped<H: Heap>(
     let mut held = Vec::new();
     heap.held(frozen, &mut held);
     if heap.glibc_blocks() {
+        // The large blocks as the table kept them aside while listing (the agent's own
+        // among them), or else all of them.
+        let mut large = Vec::new();
+        let large_known = heap.large_blocks(frozen, &mut large);
         // SAFETY: the table's blocks, live, held back or being moved by a realloc, are glibc
         // chunks; the map was read after the stop.
         unsafe {
-            exclude.add_mmapped_chunks(&maps, blocks.iter().map(|b| (b.addr, Some(b.size))));
+            if large_known {
+                exclude.add_mmapped_chunks(&maps, large.iter().map(|&(a, s)| (a, Some(s))));
+            } else {
+                exclude.add_mmapped_chunks(&maps, blocks.iter().map(|b| (b.addr, Some(b.size))));
+            }
             exclude.add_mmapped_chunks(&maps, held.iter().map(|&a| (a, None)));
             exclude.add_arena_heaps(&maps);
         }
@@ -577,7 +588,6 @@ fn scan_stopped<H: Heap>(
         Some(own.gpr[RSP]),
         Some(own.fs_base),
     );
-    blocks.retain(|b| !heap.agent_block(b));
     // The agent's table lists its blocks in address order (`by_address`), so they are not
     // read once more to make sure: the index finds out in the pass that copies them, and
     // only blocks that came out of order are sorted here, their TLS search made again (made

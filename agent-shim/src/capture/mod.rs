@@ -22,10 +22,11 @@ pub use build::{BlockInfo, Capture, CaptureError, FileCapture, Heap, Phases, Thr
 /// The agent's block table as the capture sees it.
 #[derive(Default)]
 pub struct Registry {
-    /// The last `(tid, is an agent thread)` looked up.
-    last: std::cell::Cell<(u32, bool)>,
     /// Blocks found moving by the last `blocks` call (see `Heap::moving`).
     moving: std::cell::RefCell<Vec<u64>>,
+    /// Blocks that may be mmapped chunks, found by the last `blocks` call (see
+    /// `Heap::large_blocks`).
+    large: std::cell::RefCell<Vec<(u64, u64)>>,
 }
 
 impl Heap for Registry {
@@ -37,18 +38,30 @@ impl Heap for Registry {
 
     fn blocks(&self, frozen: &blocks::Frozen, out: &mut Vec<BlockInfo>) {
         // Listed in address order as they are listed (`by_address`), the two halves of the
-        // table on two threads in the scanning child.
+        // table on two threads in the scanning child; the agent's own blocks left out and the
+        // large ones kept aside in the same walk, so no later pass reads all of them again.
         let live = LiveBlocks(frozen.listed());
         let slots = frozen.slots();
         let mut parts = [0..slots / 2, slots / 2..slots].map(|slots| Part {
             slots,
             moving: Vec::new(),
+            large: Vec::new(),
+            last: (0, false),
         });
         let two = scan::second_thread(frozen.len());
         by_address::list_by_address(&live, &mut parts, out, two);
-        let mut moving = self.moving.borrow_mut();
+        let (mut moving, mut large) = (self.moving.borrow_mut(), self.large.borrow_mut());
         moving.clear();
-        parts.iter().for_each(|p| moving.extend(&p.moving));
+        large.clear();
+        for p in &parts {
+            moving.extend(&p.moving);
+            large.extend(&p.large);
+        }
+    }
+
+    fn large_blocks(&self, _frozen: &blocks::Frozen, out: &mut Vec<(u64, u64)>) -> bool {
+        out.append(&mut self.large.borrow_mut());
+        true
     }
 
     fn len_hint(&self, frozen: &blocks::Frozen) -> usize {
@@ -70,29 +83,26 @@ impl Heap for Registry {
     fn allocator_idle(&self) -> bool {
         crate::alloc::AGENT_ALLOC.idle()
     }
-
-    fn agent_block(&self, b: &BlockInfo) -> bool {
-        // Most blocks come from a handful of threads: remember the last answer.
-        let (last_tid, last_agent) = self.last.get();
-        let agent = if b.tid == last_tid {
-            last_agent
-        } else {
-            let agent = threads::is_agent_thread(b.tid);
-            self.last.set((b.tid, agent));
-            agent
-        };
-        agent || threads::spawned_for_agent(b.seq)
-    }
 }
 
 /// The live blocks of the frozen table, as `by_address` lists them.
 struct LiveBlocks<'a>(blocks::Listed<'a>);
 
-/// A part of the table's slots, and the blocks found moving there (see `Heap::moving`).
+/// A part of the table's slots, and the blocks found moving there (see `Heap::moving`) and
+/// those that may be mmapped chunks (`Heap::large_blocks`).
 struct Part {
     slots: std::ops::Range<usize>,
     moving: Vec<u64>,
+    large: Vec<(u64, u64)>,
+    /// The last `(tid, is an agent thread)` looked up: most blocks come from a handful of
+    /// threads.
+    last: (u32, bool),
 }
+
+/// Fewest bytes of a block that may be an mmapped chunk: one spans whole pages, and
+/// `mapped::Exclusions::add_mmapped_chunks` passes over blocks under a page (a lower bound
+/// here keeps every one it would look at).
+const LARGE_BLOCK: u64 = 2048;
 
 impl by_address::Listing for LiveBlocks<'_> {
     type Item = BlockInfo;
@@ -100,9 +110,20 @@ impl by_address::Listing for LiveBlocks<'_> {
 
     fn each(&self, part: &mut Part, mut f: impl FnMut(BlockInfo)) {
         part.moving.clear();
+        part.large.clear();
         self.0.for_each_in(part.slots.clone(), |b| {
             if b.moving {
                 part.moving.push(b.addr);
+            }
+            if b.size >= LARGE_BLOCK {
+                part.large.push((b.addr, b.size));
+            }
+            // The agent's own blocks (allocated by libc for an agent thread) are left out.
+            if b.tid != part.last.0 {
+                part.last = (b.tid, threads::is_agent_thread(b.tid));
+            }
+            if part.last.1 || threads::spawned_for_agent(b.seq) {
+                return;
             }
             f(BlockInfo {
                 addr: b.addr,
