@@ -165,8 +165,14 @@ impl Session {
         heaptui_protocol::send(&mut self.stream, &Request { id, body })
             .map_err(|e| self.lost(e))?;
         loop {
-            read_frame_into(&mut self.stream, MAX_FRAME_LEN, &mut self.frame)
-                .map_err(|e| self.lost(e))?;
+            // Read from the socket itself, not through `Stream`: std's sockets read into the
+            // frame's spare capacity as it is, where a reader with only `read` has it zeroed
+            // first, at every frame (8 MiB per `KeptData` chunk).
+            let read = match &mut self.stream {
+                Stream::Tcp(s) => read_frame_into(s, MAX_FRAME_LEN, &mut self.frame),
+                Stream::Unix(s) => read_frame_into(s, MAX_FRAME_LEN, &mut self.frame),
+            };
+            read.map_err(|e| self.lost(e))?;
             let message: ServerMessage = decode_payload(&self.frame).map_err(|e| self.lost(e))?;
             match message {
                 ServerMessage::Response { id: got, body } if got == id => {
