@@ -424,6 +424,7 @@ fn eval(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::both::ScopedThreads;
 
     fn tree(edges: &[(u32, u32)], n: usize, root: u32) -> DomTree {
         let mut lists = vec![Vec::new(); n];
@@ -478,35 +479,65 @@ mod tests {
             .collect()
     }
 
-    /// The predecessor lists with `u64` offsets, counted apart (for more than 2^32 edges),
-    /// are the lists with the search's `u32` counts, filled on one thread or two.
+    /// The predecessor lists, with `u32` offsets from the search's counts or `u64` offsets
+    /// counted apart (for more than 2^32 edges), filled on one thread or two, are each the
+    /// lists read straight off the graph: a meeting point shared by both halves but wrong
+    /// would show against these.
     #[test]
-    fn predecessors_are_the_same_with_either_offsets() {
-        let g = Csr::from_lists([vec![1, 2], vec![3, 3], vec![3, 1], vec![0], vec![2]]);
-        let search = depth_first(&g, 0);
-        let edges = search.edges as usize;
-        assert_eq!(edges, 7, "node 4 is not reached");
-        let narrow =
-            Preds::<u32>::new(&g, &search.number, search.indegree, true, edges, &OneThread);
-        let zeros = vec![0u64; search.preorder.len() + 1];
-        let wide = Preds::<u64>::new(
-            &g,
-            &search.number,
-            zeros,
-            false,
-            edges,
-            &crate::ScopedThreads,
-        );
-        for v in 0..search.preorder.len() as u32 {
-            let mut a = narrow.successors(v).to_vec();
-            let mut b = wide.successors(v).to_vec();
-            a.sort_unstable();
-            b.sort_unstable();
-            assert_eq!(a, b, "number {v}");
+    fn predecessors_are_the_graph_s_edges_reversed() {
+        // Node 3 is reached from 1 (twice, below the middle id) and from 2 (above it);
+        // node 4 is not reached. Then a larger graph whose lists mix both halves.
+        let mut state = 0x9e37_79b9_u32;
+        let mut random = |below: u32| {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            state % below
+        };
+        let larger: Vec<Vec<u32>> = (0..300)
+            .map(|_| (0..random(5)).map(|_| random(300)).collect())
+            .collect();
+        let graphs = [
+            Csr::from_lists([vec![1, 2], vec![3, 3], vec![3, 1], vec![0], vec![2]]),
+            Csr::from_lists(larger),
+        ];
+        for g in &graphs {
+            let search = depth_first(g, 0);
+            let edges = search.edges as usize;
+            let reached = search.preorder.len();
+            let mut expected = vec![Vec::new(); reached];
+            for (v, &i) in search.number.iter().enumerate() {
+                if i != NONE {
+                    for &w in g.successors(v as u32) {
+                        expected[search.number[w as usize] as usize].push(i);
+                    }
+                }
+            }
+            let check = |preds: &dyn Fn(u32) -> Vec<u32>, how: &str| {
+                for (v, want) in expected.iter().enumerate() {
+                    let mut got = preds(v as u32);
+                    got.sort_unstable();
+                    let mut want = want.clone();
+                    want.sort_unstable();
+                    assert_eq!(got, want, "number {v}, {how}");
+                }
+            };
+            let counts = || search.indegree.clone();
+            let one = Preds::<u32>::new(g, &search.number, counts(), true, edges, &OneThread);
+            let two = Preds::<u32>::new(g, &search.number, counts(), true, edges, &ScopedThreads);
+            check(&|v| one.successors(v).to_vec(), "u32, one thread");
+            check(&|v| two.successors(v).to_vec(), "u32, two threads");
+            assert_eq!(one.node_count(), reached);
+            let zeros = || vec![0u64; reached + 1];
+            let one = Preds::<u64>::new(g, &search.number, zeros(), false, edges, &OneThread);
+            let two = Preds::<u64>::new(g, &search.number, zeros(), false, edges, &ScopedThreads);
+            check(&|v| one.successors(v).to_vec(), "u64, one thread");
+            check(&|v| two.successors(v).to_vec(), "u64, two threads");
         }
-        assert_eq!(narrow.node_count(), 4);
         // Node 3 (reached from 1 twice and from 2) has three predecessors.
-        assert_eq!(narrow.successors(search.number[3]).len(), 3);
+        let search = depth_first(&graphs[0], 0);
+        assert_eq!(search.preorder.len(), 4, "node 4 is not reached");
+        assert_eq!(search.indegree[search.number[3] as usize + 1], 3);
     }
 
     #[test]

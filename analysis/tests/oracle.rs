@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use heaptui_analysis::{
     Analysis, Edges, Frame, Group, GroupId, GroupKind, HeapGraph, Holder, ObjectClass, ObjectIndex,
-    ObjectRecord, Objects, Process, Sharer, Thread, UnknownThread,
+    ObjectRecord, Objects, Process, ScopedThreads, Sharer, Thread, UnknownThread,
 };
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -540,9 +540,21 @@ impl Oracle {
     }
 }
 
+/// Checks the engine on one thread and with its passes on two (`ScopedThreads`): both
+/// against the oracle.
 fn check(g: &HeapGraph, release_sets: &[Vec<bool>]) -> Result<(), TestCaseError> {
-    let a = Analysis::new(g);
     let o = Oracle::new(g);
+    check_against(g, &Analysis::new(g), &o, release_sets)?;
+    let (two_threads, ()) = Analysis::with(g, &ScopedThreads, || ());
+    check_against(g, &two_threads, &o, release_sets)
+}
+
+fn check_against(
+    g: &HeapGraph,
+    a: &Analysis,
+    o: &Oracle,
+    release_sets: &[Vec<bool>],
+) -> Result<(), TestCaseError> {
     let sizes = &g.objects().size;
     let n = o.n;
 
