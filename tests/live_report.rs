@@ -518,10 +518,13 @@ fn an_abandoned_fetch_does_not_keep_its_buffers_in_the_target() {
     assert!(out.status.success(), "{log}");
 }
 
-/// Two clients fetching the same snapshot's `KeptData` at the same time, their chunks
-/// interleaved (one finishes while the other is half way), get the same bytes.
+/// Two clients fetching the same snapshot's `KeptData` with their fetches overlapping (the
+/// second fetches the whole snapshot after the first client's first chunk, so the head the
+/// first is using is dropped and made again), get the same bytes. The two are driven in turn
+/// from this one thread: this tests making the head again after a drop, not two connection
+/// threads asking at the same instant.
 #[test]
-fn two_clients_fetching_the_analysed_snapshot_at_once_get_the_same_bytes() {
+fn two_clients_with_overlapping_fetches_of_the_analysed_snapshot_get_the_same_bytes() {
     let dir = Scratch::new("kept-data-two");
     let exe = shapes(dir.path());
     let mut target = Target::start(dir.path(), &exe, "127.0.0.1:0", &[]);
