@@ -82,8 +82,8 @@ impl GroupView<'_> {
 
 impl GroupTable {
     /// Packs the analysis's groups, straight from its columns (no per-group record is made),
-    /// but for their referents, which [`GroupTable::refs_of`] packs.
-    fn without_refs(analysis: &Analysis) -> GroupTable {
+    /// with their referents `refs` already packed by [`GroupTable::refs_of`].
+    fn new(analysis: &Analysis, refs: PackedCsr) -> GroupTable {
         let count = analysis.group_count() as usize;
         let sharers = analysis.sharers();
         GroupTable {
@@ -94,7 +94,7 @@ impl GroupTable {
             sharers: Packed::from_slice(&sharers.of_group),
             sets: sharers.sets.clone(),
             set_bytes: sharers.thread_shared_bytes.clone(),
-            refs: PackedCsr::default(),
+            refs,
         }
     }
 
@@ -285,15 +285,10 @@ impl Kept {
         }
         frame_base.push(frames);
         let objects = graph.object_count() as ObjectIndex;
-        // About half the packing on each side: the groups' own columns and the per-object
-        // slots here, the dominators and the groups' referents there.
-        let ((slots, mut groups), (doms, group_refs)) = both.both(
-            || {
-                (
-                    Packed::from_slice(analysis.slots()),
-                    GroupTable::without_refs(analysis),
-                )
-            },
+        // The per-object columns on both sides: the slots here, the dominators and the
+        // groups' referents there; the groups' own columns (per group, far fewer) after.
+        let (slots, (doms, group_refs)) = both.both(
+            || Packed::from_slice(analysis.slots()),
             || {
                 let doms = analysis.dominators();
                 // Immediate dominators that are not objects (frames, threads, the roots) are 0.
@@ -304,7 +299,7 @@ impl Kept {
                 (packed, GroupTable::refs_of(analysis))
             },
         );
-        groups.refs = group_refs;
+        let groups = GroupTable::new(analysis, group_refs);
         let KeptObjects {
             ids,
             addrs,
