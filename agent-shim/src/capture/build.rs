@@ -304,8 +304,10 @@ fn run<H: Heap>(
     let frozen = heap.freeze();
     let paused = Instant::now();
     let capacity = heap.len_hint(&frozen) + 1024;
+    // The listing only: a sort's scratch is wanted only when a listing comes out of address
+    // order (not the agent's table), and is taken then, from the agent's allocator, which the
+    // loop below finds idle.
     let mut blocks: Vec<BlockInfo> = Vec::with_capacity(capacity);
-    let mut scratch: Vec<BlockInfo> = Vec::with_capacity(capacity);
     let mut world = stop::stop(&tids, timeouts);
     let mut attempts = 1;
     while !heap.allocator_idle() {
@@ -329,7 +331,7 @@ fn run<H: Heap>(
             &mut unwinder,
             &globals_ranges,
             (&own_tls, &own),
-            (&mut blocks, &mut scratch),
+            &mut blocks,
             pid,
             &seen_calls,
         )
@@ -452,8 +454,7 @@ fn run<H: Heap>(
     Ok((kept, unnamed, pause, phases, named))
 }
 
-/// Sorts blocks by address (`scan::sort_by_address`). `scratch` must have at least
-/// `blocks.len()` capacity.
+/// Sorts blocks by address (`scan::sort_by_address`), in `scratch` (grown as needed).
 fn sort_by_address(blocks: &mut [BlockInfo], scratch: &mut Vec<BlockInfo>) {
     super::scan::sort_by_address(blocks, scratch, |b| b.addr);
 }
@@ -524,7 +525,7 @@ fn scan_stopped<H: Heap>(
     unwinder: &mut Unwinder<'_, AddressSpace>,
     globals_ranges: &[(std::ops::Range<u64>, bool)],
     (own_tls, own): (&[std::ops::Range<u64>], &Registers),
-    (blocks, scratch): (&mut Vec<BlockInfo>, &mut Vec<BlockInfo>),
+    blocks: &mut Vec<BlockInfo>,
     pid: u32,
     seen_calls: &[(u32, KernelCall)],
 ) -> Scanned {
@@ -596,13 +597,11 @@ fn scan_stopped<H: Heap>(
     let index = match index_blocks(blocks) {
         Some(index) => index,
         None => {
-            sort_by_address(blocks, scratch);
+            sort_by_address(blocks, &mut Vec::new());
             drop_referenced(blocks, own_tls);
             BlockIndex::new(blocks.iter().map(|b| (b.addr, b.size)))
         }
     };
-    // Not needed again: freed now, for the memory the scan and the analysis take next.
-    drop(std::mem::take(scratch));
     let mut collector = Collector::new(blocks.len());
     phases.index = mark.elapsed();
     let mark = Instant::now();
