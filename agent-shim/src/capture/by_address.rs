@@ -79,7 +79,9 @@ pub trait Listing: Sync {
     type Item: Copy + Send;
     /// One part of the table, and what its walk keeps (each walk starts it afresh).
     type Part: Send;
-    /// Calls `f` with every item of `part`, the same ones at every call.
+    /// Calls `f` with every item of `part`; should give the same ones at every call (a
+    /// listing whose walks disagree is listed once more, plainly, and sorted: right, only
+    /// slower).
     fn each(&self, part: &mut Self::Part, f: impl FnMut(Self::Item));
     /// The address an item is sorted by.
     fn addr(item: &Self::Item) -> u64;
@@ -118,7 +120,7 @@ pub fn list_by_address<L: Listing>(
     let n = buckets.last().map_or(offset, |b| b.end) - offset;
     out.reserve(n);
     // Second walk: each item into its chunk's bucket, each part into its own places there.
-    let into = Into(out.as_mut_ptr());
+    let into = SharedOut(out.as_mut_ptr());
     let place = |part: &mut L::Part, chunks: &mut Chunks| {
         listing.each(part, |t| {
             if let Some(at) = chunks.place(L::addr(&t)) {
@@ -181,9 +183,9 @@ pub fn list_by_address<L: Listing>(
 
 /// Where [`list_by_address`]'s second walk writes: the vector's buffer, shared by the two
 /// threads, each writing its own places.
-struct Into<T>(*mut T);
+struct SharedOut<T>(*mut T);
 // SAFETY: the two threads write disjoint places of the buffer (see `list_by_address`).
-unsafe impl<T: Send> Sync for Into<T> {}
+unsafe impl<T: Send> Sync for SharedOut<T> {}
 
 /// The items of one part of a listing in each chunk (a first walk), then the places left for
 /// them in the chunks' buckets (a second walk).
