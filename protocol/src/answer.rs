@@ -41,7 +41,38 @@ pub fn snapshot_chunk(
     encoded: &[u8],
     offset: u64,
 ) -> Result<SnapshotChunk, ErrorAnswer> {
+    snapshot_chunk_into(snapshot, encoded, offset, Vec::new())
+}
+
+/// As [`snapshot_chunk`], its bytes copied into `spare` (emptied first): a server that answers
+/// chunk after chunk hands back the previous chunk's buffer.
+pub fn snapshot_chunk_into(
+    snapshot: SnapshotId,
+    encoded: &[u8],
+    offset: u64,
+    mut spare: Vec<u8>,
+) -> Result<SnapshotChunk, ErrorAnswer> {
     let total = encoded.len() as u64;
+    check_chunk_offset(snapshot, offset, total)?;
+    let start = offset as usize;
+    let end = encoded.len().min(start + MAX_CHUNK_BYTES as usize);
+    spare.clear();
+    spare.extend_from_slice(&encoded[start..end]);
+    Ok(SnapshotChunk {
+        snapshot,
+        offset,
+        total,
+        bytes: spare,
+    })
+}
+
+/// A chunk of a snapshot of `total` bytes must start within them (at their end: an empty
+/// last chunk).
+pub fn check_chunk_offset(
+    snapshot: SnapshotId,
+    offset: u64,
+    total: u64,
+) -> Result<(), ErrorAnswer> {
     if offset > total {
         return Err(error(
             ErrorKind::BadRequest,
@@ -51,14 +82,7 @@ pub fn snapshot_chunk(
             ),
         ));
     }
-    let start = offset as usize;
-    let end = encoded.len().min(start + MAX_CHUNK_BYTES as usize);
-    Ok(SnapshotChunk {
-        snapshot,
-        offset,
-        total,
-        bytes: encoded[start..end].to_vec(),
-    })
+    Ok(())
 }
 
 /// Wire bytes an answer's rows may take. Not the frame maximum: bincode's decoding limit

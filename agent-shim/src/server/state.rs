@@ -30,7 +30,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use heaptui_analysis::Kept as Columns;
 use heaptui_analysis::views;
 use heaptui_analysis::views::ages::Boundary;
-use heaptui_protocol::answer::{ANSWER_BUDGET, Answerer, clip, select_page};
+use heaptui_protocol::answer::{
+    ANSWER_BUDGET, Answerer, check_chunk_offset, clip, select_page, snapshot_chunk_into,
+};
 use heaptui_protocol::codec::encoded_len;
 use heaptui_protocol::{
     AgentInfo, ErrorAnswer, ErrorKind, GrowthPage, GrowthRow, LiveCounters, MAX_CHUNK_BYTES,
@@ -110,16 +112,9 @@ impl Kept {
         offset: u64,
         mut spare: Vec<u8>,
     ) -> Result<SnapshotChunk, ErrorAnswer> {
-        spare.clear();
-        let total = match form {
+        let chunk = match form {
             Form::File => {
-                let bytes = self.file_bytes()?;
-                let total = bytes.len() as u64;
-                check_offset(self.info.snapshot, offset, total)?;
-                let start = offset as usize;
-                let end = bytes.len().min(start + MAX_CHUNK_BYTES as usize);
-                spare.extend_from_slice(&bytes[start..end]);
-                total
+                snapshot_chunk_into(self.info.snapshot, &self.file_bytes()?, offset, spare)?
             }
             Form::Analysed => {
                 let head = held(&self.analysed, || {
@@ -127,17 +122,23 @@ impl Kept {
                     let total = self.columns.encoded_len(&head);
                     Ok(AnalysedHead { head, total })
                 })?;
-                check_offset(self.info.snapshot, offset, head.total)?;
+                check_chunk_offset(self.info.snapshot, offset, head.total)?;
+                spare.clear();
                 self.columns.encode_window(
                     &head.head,
                     offset,
                     MAX_CHUNK_BYTES as usize,
                     &mut spare,
                 );
-                head.total
+                SnapshotChunk {
+                    snapshot: self.info.snapshot,
+                    offset,
+                    total: head.total,
+                    bytes: spare,
+                }
             }
         };
-        if offset + spare.len() as u64 >= total {
+        if chunk.offset + chunk.bytes.len() as u64 >= chunk.total {
             match form {
                 Form::File => drop(self.file.0.lock().unwrap_or_else(|e| e.into_inner()).take()),
                 Form::Analysed => drop(
@@ -148,12 +149,7 @@ impl Kept {
                 ),
             }
         }
-        Ok(SnapshotChunk {
-            snapshot: self.info.snapshot,
-            offset,
-            total,
-            bytes: spare,
-        })
+        Ok(chunk)
     }
 
     /// The snapshot file's bytes, encoded now unless a client is fetching them.
@@ -213,20 +209,6 @@ fn held<T>(
     let made = Arc::new(make()?);
     *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(made.clone());
     Ok(made)
-}
-
-/// A chunk must start within the snapshot's bytes (at their end: an empty last chunk).
-fn check_offset(snapshot: SnapshotId, offset: u64, total: u64) -> Result<(), ErrorAnswer> {
-    if offset > total {
-        return Err(ErrorAnswer {
-            kind: ErrorKind::BadRequest,
-            message: format!(
-                "offset {offset} is past the end of snapshot {} ({total} bytes)",
-                snapshot.0
-            ),
-        });
-    }
-    Ok(())
 }
 
 /// Who asked for a snapshot.
