@@ -7,9 +7,8 @@
 //! lists, filled from both ends at once; the two halves of the holders' referents, which
 //! read the same finished columns; the kept columns, packing different parts of the
 //! result. No step starts a `both` inside another, so never more than two threads run.
-//! [`Both`] runs two such closures and returns
-//! both results; where the second runs is the caller's business, because the engine must not
-//! make threads of its own: the agent's scan child, where the largest analyses run, is a raw
+//! [`Both`] runs two such closures and returns both results; where the second runs is the
+//! caller's business, because the engine must not make threads of its own: the agent's scan child, where the largest analyses run, is a raw
 //! copy of one thread of another program and cannot use `std::thread`
 //! (agent-shim/src/capture/alongside.rs), so it offers a bare thread of its own making.
 //!

@@ -9,8 +9,8 @@
 //! the client does not read within [`WRITE_TIMEOUT`] closes it. Memory per connection is one
 //! read buffer, the frame being received (at most `MAX_FRAME_LEN`) and the answer being sent
 //! (kept, with the chunk's bytes, for the next chunk of a snapshot fetch, until the client has
-//! not asked for it for [`FETCH_IDLE`]); the kernel's socket buffer is the only queue. Every connection ends with one log line
-//! saying why.
+//! not asked for it for [`FETCH_IDLE`]); the kernel's socket buffer is the only queue. Every
+//! connection ends with one log line saying why.
 //!
 //! Never: block another connection or the target's threads, trust anything before the hello,
 //! or keep answering on a stream whose frame boundaries are lost.

@@ -260,8 +260,8 @@ impl Kept {
 
     /// Analyses `graph` and keeps it, the passes that need not wait for each other run by
     /// `both` (see `both`): the graph's own columns are packed beside the dominator tree's
-    /// depth-first search, the analysis's in two halves. The same `Kept` as [`Kept::new`]; the analysis is returned
-    /// for the caller to drop (or to leave to its exit).
+    /// depth-first search, the analysis's in two halves. The same `Kept` as [`Kept::new`]; the
+    /// analysis is returned for the caller to drop (or to leave to its exit).
     pub fn analysed(graph: &HeapGraph, both: &impl Both) -> (Kept, Analysis) {
         let (analysis, columns) = Analysis::with(graph, both, || KeptObjects::new(graph));
         let kept = Kept::with_objects(graph, &analysis, columns, both);
