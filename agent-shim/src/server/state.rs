@@ -28,6 +28,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use heaptui_analysis::Kept as Columns;
+use heaptui_analysis::kept::EncodedHead;
 use heaptui_analysis::views;
 use heaptui_analysis::views::ages::Boundary;
 use heaptui_protocol::answer::{
@@ -66,17 +67,11 @@ pub struct Kept {
     /// first chunk asked for, dropped once the last chunk is sent, so that they do not stay
     /// in the target for the life of the snapshot.
     file: Encoding,
-    /// The head of the `Kept` codec's bytes and their length while a client fetches them
-    /// (`KeptData`), made and dropped the same way. The rest of each chunk is copied from
-    /// the columns when it is asked for (`Kept::encode_window`): those bytes never exist
-    /// whole beside the columns they copy.
-    analysed: Mutex<Option<Arc<AnalysedHead>>>,
-}
-
-/// What every `KeptData` chunk of one snapshot needs: the codec's head and the total length.
-struct AnalysedHead {
-    head: Vec<u8>,
-    total: u64,
+    /// The head of the `Kept` codec's bytes and where their parts start while a client
+    /// fetches them (`KeptData`), made and dropped the same way. The rest of each chunk is
+    /// copied from the columns when it is asked for (`Kept::encode_window`): those bytes
+    /// never exist whole beside the columns they copy.
+    analysed: Mutex<Option<Arc<EncodedHead>>>,
 }
 
 /// The two forms a client can fetch a kept snapshot in.
@@ -117,23 +112,16 @@ impl Kept {
                 snapshot_chunk_into(self.info.snapshot, &self.file_bytes()?, offset, spare)?
             }
             Form::Analysed => {
-                let head = held(&self.analysed, || {
-                    let head = self.columns.encoded_head();
-                    let total = self.columns.encoded_len(&head);
-                    Ok(AnalysedHead { head, total })
-                })?;
-                check_chunk_offset(self.info.snapshot, offset, head.total)?;
+                let head = held(&self.analysed, || Ok(self.columns.encoded_head()))?;
+                let total = head.encoded_len();
+                check_chunk_offset(self.info.snapshot, offset, total)?;
                 spare.clear();
-                self.columns.encode_window(
-                    &head.head,
-                    offset,
-                    MAX_CHUNK_BYTES as usize,
-                    &mut spare,
-                );
+                self.columns
+                    .encode_window(&head, offset, MAX_CHUNK_BYTES as usize, &mut spare);
                 SnapshotChunk {
                     snapshot: self.info.snapshot,
                     offset,
-                    total: head.total,
+                    total,
                     bytes: spare,
                 }
             }
@@ -180,7 +168,7 @@ impl Kept {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
-            .map_or(0, |h| h.head.capacity());
+            .map_or(0, |h| h.heap_bytes());
         self.info.held_bytes + (file + analysed) as u64
     }
 

@@ -12,7 +12,10 @@
 //! The encoding can also be made a window at a time ([`Kept::encode_window`]): the agent
 //! serves a client's chunks that way, so the bytes of a large snapshot never exist whole in
 //! the target beside the snapshot they copy (its columns are stored as they travel, so a
-//! window is mostly one copy of the column bytes it covers).
+//! window is mostly one copy of the column bytes it covers). A window starts at the part
+//! (the head, a column, a bit vector) it begins in, found from the part offsets kept in the
+//! [`EncodedHead`], so fetching the whole encoding window by window costs one encoding, not
+//! one per window.
 
 use std::collections::TryReserveError;
 use std::io::{self, Read, Write};
@@ -243,75 +246,129 @@ fn write_head(k: &Kept) -> Vec<u8> {
     o.0
 }
 
+/// The head of a kept snapshot's encoding (see the module docs) and where each part of the
+/// encoding starts: what [`Kept::encode_window`] takes, so that a reader fetching the bytes
+/// window by window has the head made once and every window starts at the part it begins in
+/// (not at byte 0: a fetch of `n` bytes costs `O(n)`, not `O(n² / window)`). A few bytes per
+/// site, thread and frame, and 8 per part.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EncodedHead {
+    head: Vec<u8>,
+    /// The offset of each part in [`Kept::parts`]'s order, then the encoding's length.
+    starts: Vec<u64>,
+}
+
+impl EncodedHead {
+    /// The length of the whole encoding.
+    pub fn encoded_len(&self) -> u64 {
+        *self.starts.last().expect("the end is always there")
+    }
+
+    /// The memory this head holds.
+    pub fn heap_bytes(&self) -> usize {
+        self.head.capacity() + self.starts.capacity() * size_of::<u64>()
+    }
+}
+
+/// One part of the encoding after the magic: the head, a packed column, or a bit vector.
+#[derive(Clone, Copy)]
+enum Part<'a> {
+    /// The magic, the version, the head's length and the head.
+    Head(&'a [u8]),
+    Column(&'a Packed),
+    Bits(&'a [u64]),
+}
+
+impl Part<'_> {
+    fn write(self, out: &mut impl Write) -> io::Result<()> {
+        match self {
+            Part::Head(head) => {
+                out.write_all(&KEPT_MAGIC)?;
+                out.write_all(&KEPT_VERSION.to_le_bytes())?;
+                out.write_all(&(head.len() as u64).to_le_bytes())?;
+                out.write_all(head)
+            }
+            Part::Column(p) => p.encode(out),
+            Part::Bits(words) => {
+                out.write_all(&(words.len() as u64).to_le_bytes())?;
+                write_words(out, words)
+            }
+        }
+    }
+
+    /// The number of bytes [`Part::write`] writes.
+    fn len(self) -> u64 {
+        match self {
+            Part::Head(head) => (KEPT_MAGIC.len() + 4 + 8 + head.len()) as u64,
+            Part::Column(p) => p.encoded_len(),
+            Part::Bits(words) => 8 + 8 * words.len() as u64,
+        }
+    }
+}
+
 impl Kept {
     /// Writes the kept snapshot (see the module docs).
     pub fn encode(&self, out: &mut impl Write) -> io::Result<()> {
-        self.encode_with_head(&write_head(self), out)
+        let head = write_head(self);
+        self.parts(&head).into_iter().try_for_each(|p| p.write(out))
     }
 
-    /// The head of the encoding (see the module docs): what [`Kept::encoded_len`] and
-    /// [`Kept::encode_window`] take, so that a reader fetching the bytes window by window
-    /// has the head made once. A few bytes per site, thread and frame.
-    pub fn encoded_head(&self) -> Vec<u8> {
-        write_head(self)
-    }
-
-    /// The length of the encoding, `head` being this snapshot's [`Kept::encoded_head`].
-    pub fn encoded_len(&self, head: &[u8]) -> u64 {
-        let mut count = Window::new(u64::MAX, 0);
-        self.encode_with_head(head, &mut count)
-            .expect("counting bytes cannot fail");
-        count.at
+    /// The head of the encoding and where its parts start (see [`EncodedHead`]).
+    pub fn encoded_head(&self) -> EncodedHead {
+        let head = write_head(self);
+        let mut starts = vec![0];
+        for part in self.parts(&head) {
+            starts.push(starts.last().expect("0 is there") + part.len());
+        }
+        EncodedHead { head, starts }
     }
 
     /// The bytes `offset .. offset + max` of the encoding (fewer at its end), appended to
-    /// `out`: the same bytes as [`Kept::encode`]'s, made without the rest of them, so that
-    /// the encoding of a large snapshot never exists whole. `head` is this snapshot's
-    /// [`Kept::encoded_head`].
-    pub fn encode_window(&self, head: &[u8], offset: u64, max: usize, out: &mut Vec<u8>) {
+    /// `out`: the same bytes as [`Kept::encode`]'s, made from the part the window starts in
+    /// without the rest of them, so that the encoding of a large snapshot never exists whole.
+    /// `head` is this snapshot's [`Kept::encoded_head`].
+    pub fn encode_window(&self, head: &EncodedHead, offset: u64, max: usize, out: &mut Vec<u8>) {
+        // The last part starting at or before `offset` (none after the end).
+        let first = head.starts.partition_point(|&s| s <= offset) - 1;
+        let parts = self.parts(&head.head);
+        let Some(parts) = parts.get(first..) else {
+            return;
+        };
         let mut window = Window::new(offset, max);
+        window.at = head.starts[first];
         window.out = std::mem::take(out);
         // The window stops the encoding with an error once it is full.
-        let _ = self.encode_with_head(head, &mut window);
+        let _ = parts.iter().try_for_each(|p| p.write(&mut window));
         *out = window.out;
     }
 
-    fn encode_with_head(&self, head: &[u8], out: &mut impl Write) -> io::Result<()> {
-        out.write_all(&KEPT_MAGIC)?;
-        out.write_all(&KEPT_VERSION.to_le_bytes())?;
-        out.write_all(&(head.len() as u64).to_le_bytes())?;
-        out.write_all(head)?;
-        for p in self.columns() {
-            p.encode(out)?;
-        }
-        for bits in [&self.edge_interior, &self.possibly] {
-            out.write_all(&(bits.len() as u64).to_le_bytes())?;
-            write_words(out, bits)?;
-        }
-        Ok(())
-    }
-
-    /// The packed columns in their order on the wire.
-    fn columns(&self) -> Vec<&Packed> {
-        let mut c: Vec<&Packed> = self.ids.iter().collect();
-        c.extend([
-            &self.addrs,
-            &self.sizes,
-            &self.site,
-            &self.thread,
-            &self.seqs,
-            &self.edges.offsets,
-            &self.edges.targets,
-            &self.slots,
-            &self.doms,
-            &self.groups.entries,
-            &self.groups.sizes,
-            &self.groups.members,
-            &self.groups.sharers,
-            &self.groups.refs.offsets,
-            &self.groups.refs.targets,
-        ]);
-        c
+    /// The parts of the encoding in their order on the wire: the head, every packed column,
+    /// the two bit vectors.
+    fn parts<'a>(&'a self, head: &'a [u8]) -> Vec<Part<'a>> {
+        let mut parts = vec![Part::Head(head)];
+        parts.extend(self.ids.iter().map(Part::Column));
+        parts.extend(
+            [
+                &self.addrs,
+                &self.sizes,
+                &self.site,
+                &self.thread,
+                &self.seqs,
+                &self.edges.offsets,
+                &self.edges.targets,
+                &self.slots,
+                &self.doms,
+                &self.groups.entries,
+                &self.groups.sizes,
+                &self.groups.members,
+                &self.groups.sharers,
+                &self.groups.refs.offsets,
+                &self.groups.refs.targets,
+            ]
+            .map(Part::Column),
+        );
+        parts.extend([Part::Bits(&self.edge_interior), Part::Bits(&self.possibly)]);
+        parts
     }
 
     /// Reads a kept snapshot written by [`Kept::encode`], checking it whole.
@@ -672,18 +729,34 @@ fn write_words(out: &mut impl Write, words: &[u64]) -> io::Result<()> {
     Ok(())
 }
 
+/// Writes `(index, value)` pairs little-endian, 12 bytes each, a few thousand bytes per write.
+fn write_pairs(out: &mut impl Write, pairs: &[(u32, u64)]) -> io::Result<()> {
+    let mut buf = [0u8; 12 * 341];
+    for part in pairs.chunks(buf.len() / 12) {
+        for (b, &(i, v)) in buf.chunks_exact_mut(12).zip(part) {
+            b[..4].copy_from_slice(&i.to_le_bytes());
+            b[4..].copy_from_slice(&v.to_le_bytes());
+        }
+        out.write_all(&buf[..part.len() * 12])?;
+    }
+    Ok(())
+}
+
 impl Packed {
     fn encode(&self, out: &mut impl Write) -> io::Result<()> {
         out.write_all(&(self.len as u64).to_le_bytes())?;
         out.write_all(&[self.width as u8])?;
         for pairs in [&self.runs, &self.exceptions] {
             out.write_all(&(pairs.len() as u64).to_le_bytes())?;
-            for &(i, v) in pairs.iter() {
-                out.write_all(&i.to_le_bytes())?;
-                out.write_all(&v.to_le_bytes())?;
-            }
+            write_pairs(out, pairs)?;
         }
         out.write_all(&self.bytes[..self.len * self.width])
+    }
+
+    /// The number of bytes [`Packed::encode`] writes.
+    fn encoded_len(&self) -> u64 {
+        let pairs = self.runs.len() + self.exceptions.len();
+        (8 + 1 + 8 + 8 + 12 * pairs + self.len * self.width) as u64
     }
 
     /// Reads a column that must hold `len` values.
@@ -781,18 +854,48 @@ mod tests {
         assert_eq!(Kept::decode(&mut bytes.as_slice()).unwrap(), k);
     }
 
+    /// Every window of `max` bytes from `offset` is the encoding's bytes there.
+    fn assert_window(k: &Kept, head: &EncodedHead, bytes: &[u8], offset: usize, max: usize) {
+        let mut window = vec![7];
+        k.encode_window(head, offset as u64, max, &mut window);
+        let end = bytes.len().min(offset + max);
+        assert!(
+            window[0] == 7 && window[1..] == bytes[offset..end],
+            "the window of {max} bytes at {offset} of {}",
+            bytes.len()
+        );
+    }
+
     #[test]
     fn windows_of_the_encoding_are_its_bytes() {
         let graph = crate::synthetic::with_interior_edges(
             &generate(&SyntheticConfig::new(20_000, 4, 5)),
             4,
         );
-        let k = Kept::new(&graph, &Analysis::new(&graph));
+        let mut k = Kept::new(&graph, &Analysis::new(&graph));
+        // A column with runs and one with exceptions, so that windows start in their pairs.
+        k.addrs = Packed::new(k.objects, |o| {
+            if o < 1_000 {
+                o as u64
+            } else {
+                1 << 40 | o as u64
+            }
+        });
+        k.seqs = Packed::new(k.objects, |o| {
+            if o % 97 == 0 {
+                u64::MAX - o as u64
+            } else {
+                o as u64
+            }
+        });
+        assert!(k.addrs.runs.len() > 1 && !k.seqs.exceptions.is_empty());
         let mut bytes = Vec::new();
         k.encode(&mut bytes).unwrap();
         let head = k.encoded_head();
-        assert_eq!(k.encoded_len(&head), bytes.len() as u64);
-        // Windows that start and end inside the magic, the head, a column's runs, its bytes.
+        assert_eq!(head.encoded_len(), bytes.len() as u64);
+        assert_eq!(head.starts.len(), k.parts(&head.head).len() + 1);
+        // Windows in a row, that start and end inside the magic, the head, a column's runs,
+        // its bytes.
         for max in [977, 4096, 65_537, bytes.len() / 3, bytes.len()] {
             let mut joined = Vec::new();
             let mut offset = 0;
@@ -805,8 +908,29 @@ mod tests {
             }
             assert!(joined == bytes, "windows of {max} bytes");
         }
+        // Windows that start at every part's first byte, just before it, just after it and
+        // in the middle of the part, and that end at a part's end or past it.
+        for (i, pair) in head.starts.windows(2).enumerate() {
+            let (start, end) = (pair[0] as usize, pair[1] as usize);
+            for offset in [
+                start.saturating_sub(1),
+                start,
+                start + 1,
+                start + 13,
+                (start + end) / 2,
+            ] {
+                for max in [1, 12, end - start, end.saturating_sub(offset), 100_000] {
+                    if offset < bytes.len() && max > 0 {
+                        assert_window(&k, &head, &bytes, offset, max);
+                    }
+                }
+            }
+            assert!(start < end, "part {i} is empty");
+        }
         let mut past = vec![1, 2];
         k.encode_window(&head, bytes.len() as u64, 10, &mut past);
+        assert_eq!(past, [1, 2], "nothing past the end");
+        k.encode_window(&head, bytes.len() as u64 + 5, 10, &mut past);
         assert_eq!(past, [1, 2], "nothing past the end");
     }
 

@@ -780,7 +780,7 @@ impl Kept {
 mod bulk;
 mod codec;
 pub use bulk::ObjectColumn;
-pub use codec::{DecodeError, KEPT_MAGIC, KEPT_VERSION};
+pub use codec::{DecodeError, EncodedHead, KEPT_MAGIC, KEPT_VERSION};
 
 #[cfg(test)]
 mod tests {
