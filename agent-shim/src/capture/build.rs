@@ -1,8 +1,9 @@
 //! One capture, end to end: read the address space, freeze the block table, stop the world,
 //! fork a copy-on-write child of the stopped process and resume the world at once; the child
 //! lists, indexes and scans (unwinding every thread, scanning globals and blocks), asks the
-//! parent to name its allocation stacks and frames (symbolization stays in the parent, where
-//! the symbol tables are cached and the loader may be called), then builds the
+//! parent to name its allocation stacks and frames before its block scan, so that the naming
+//! overlaps it (symbolization stays in the parent, where the symbol tables are cached and the
+//! loader may be called), then builds the
 //! [`HeapGraph`], analyses it, makes the [`Kept`] and sends the kept snapshot's bytes over
 //! the socket pair; the parent decodes them as they arrive. So the graph and its analysis
 //! (about 200 bytes per object at their peak) only ever exist in the child, and the process
@@ -107,7 +108,7 @@ pub struct Capture {
     /// the roots, scanning the blocks (in the child, after the resume).
     pub phases: Phases,
     /// Building, analysing and keeping the graph (in the child) and receiving the kept
-    /// snapshot: from the names sent to the child to the kept snapshot decoded.
+    /// snapshot: from the child's scan done and its names sent to the kept snapshot decoded.
     pub analysis: Duration,
     /// The whole capture, the analysis included.
     pub total: Duration,
@@ -203,6 +204,39 @@ pub struct Phases {
     /// symbol tables are cached): the scanning child waits for the names before it builds
     /// the graph.
     pub naming: Duration,
+}
+
+impl Phases {
+    /// The scanning child's message to its parent after the block scan: the phases it timed.
+    fn encode_scan(&self) -> Vec<u8> {
+        let mut m = Message::default();
+        for v in [
+            self.index.as_nanos() as u64,
+            self.roots.as_nanos() as u64,
+            self.blocks.as_nanos() as u64,
+            self.mapped.as_nanos() as u64,
+            self.mapped_bytes,
+            self.scan_cpu.as_nanos() as u64,
+        ] {
+            m.u64(v);
+        }
+        m.0
+    }
+
+    fn decode_scan(bytes: &[u8]) -> Option<Phases> {
+        let mut r = Reading { bytes, at: 0 };
+        let d = Duration::from_nanos;
+        let phases = Phases {
+            index: d(r.u64()?),
+            roots: d(r.u64()?),
+            blocks: d(r.u64()?),
+            mapped: d(r.u64()?),
+            mapped_bytes: r.u64()?,
+            scan_cpu: d(r.u64()?),
+            ..Phases::default()
+        };
+        r.done().then_some(phases)
+    }
 }
 
 /// One thread's frames as found inside the stop window, not yet symbolized.
@@ -322,7 +356,7 @@ fn run<H: Heap>(
     }
     let stop_time = paused.elapsed();
     let pid = process.pid;
-    let mut scan = |world: &stop::World| {
+    let mut scan = |world: &stop::World, ask_names: &mut dyn FnMut(&Unnamed)| {
         scan_stopped(
             heap,
             &frozen,
@@ -334,6 +368,7 @@ fn run<H: Heap>(
             &mut blocks,
             pid,
             &seen_calls,
+            ask_names,
         )
     };
     // The scan runs in a copy-on-write child of the stopped process, so the threads run
@@ -370,8 +405,12 @@ fn run<H: Heap>(
             crate::alloc::AGENT_ALLOC.reuse_large();
             super::scan::allow_second_thread();
             let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                let scanned = scan(&world);
-                analyse_in_child(fd, process, scanned, threads, to_file)
+                // The names are asked for before the block scan, and read after it.
+                let mut asked = false;
+                let scanned = scan(&world, &mut |unnamed| {
+                    asked = send_message(fd, &unnamed.encode());
+                });
+                asked && analyse_in_child(fd, process, scanned, threads, to_file)
             }))
             .unwrap_or(false);
             // SAFETY: the child ends here without running any exit handler of the program.
@@ -393,12 +432,10 @@ fn run<H: Heap>(
             // SAFETY: reaps our own child (it has no exit signal: __WALL finds it) and reads
             // its resource usage into `usage`.
             unsafe { libc::wait4(child, &mut status, libc::__WALL, &mut usage) };
-            let (kept, unnamed, named, naming) = received?;
+            let (kept, unnamed, mut phases, named) = received?;
             if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
                 return Err(CaptureError::Child);
             }
-            let mut phases = unnamed.phases();
-            phases.naming = naming;
             let time = |t: libc::timeval| {
                 Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
             };
@@ -407,13 +444,14 @@ fn run<H: Heap>(
         }
         Fork::Failed => {
             let not_put_back = put_back(lifted);
-            let scanned = scan(&world);
+            let mut scanned = scan(&world, &mut |_| {});
             world.wake();
             drop(frozen);
             let pause = paused.elapsed();
             drop(world);
             dontfork::put_back_late(not_put_back);
-            let unnamed = Unnamed::of(&scanned);
+            let unnamed = std::mem::take(&mut scanned.unnamed);
+            let mut phases = scanned.phases;
             let naming = Instant::now();
             let names = name(heap, &space, &unnamed);
             let named = Instant::now();
@@ -441,7 +479,6 @@ fn run<H: Heap>(
                     None
                 }
             };
-            let mut phases = unnamed.phases();
             phases.naming = naming;
             (kept, unnamed, pause, phases, named)
         }
@@ -512,10 +549,15 @@ struct Scanned {
     globals: Refs,
     edges: Edges,
     phases: Phases,
+    /// What the parent is asked to name (made before the block scan, see `scan_stopped`).
+    unnamed: Unnamed,
 }
 
 /// Everything done while the world is stopped (or in the copy-on-write child): list, sort
 /// and index the blocks, unwind and scan every stopped thread, scan globals and blocks.
+/// What is to be named (the blocks' allocation stacks, the threads' frames) is known before
+/// the block scan, the longest step: it is handed to `ask_names` then, so that the child's
+/// parent names it while the child scans the blocks.
 #[allow(clippy::too_many_arguments)]
 fn scan_stopped<H: Heap>(
     heap: &H,
@@ -528,6 +570,7 @@ fn scan_stopped<H: Heap>(
     blocks: &mut Vec<BlockInfo>,
     pid: u32,
     seen_calls: &[(u32, KernelCall)],
+    ask_names: &mut dyn FnMut(&Unnamed),
 ) -> Scanned {
     let mut phases = Phases::default();
     let cpu_start = process_cpu();
@@ -690,6 +733,8 @@ fn scan_stopped<H: Heap>(
     phases.mapped = mapped_mark.elapsed();
     let globals = collector.take_sorted();
     phases.roots = mark.elapsed();
+    let unnamed = Unnamed::of(blocks, &raw);
+    ask_names(&unnamed);
     let mark = Instant::now();
     // Blocks a realloc is moving may have lost their memory since the map was read.
     let mut moving = Vec::new();
@@ -709,6 +754,7 @@ fn scan_stopped<H: Heap>(
         globals,
         edges,
         phases,
+        unnamed,
     }
 }
 
@@ -1082,14 +1128,14 @@ impl StackMap {
     }
 }
 
-/// What the child asks the parent to name: the allocation stacks of its blocks (each once,
-/// in order of first appearance over the blocks by address: the order of the graph's sites)
-/// and each thread's frames (sort and pc), with the phases of its scan.
+/// What the child asks the parent to name, before its block scan: the allocation stacks of
+/// its blocks (each once, in order of first appearance over the blocks by address: the order
+/// of the graph's sites) and each thread's frames (sort and pc). The phases of its scan
+/// follow once it is done ([`Phases::encode_scan`]).
 #[derive(Debug, Default, PartialEq)]
 struct Unnamed {
     stacks: Vec<u32>,
     frames: Vec<Vec<(FrameSort, u64)>>,
-    phases: [u64; 6],
     /// Objects and their bytes.
     summary: [u64; 2],
     /// Per thread: whether it was stopped.
@@ -1099,10 +1145,10 @@ struct Unnamed {
 }
 
 impl Unnamed {
-    fn of(s: &Scanned) -> Unnamed {
-        let mut seen = StackMap::new(s.blocks.iter().map(|b| b.stack).max().unwrap_or(0));
+    fn of(blocks: &[BlockInfo], raw: &[RawThread]) -> Unnamed {
+        let mut seen = StackMap::new(blocks.iter().map(|b| b.stack).max().unwrap_or(0));
         let mut stacks = Vec::new();
-        for b in &s.blocks {
+        for b in blocks {
             if b.stack != 0 && seen.get(b.stack) == NO_SITE {
                 seen.set(b.stack, stacks.len() as SiteIndex);
                 stacks.push(b.stack);
@@ -1110,43 +1156,19 @@ impl Unnamed {
         }
         Unnamed {
             stacks,
-            frames: s
-                .raw
+            frames: raw
                 .iter()
                 .map(|t| t.frames.iter().map(|(sort, pc, _)| (*sort, *pc)).collect())
                 .collect(),
-            phases: [
-                s.phases.index.as_nanos() as u64,
-                s.phases.roots.as_nanos() as u64,
-                s.phases.blocks.as_nanos() as u64,
-                s.phases.mapped.as_nanos() as u64,
-                s.phases.mapped_bytes,
-                s.phases.scan_cpu.as_nanos() as u64,
-            ],
-            summary: [s.blocks.len() as u64, s.blocks.iter().map(|b| b.size).sum()],
-            stopped: s
-                .raw
+            summary: [blocks.len() as u64, blocks.iter().map(|b| b.size).sum()],
+            stopped: raw
                 .iter()
                 .map(|t| t.state == ThreadState::Stopped)
                 .collect(),
-            not_stopped: s.raw.iter().find_map(|t| match &t.state {
+            not_stopped: raw.iter().find_map(|t| match &t.state {
                 ThreadState::Stopped => None,
                 ThreadState::NotStoppable(why) => Some((t.tid, why.clone())),
             }),
-        }
-    }
-
-    fn phases(&self) -> Phases {
-        let d = Duration::from_nanos;
-        Phases {
-            stop: Duration::ZERO,
-            index: d(self.phases[0]),
-            roots: d(self.phases[1]),
-            blocks: d(self.phases[2]),
-            mapped: d(self.phases[3]),
-            mapped_bytes: self.phases[4],
-            scan_cpu: d(self.phases[5]),
-            ..Phases::default()
         }
     }
 
@@ -1162,7 +1184,6 @@ impl Unnamed {
                 m.u64(pc);
             }
         }
-        self.phases.iter().for_each(|&v| m.u64(v));
         self.summary.iter().for_each(|&v| m.u64(v));
         m.u64(self.stopped.len() as u64);
         self.stopped.iter().for_each(|&v| m.u64(u64::from(v)));
@@ -1194,10 +1215,6 @@ impl Unnamed {
             }
             frames.push(t);
         }
-        let mut phases = [0u64; 6];
-        for p in &mut phases {
-            *p = r.u64()?;
-        }
         let summary = [r.u64()?, r.u64()?];
         let n = r.count(8)?;
         let stopped = (0..n)
@@ -1208,7 +1225,6 @@ impl Unnamed {
         r.done().then_some(Unnamed {
             stacks,
             frames,
-            phases,
             summary,
             stopped,
             not_stopped: (tid != 0).then_some((tid, why)),
@@ -1466,30 +1482,30 @@ fn build_graph(
     )
 }
 
-/// In the child, after the scan: asks the parent to name the sites and frames, then builds,
-/// analyses and keeps the graph and sends the kept snapshot's bytes. False on any failure
-/// (the parent then reports the child as failed).
+/// In the child, after the scan (the names were asked for before the block scan): sends
+/// the scan's phases, reads the names, then builds, analyses and keeps the graph and sends
+/// the kept snapshot's bytes. False on any failure (the parent then reports the child as
+/// failed).
 fn analyse_in_child(
     fd: i32,
     process: Process,
-    scanned: Scanned,
+    mut scanned: Scanned,
     threads: &[ThreadInfo],
     to_file: bool,
 ) -> bool {
-    let unnamed = Unnamed::of(&scanned);
-    if !send_message(fd, &unnamed.encode()) {
+    if !send_message(fd, &scanned.phases.encode_scan()) {
         return false;
     }
     let Some(names) = read_message(fd).and_then(|b| Names::decode(&b)) else {
         return false;
     };
+    let stacks = std::mem::take(&mut scanned.unnamed.stacks);
     let mut out = std::io::BufWriter::with_capacity(1 << 20, Socket(fd));
     if to_file {
         // A dump: the graph as a snapshot file, not analysed.
         // SAFETY: in the scan child.
         let both = unsafe { ChildThreads::new() };
-        let Ok(graph) = build_graph(process, scanned, &unnamed.stacks, names, threads, &both)
-        else {
+        let Ok(graph) = build_graph(process, scanned, &stacks, names, threads, &both) else {
             return false;
         };
         let sent = heaptui_analysis::snapshot::write_binary(&graph, &mut out).is_ok()
@@ -1497,7 +1513,7 @@ fn analyse_in_child(
         std::mem::forget(graph);
         return sent;
     }
-    let Ok(kept) = analyse(process, scanned, &unnamed.stacks, names, threads, true) else {
+    let Ok(kept) = analyse(process, scanned, &stacks, names, threads, true) else {
         return false;
     };
     let sent = kept.encode(&mut out).is_ok() && std::io::Write::flush(&mut out).is_ok();
@@ -1505,27 +1521,35 @@ fn analyse_in_child(
     sent
 }
 
-/// In the parent: names what the child asks for, then receives what it makes: the kept
-/// snapshot, or the snapshot file's bytes copied to `sink`'s writer. Returns the kept snapshot
-/// (for [`Sink::Kept`]), what the child asked (its phases, the capture's summary), when the
-/// names were sent and how long naming took.
+/// In the parent: names what the child asks for (while the child scans the blocks), then
+/// receives what it makes: the phases of its scan, then the kept snapshot, or the snapshot
+/// file's bytes copied to `sink`'s writer. Returns the kept snapshot (for [`Sink::Kept`]),
+/// what the child asked (the capture's summary), its phases with the time naming took, and
+/// when the child had both its scan done and the names.
 fn receive_from_child<H: Heap>(
     heap: &H,
     space: &AddressSpace,
     fd: i32,
     sink: &mut Sink<'_>,
-) -> Result<(Option<Kept>, Unnamed, Instant, Duration), CaptureError> {
+) -> Result<(Option<Kept>, Unnamed, Phases, Instant), CaptureError> {
     let unnamed = read_message(fd)
         .and_then(|b| Unnamed::decode(&b))
         .ok_or(CaptureError::Child)?;
     let naming = Instant::now();
     let names = name(heap, space, &unnamed);
+    let naming = naming.elapsed();
+    // Sent whole only once the child reads it, after its scan, when the names are longer
+    // than the socket's buffer; its phases (a few bytes) meanwhile wait in the other
+    // direction.
     if !send_message(fd, &names.encode()) {
         return Err(CaptureError::Child);
     }
     drop(names);
+    let mut phases = read_message(fd)
+        .and_then(|b| Phases::decode_scan(&b))
+        .ok_or(CaptureError::Child)?;
+    phases.naming = naming;
     let named = Instant::now();
-    let naming = named - naming;
     let mut input = std::io::BufReader::with_capacity(1 << 20, Socket(fd));
     let kept = match sink {
         Sink::File(out) => {
@@ -1543,7 +1567,7 @@ fn receive_from_child<H: Heap>(
             _ => CaptureError::Child,
         })?),
     };
-    Ok((kept, unnamed, named, naming))
+    Ok((kept, unnamed, phases, named))
 }
 
 #[cfg(test)]
@@ -1777,13 +1801,33 @@ mod tests {
                 vec![],
                 vec![(FrameSort::Signal, 0x5000)],
             ],
-            phases: [5, 6, 7, 3, 4096, 9],
             summary: [3, 96],
             stopped: vec![true, false, true],
             not_stopped: Some((42, "stop signal blocked".into())),
         };
         let bytes = unnamed.encode();
         assert_eq!(Unnamed::decode(&bytes), Some(unnamed));
+        let ms = Duration::from_millis;
+        let scan = Phases {
+            index: ms(5),
+            roots: ms(6),
+            blocks: ms(7),
+            mapped: ms(3),
+            mapped_bytes: 4096,
+            scan_cpu: ms(9),
+            ..Phases::default()
+        };
+        let phases = scan.encode_scan();
+        let back = Phases::decode_scan(&phases).expect("the scan's phases decode");
+        assert_eq!(
+            (back.index, back.roots, back.blocks, back.mapped),
+            (scan.index, scan.roots, scan.blocks, scan.mapped)
+        );
+        assert_eq!(
+            (back.mapped_bytes, back.scan_cpu),
+            (scan.mapped_bytes, scan.scan_cpu)
+        );
+        assert!(Phases::decode_scan(&phases[..phases.len() - 1]).is_none());
         let names = Names {
             sites: vec![
                 Site {
