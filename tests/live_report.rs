@@ -474,26 +474,26 @@ fn resident_bytes(target: &Target) -> u64 {
     kb << 10
 }
 
-/// A client that fetches one chunk of the analysed snapshot and then stays connected without
+/// A client that fetches one chunk of a snapshot in `form` and then stays connected without
 /// asking for the next: after `FETCH_IDLE` the agent lets go of the buffers it kept for the
-/// next chunk (the chunk's bytes and its frame, 16 MiB), and the target's resident memory is
-/// back to what it was before the fetch.
-#[test]
-fn an_abandoned_fetch_does_not_keep_its_buffers_in_the_target() {
+/// next chunk (the chunk's bytes and its frame, 16 MiB) and of what the chunks are made from
+/// (for a snapshot file, its whole encoding): the target's resident memory is back to what it
+/// was before the fetch, and so is the memory the agent says the snapshot holds.
+fn an_abandoned_fetch_lets_go(
+    blocks: u32,
+    first_chunk: fn(heaptui_protocol::SnapshotId) -> heaptui_protocol::RequestBody,
+) {
     use heaptui_protocol::{RequestBody, Response};
 
     let dir = Scratch::new("kept-data-abandoned");
     let exe = shapes(dir.path());
     let mut target = Target::start(dir.path(), &exe, "127.0.0.1:0", &[]);
-    assert_eq!(target.command("many 600000"), "ok");
+    assert_eq!(target.command(&format!("many {blocks}")), "ok");
     let mut c = target.client();
     let info = c.snapshot();
     let before = resident_bytes(&target);
-    let chunk = match c.ask(RequestBody::KeptData {
-        snapshot: info.snapshot,
-        offset: 0,
-    }) {
-        Response::KeptData(chunk) => chunk,
+    let chunk = match c.ask(first_chunk(info.snapshot)) {
+        Response::KeptData(chunk) | Response::SnapshotData(chunk) => chunk,
         other => panic!("{other:?}"),
     };
     assert!(
@@ -513,9 +513,39 @@ fn an_abandoned_fetch_does_not_keep_its_buffers_in_the_target() {
         after < before + (4 << 20),
         "{after} bytes resident after the fetch was abandoned, {before} before it"
     );
+    // Asked on another connection: the first one's fetch is over.
+    let held = match target.client().ask(RequestBody::ProcessInfo) {
+        Response::ProcessInfo(p) => p.snapshot.expect("a kept snapshot").held_bytes,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        held, info.held_bytes,
+        "the snapshot holds what it held before the fetch"
+    );
     drop(c);
     let (out, log) = target.finish();
     assert!(out.status.success(), "{log}");
+}
+
+#[test]
+fn an_abandoned_fetch_does_not_keep_its_buffers_in_the_target() {
+    an_abandoned_fetch_lets_go(600_000, |snapshot| {
+        heaptui_protocol::RequestBody::KeptData {
+            snapshot,
+            offset: 0,
+        }
+    });
+}
+
+#[test]
+fn an_abandoned_fetch_of_a_snapshot_file_does_not_keep_its_encoding_in_the_target() {
+    // About 13 bytes an object in a snapshot file: more than one 8 MiB chunk.
+    an_abandoned_fetch_lets_go(1_000_000, |snapshot| {
+        heaptui_protocol::RequestBody::SnapshotData {
+            snapshot,
+            offset: 0,
+        }
+    });
 }
 
 /// Two clients fetching the same snapshot's `KeptData` with their fetches overlapping (the

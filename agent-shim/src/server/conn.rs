@@ -8,8 +8,10 @@
 //! client that sends half a frame and stalls is closed after [`STALL_TIMEOUT`]); an answer that
 //! the client does not read within [`WRITE_TIMEOUT`] closes it. Memory per connection is one
 //! read buffer, the frame being received (at most `MAX_FRAME_LEN`) and the answer being sent
-//! (kept, with the chunk's bytes, for the next chunk of a snapshot fetch, until the client has
-//! not asked for it for [`FETCH_IDLE`]); the kernel's socket buffer is the only queue. Every
+//! (kept, with the chunk's bytes and what the chunks are made from, `state::Fetch`, for the
+//! next chunk of a snapshot fetch, until the client has not asked for it for [`FETCH_IDLE`]:
+//! an abandoned fetch lets go of the snapshot file's encoding too); the kernel's socket
+//! buffer is the only queue. Every
 //! connection ends with one log line saying why.
 //!
 //! Never: block another connection or the target's threads, trust anything before the hello,
@@ -38,7 +40,8 @@ pub const PUSH_INTERVAL: Duration = Duration::from_secs(1);
 /// How often an idle connection wakes (pushes, stall checks).
 const TICK: Duration = Duration::from_millis(100);
 /// How long a connection keeps the buffers of a snapshot fetch (the last chunk's bytes and
-/// its frame, 16 MiB) waiting for the next chunk: a client that stops fetching and stays
+/// its frame, 16 MiB, and the encoding the chunks are made from: a whole snapshot file for
+/// `SnapshotData`) waiting for the next chunk: a client that stops fetching and stays
 /// connected must not hold them in the target for the connection's life.
 pub const FETCH_IDLE: Duration = Duration::from_secs(1);
 
@@ -72,10 +75,11 @@ fn run(stream: &mut Stream, peer: &str, token: &str) -> Result<(), String> {
     let mut decoder = FrameDecoder::new(MAX_FRAME_LEN);
     let mut buf = vec![0u8; 64 << 10];
     let mut out = Vec::new();
-    // The bytes of the last snapshot chunk sent while a client fetches the rest: the next
-    // chunk is copied into them (see `send` for the frame's own buffer).
-    let mut spare = Vec::new();
-    // When the last chunk of an unfinished fetch was sent: `out` and `spare` are kept for
+    // While a client fetches a snapshot: the bytes of the last chunk sent (the next chunk is
+    // copied into them; see `send` for the frame's own buffer) and what the chunks are made
+    // from (`state::Fetch`).
+    let mut fetch = state::Fetch::default();
+    // When the last chunk of an unfinished fetch was sent: `out` and `fetch` are kept for
     // the next one until [`FETCH_IDLE`] has passed without it.
     let mut fetch_sent: Option<Instant> = None;
     let mut subscribed = false;
@@ -111,7 +115,7 @@ fn run(stream: &mut Stream, peer: &str, token: &str) -> Result<(), String> {
                                 )),
                             ))
                         }
-                        _ => answer(&request.body, &mut subscribed, std::mem::take(&mut spare)),
+                        _ => answer(&request.body, &mut subscribed, &mut fetch),
                     };
                     if subscribed && last_push.is_none() {
                         // The first push follows the subscription at once.
@@ -122,17 +126,20 @@ fn run(stream: &mut Stream, peer: &str, token: &str) -> Result<(), String> {
                         cursor = None;
                     }
                     let fetching = more_to_fetch(&body);
+                    if matches!(body, Response::KeptData(_) | Response::SnapshotData(_)) {
+                        fetch_sent = fetching.then(Instant::now);
+                    }
                     let message = ServerMessage::Response {
                         id: request.id,
                         body: Box::new(body),
                     };
-                    send(stream, &mut out, &message, fetching)?;
-                    fetch_sent = fetching.then(Instant::now);
+                    // Other requests asked between a fetch's chunks leave its buffers be.
+                    send(stream, &mut out, &message, fetch_sent.is_some())?;
                     if fetching
                         && let ServerMessage::Response { body, .. } = message
                         && let Response::KeptData(c) | Response::SnapshotData(c) = *body
                     {
-                        spare = c.bytes;
+                        fetch.spare = c.bytes;
                     }
                 }
             }
@@ -148,8 +155,8 @@ fn run(stream: &mut Stream, peer: &str, token: &str) -> Result<(), String> {
                     && sent.elapsed() >= FETCH_IDLE
                 {
                     fetch_sent = None;
-                    let held = spare.capacity() + out.capacity();
-                    spare = Vec::new();
+                    let held = fetch.held_bytes() + out.capacity();
+                    fetch = state::Fetch::default();
                     out = Vec::new();
                     crate::agent_info!(
                         "client at {peer} stopped fetching a snapshot: let go of the {held} bytes kept for its next chunk"
@@ -163,7 +170,7 @@ fn run(stream: &mut Stream, peer: &str, token: &str) -> Result<(), String> {
             && last.elapsed() >= PUSH_INTERVAL
         {
             let push = ServerMessage::Push(Push::Counters(state::live_counters()));
-            send(stream, &mut out, &push, false)?;
+            send(stream, &mut out, &push, fetch_sent.is_some())?;
             last_push = Some(Instant::now());
         }
         if let Some(c) = &mut cursor
@@ -177,7 +184,12 @@ fn run(stream: &mut Stream, peer: &str, token: &str) -> Result<(), String> {
                 );
             }
             for push in pushes {
-                send(stream, &mut out, &ServerMessage::Push(push), false)?;
+                send(
+                    stream,
+                    &mut out,
+                    &ServerMessage::Push(push),
+                    fetch_sent.is_some(),
+                )?;
             }
         }
     }
@@ -191,9 +203,9 @@ fn more_to_fetch(body: &Response) -> bool {
 }
 
 /// Encodes and writes one message; an answer too big for a frame becomes an error answer.
-/// `fetching`: a chunk of a snapshot the client goes on fetching: the frame's buffer is kept
-/// for the next chunk instead of being given back (fresh pages for every 8 MiB chunk cost
-/// more than the copy into them).
+/// `fetching`: a client is fetching a snapshot (this is one of its chunks, or came between
+/// two of them): the frame's buffer is kept for the next chunk instead of being given back
+/// (fresh pages for every 8 MiB chunk cost more than the copy into them).
 fn send(
     stream: &mut Stream,
     out: &mut Vec<u8>,
@@ -231,8 +243,8 @@ fn send(
 }
 
 /// The answer to one request.
-/// `spare`: a buffer for a snapshot chunk's bytes (see `state::Kept::chunk`).
-pub fn answer(request: &RequestBody, subscribed: &mut bool, spare: Vec<u8>) -> Response {
+/// `fetch`: what the connection holds for a snapshot fetch (see `state::Kept::chunk`).
+pub fn answer(request: &RequestBody, subscribed: &mut bool, fetch: &mut state::Fetch) -> Response {
     match request {
         RequestBody::ProcessInfo => Response::ProcessInfo(state::process_info()),
         RequestBody::Subscribe => {
@@ -268,7 +280,7 @@ pub fn answer(request: &RequestBody, subscribed: &mut bool, spare: Vec<u8>) -> R
                 );
             };
             // The peak snapshot's bytes are served too (`heaptui snapshot --peak`).
-            let fetch = match other {
+            let chunk_asked = match other {
                 RequestBody::SnapshotData { snapshot, offset } => {
                     Some((*snapshot, *offset, state::Form::File))
                 }
@@ -277,10 +289,10 @@ pub fn answer(request: &RequestBody, subscribed: &mut bool, spare: Vec<u8>) -> R
                 }
                 _ => None,
             };
-            if let Some((snapshot, offset, form)) = fetch
+            if let Some((snapshot, offset, form)) = chunk_asked
                 && let Some(kept) = state::kept_by_id(snapshot)
             {
-                let chunk = kept.chunk(form, offset, spare);
+                let chunk = kept.chunk(form, offset, fetch);
                 return match form {
                     state::Form::File => chunk.map_or_else(Response::Error, Response::SnapshotData),
                     state::Form::Analysed => chunk.map_or_else(Response::Error, Response::KeptData),

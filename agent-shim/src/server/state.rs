@@ -24,7 +24,7 @@
 //! questions (counters) from a snapshot.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use heaptui_analysis::Kept as Columns;
@@ -63,15 +63,13 @@ pub struct Kept {
     /// The allocation clock when it was taken (`auto::allocation_clock`): the wall-clock
     /// ages of its blocks.
     pub clock: Vec<(u64, u64)>,
-    /// The snapshot file's bytes while a client fetches them (`SnapshotData`): made on the
-    /// first chunk asked for, dropped once the last chunk is sent, so that they do not stay
-    /// in the target for the life of the snapshot.
-    file: Encoding,
-    /// The head of the `Kept` codec's bytes and where their parts start while a client
-    /// fetches them (`KeptData`), made and dropped the same way. The rest of each chunk is
-    /// copied from the columns when it is asked for (`Kept::encode_window`): those bytes
-    /// never exist whole beside the columns they copy.
-    analysed: Mutex<Option<Arc<EncodedHead>>>,
+    /// The snapshot file's bytes while clients fetch them (`SnapshotData`).
+    file: Held<Vec<u8>>,
+    /// The head of the `Kept` codec's bytes and where their parts start while clients fetch
+    /// them (`KeptData`). The rest of each chunk is copied from the columns when it is asked
+    /// for (`Kept::encode_window`): those bytes never exist whole beside the columns they
+    /// copy.
+    analysed: Held<EncodedHead>,
 }
 
 /// The two forms a client can fetch a kept snapshot in.
@@ -83,11 +81,67 @@ pub enum Form {
     Analysed = 1,
 }
 
-/// The snapshot file's bytes while they are being fetched. A second client fetching at the
-/// same time may find them dropped and has them made again: encoding is deterministic, so the
-/// bytes are the same (and so are every `KeptData` window's).
+/// What a snapshot's chunks are made from while clients fetch it in one form: made on the
+/// first chunk asked for and shared by every connection fetching that form at the time, each
+/// of which holds it ([`Fetch`]) until its last chunk is sent or its client stops asking
+/// (`conn::FETCH_IDLE`); the snapshot itself holds it only weakly, so it is freed with the
+/// last fetch and never stays in the target for the life of the snapshot, even when a fetch
+/// is abandoned. A client that asks after that has it made again: encoding is deterministic,
+/// so the bytes are the same.
+struct Held<T>(Mutex<Weak<T>>);
+
+impl<T> Held<T> {
+    fn new() -> Held<T> {
+        Held(Mutex::new(Weak::new()))
+    }
+
+    /// What a fetch holds now, made by `make` (outside the lock) when no fetch holds it.
+    fn get_or_make(
+        &self,
+        make: impl FnOnce() -> Result<T, ErrorAnswer>,
+    ) -> Result<Arc<T>, ErrorAnswer> {
+        if let Some(held) = self.now() {
+            return Ok(held);
+        }
+        let made = Arc::new(make()?);
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Arc::downgrade(&made);
+        Ok(made)
+    }
+
+    /// What a fetch holds now, if any.
+    fn now(&self) -> Option<Arc<T>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).upgrade()
+    }
+}
+
+/// What one connection holds while its client fetches a snapshot chunk by chunk: the
+/// buffer the next chunk's bytes are copied into (the previous chunk's, handed back, so that
+/// a fetch does not fault in fresh pages for every chunk) and what the chunks are made from
+/// ([`Held`]). Dropped when the client stops asking (`conn::FETCH_IDLE`).
 #[derive(Default)]
-struct Encoding(Mutex<Option<Arc<Vec<u8>>>>);
+pub struct Fetch {
+    pub spare: Vec<u8>,
+    source: Option<Source>,
+}
+
+/// What a fetch's chunks are made from, in either form.
+enum Source {
+    File(Arc<Vec<u8>>),
+    Analysed(Arc<EncodedHead>),
+}
+
+impl Fetch {
+    /// The memory held for the next chunk: its buffer, and the snapshot file's bytes while
+    /// no other fetch shares them.
+    pub fn held_bytes(&self) -> usize {
+        self.spare.capacity()
+            + match &self.source {
+                Some(Source::File(bytes)) if Arc::strong_count(bytes) == 1 => bytes.capacity(),
+                Some(Source::Analysed(head)) if Arc::strong_count(head) == 1 => head.heap_bytes(),
+                _ => 0,
+            }
+    }
+}
 
 impl Kept {
     pub fn answerer(&self) -> Answerer<'_> {
@@ -96,79 +150,62 @@ impl Kept {
             .with_clock(&self.clock, self.info.taken_unix_ms)
     }
 
-    /// The chunk at `offset` of the snapshot in `form`, its bytes in `spare` (emptied first:
-    /// a connection hands back the buffer of its previous chunk, so that a fetch does not
-    /// fault in fresh pages for every chunk). A snapshot file is encoded whole when no
-    /// client is fetching it now and dropped with the last chunk; the `Kept` codec's chunks
-    /// are copied from the columns one at a time.
+    /// The chunk at `offset` of the snapshot in `form`, its bytes in `fetch`'s spare buffer
+    /// (emptied first). A snapshot file is encoded whole when no client is fetching it now;
+    /// the `Kept` codec's chunks are copied from the columns one at a time. `fetch` holds
+    /// what the chunks are made from until the last one ([`Held`]).
     pub fn chunk(
         &self,
         form: Form,
         offset: u64,
-        mut spare: Vec<u8>,
+        fetch: &mut Fetch,
     ) -> Result<SnapshotChunk, ErrorAnswer> {
-        let chunk = match form {
+        let mut spare = std::mem::take(&mut fetch.spare);
+        let (chunk, source) = match form {
             Form::File => {
-                snapshot_chunk_into(self.info.snapshot, &self.file_bytes()?, offset, spare)?
+                let bytes = self.file.get_or_make(|| self.file_bytes())?;
+                let chunk = snapshot_chunk_into(self.info.snapshot, &bytes, offset, spare)?;
+                (chunk, Source::File(bytes))
             }
             Form::Analysed => {
-                let head = held(&self.analysed, || Ok(self.columns.encoded_head()))?;
+                let head = self
+                    .analysed
+                    .get_or_make(|| Ok(self.columns.encoded_head()))?;
                 let total = head.encoded_len();
                 check_chunk_offset(self.info.snapshot, offset, total)?;
                 spare.clear();
                 self.columns
                     .encode_window(&head, offset, MAX_CHUNK_BYTES as usize, &mut spare);
-                SnapshotChunk {
+                let chunk = SnapshotChunk {
                     snapshot: self.info.snapshot,
                     offset,
                     total,
                     bytes: spare,
-                }
+                };
+                (chunk, Source::Analysed(head))
             }
         };
-        if chunk.offset + chunk.bytes.len() as u64 >= chunk.total {
-            match form {
-                Form::File => drop(self.file.0.lock().unwrap_or_else(|e| e.into_inner()).take()),
-                Form::Analysed => drop(
-                    self.analysed
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .take(),
-                ),
-            }
-        }
+        let more = chunk.offset + (chunk.bytes.len() as u64) < chunk.total;
+        fetch.source = more.then_some(source);
         Ok(chunk)
     }
 
-    /// The snapshot file's bytes, encoded now unless a client is fetching them.
-    fn file_bytes(&self) -> Result<Arc<Vec<u8>>, ErrorAnswer> {
-        held(&self.file.0, || {
-            let mut out = Vec::new();
-            heaptui_analysis::snapshot::write_binary_kept(&self.columns, &mut out).map_err(
-                |e| ErrorAnswer {
-                    kind: ErrorKind::Internal,
-                    message: format!("cannot encode snapshot {}: {e}", self.info.snapshot.0),
-                },
-            )?;
-            Ok(out)
-        })
+    /// The snapshot file's bytes.
+    fn file_bytes(&self) -> Result<Vec<u8>, ErrorAnswer> {
+        let mut out = Vec::new();
+        heaptui_analysis::snapshot::write_binary_kept(&self.columns, &mut out).map_err(|e| {
+            ErrorAnswer {
+                kind: ErrorKind::Internal,
+                message: format!("cannot encode snapshot {}: {e}", self.info.snapshot.0),
+            }
+        })?;
+        Ok(out)
     }
 
     /// What keeping this snapshot costs, with the bytes being fetched now.
     pub fn held_bytes(&self) -> u64 {
-        let file = self
-            .file
-            .0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .map_or(0, |b| b.capacity());
-        let analysed = self
-            .analysed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .map_or(0, |h| h.heap_bytes());
+        let file = self.file.now().map_or(0, |b| b.capacity());
+        let analysed = self.analysed.now().map_or(0, |h| h.heap_bytes());
         self.info.held_bytes + (file + analysed) as u64
     }
 
@@ -184,19 +221,6 @@ impl Kept {
     pub fn heap_bytes(&self) -> u64 {
         self.info.totals.bytes
     }
-}
-
-/// What `slot` holds, made by `make` (outside the lock) when it holds nothing.
-fn held<T>(
-    slot: &Mutex<Option<Arc<T>>>,
-    make: impl FnOnce() -> Result<T, ErrorAnswer>,
-) -> Result<Arc<T>, ErrorAnswer> {
-    if let Some(held) = slot.lock().unwrap_or_else(|e| e.into_inner()).clone() {
-        return Ok(held);
-    }
-    let made = Arc::new(make()?);
-    *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(made.clone());
-    Ok(made)
 }
 
 /// Who asked for a snapshot.
@@ -318,8 +342,8 @@ fn take_locked(cause: Cause) -> Result<SnapshotInfo, String> {
         info: info.clone(),
         boundaries,
         clock: super::auto::allocation_clock(),
-        file: Encoding::default(),
-        analysed: Mutex::new(None),
+        file: Held::new(),
+        analysed: Held::new(),
     });
     // Where the kept snapshot's bytes go, per object (BENCHMARKS.md "What a kept snapshot
     // holds", from bench/snapshot_cost.sh).
