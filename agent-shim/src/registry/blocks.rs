@@ -779,37 +779,40 @@ pub fn apply_new(k: usize) {
         return;
     };
     for from in (0..super::new_blocks::NURSERY).step_by(BATCH) {
-        apply_run(slot, from..from + BATCH);
+        let _ = apply_run(slot, from..from + BATCH);
     }
     slot.clear();
 }
 
-/// Applies the oldest [`BATCH`] new blocks of the calling thread's slot `k`, which is full.
+/// Applies the oldest [`BATCH`] new blocks of the calling thread's slot `k`, which holds its
+/// limit, and lets the slot adapt that limit to how many of them were still waiting.
 fn apply_oldest(k: usize) {
     if let Some(slot) = NEW.get(k) {
-        apply_run(slot, slot.oldest());
+        let waited = apply_run(slot, slot.oldest());
+        slot.applied(waited);
     }
 }
 
 /// Applies the new blocks at indexes `run` (at most [`BATCH`]) of `slot`: their table slots
 /// are prefetched together, then each shard is locked once for all of its blocks (see
-/// `new_blocks` for why an entry leaves the slot only under its shard's lock).
-fn apply_run(slot: &NewSlot, run: std::ops::Range<usize>) {
+/// `new_blocks` for why an entry leaves the slot only under its shard's lock). Returns how
+/// many were waiting (the rest were empty: cancelled, taken or never written).
+fn apply_run(slot: &NewSlot, run: std::ops::Range<usize>) -> u32 {
     let Some(addrs) = slot.addrs.get(run.clone()) else {
-        return;
+        return 0;
     };
     let n = addrs.len().min(BATCH);
     let from = run.start;
-    let mut any = false;
+    let mut waited = 0;
     for a in &addrs[..n] {
         let a = a.load(Ordering::Relaxed);
         if a != 0 {
-            any = true;
+            waited += 1;
             let _ = prefetch(a);
         }
     }
-    if !any {
-        return;
+    if waited == 0 {
+        return 0;
     }
     // Bit i: entry from + i not yet applied.
     let mut left: u32 = (1u32 << n).wrapping_sub(1);
@@ -864,6 +867,7 @@ fn apply_run(slot: &NewSlot, run: std::ops::Range<usize>) {
             wait_for_mover(round);
         }
     }
+    waited
 }
 
 /// Moves entry `i` of `slot` into its shard's `table` (whose lock the caller holds) and
@@ -1722,6 +1726,100 @@ mod tests {
         }
         assert_eq!(remove(BASE, Some(Op::Free)).map(|r| r.size), Some(10));
         assert_eq!(remove(BASE + 192, Some(Op::Free)).map(|r| r.size), Some(30));
+    }
+
+    #[test]
+    fn a_thread_whose_blocks_outlive_the_nursery_keeps_a_batch_waiting_at_the_ring_start() {
+        use super::super::new_blocks::{OUTLIVED, PROBE_EVERY, SHORT_AFTER};
+        const BASE: u64 = 0x5b00_0000_0000;
+        let st = sys::thread_state();
+        let tid = sys::current_tid();
+        let k = super::super::held_frees::own_index(st, tid).expect("a batch slot");
+        let slot = &NEW[k];
+        super::apply_new(k);
+        let before = counters::counters();
+        let next = std::cell::Cell::new(BASE);
+        let mut live = Vec::new();
+        let alloc = |live: &mut Vec<u64>| {
+            let addr = next.get();
+            next.set(addr + 64);
+            assert!(insert_new(addr, 8, tid, 0, Op::Malloc, k));
+            live.push(addr);
+            addr
+        };
+        let used_indexes = || {
+            (0..NURSERY)
+                .filter(|&i| slot.addrs[i].load(Ordering::Relaxed) != 0)
+                .collect::<Vec<_>>()
+        };
+        // Blocks that outlive their wait: the ring fills to NURSERY, and after SHORT_AFTER
+        // batches still holding OUTLIVED blocks or more, only a batch waits.
+        for _ in 0..NURSERY + BATCH * (SHORT_AFTER as usize - 1) {
+            alloc(&mut live);
+        }
+        assert_eq!(
+            slot.waiting(),
+            NURSERY - BATCH,
+            "a nursery while it may pay"
+        );
+        // What waited drains a batch at a time; from the ring's next start, a batch at most
+        // waits, at its first indexes.
+        for _ in 0..NURSERY {
+            alloc(&mut live);
+        }
+        for n in 0..3 * BATCH {
+            alloc(&mut live);
+            let used = used_indexes();
+            assert_eq!(used, (0..(n + 1) % BATCH).collect::<Vec<_>>(), "after {n}");
+        }
+        // Every block is seen once, waiting or applied; counted as live.
+        assert_eq!(frozen_in(BASE..next.get()).len(), live.len());
+        let during = counters::counters();
+        assert_eq!(during.live_blocks - before.live_blocks, live.len() as u64);
+        assert_eq!(during.live_bytes - before.live_bytes, 8 * live.len() as u64);
+        // Counted in FILLED across the batches, uncounted once all is applied.
+        assert!(any_waiting());
+        super::apply_new(k);
+        assert!(!any_waiting());
+        assert!(used_indexes().is_empty());
+        // Blocks freed young again: a batch with fewer than OUTLIVED waiting brings the
+        // nursery back.
+        for _ in 0..BATCH - OUTLIVED as usize + 1 {
+            let addr = alloc(&mut live);
+            assert!(cancel_new(addr, k));
+            live.pop();
+        }
+        for _ in 0..OUTLIVED as usize - 1 {
+            alloc(&mut live);
+        }
+        assert!(used_indexes().is_empty(), "the batch was applied");
+        for _ in 0..NURSERY - 1 {
+            alloc(&mut live);
+        }
+        assert_eq!(slot.waiting(), NURSERY - 1);
+        // Back to a batch, and every PROBE_EVERY batches the nursery is tried again.
+        super::apply_new(k);
+        for _ in 0..NURSERY + BATCH * (SHORT_AFTER as usize - 1) {
+            alloc(&mut live);
+        }
+        let mut most = 0;
+        for n in 0..(PROBE_EVERY + SHORT_AFTER + 2) as usize * BATCH + NURSERY {
+            alloc(&mut live);
+            if n > NURSERY {
+                most = most.max(slot.waiting());
+            }
+        }
+        assert_eq!(most, NURSERY - 1, "tried again");
+        assert!(slot.waiting() < BATCH, "and a batch again");
+        // Freed, the blocks leave nothing behind.
+        super::apply_new(k);
+        assert_eq!(frozen_in(BASE..next.get()).len(), live.len());
+        for &addr in &live {
+            assert_eq!(remove(addr, Some(Op::Free)).map(|r| r.size), Some(8));
+        }
+        let after = counters::counters();
+        assert_eq!(after.live_blocks, before.live_blocks);
+        assert_eq!(after.live_bytes, before.live_bytes);
     }
 
     #[test]

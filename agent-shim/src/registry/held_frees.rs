@@ -175,6 +175,9 @@ pub fn own_index(st: &ThreadState, tid: u32) -> Option<usize> {
             .is_ok()
         {
             NEXT_SLOT.store((k + 1) as u32, Ordering::Relaxed);
+            if let Some(new) = super::new_blocks::NEW.get(k) {
+                new.new_owner();
+            }
             USED.fetch_max(k as u32 + 1, Ordering::AcqRel);
             st.set_held(k as u32 + 1);
             return Some(k);

@@ -15,7 +15,12 @@
 //! Most blocks die young: sqlite3 frees 99.9% of its blocks within 32 allocations of its
 //! thread, and reallocates its blocks right after allocating them (BENCHMARKS.md "Real
 //! programs"). So a block waits for at least `NURSERY − BATCH` (48) later allocations of its
-//! thread, and when that thread frees or reallocates it meanwhile, it is done in the slot:
+//! thread — unless its thread's blocks keep outliving that: a thread whose batches, when
+//! applied, still hold most of their blocks (perl's, which frees 99% of its blocks more than
+//! 2,048 allocations later) keeps only `BATCH` waiting, applies them all together and
+//! starts again at index 0, so that its slot is a few cache lines instead of 37
+//! ([`NewSlot::limit`]). When that thread frees or reallocates a waiting block, it is done
+//! in the slot:
 //! - A free of a block waiting in the freeing thread's own slot ([`NewSlot::cancel`], found
 //!   through the slot's owner-private index, a hint checked against the entry) empties the
 //!   entry with one compare-and-swap, counts the block as allocated and freed in the slot's
@@ -77,7 +82,7 @@
 //! Written by its owner thread inside a hook (and by lock holders taking entries), read by
 //! lock holders and the counters; never allocates, locks or prints.
 
-use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use super::counters::{Counters, OPS, Op};
 use super::held_frees::{SLOTS, used_slots};
@@ -93,6 +98,13 @@ pub const BATCH: usize = 16;
 /// below `NURSERY` × 4 KiB per thread, which bounds what the published live bytes (and so
 /// the peak) can miss, and a big block's insert is small beside what its program does with it.
 pub const DIRECT_FROM: u64 = 4096;
+/// Blocks of a batch of [`BATCH`] that, found still waiting when it is applied, make it a
+/// batch of long-lived blocks (see [`NewSlot::limit`]).
+pub(super) const OUTLIVED: u32 = 14;
+/// Batches in a row of long-lived blocks that make a thread wait only [`BATCH`].
+pub(super) const SHORT_AFTER: u32 = 8;
+/// Batches after which a thread waiting only [`BATCH`] tries [`NURSERY`] again.
+pub(super) const PROBE_EVERY: u32 = 1024;
 /// Frees in a row that found their block nowhere in the slot before the search is skipped.
 const CANCEL_MISSES: u32 = 64;
 /// Once skipped, one free in this many searches the slot again.
@@ -101,13 +113,31 @@ const CANCEL_RETRY: u32 = 16;
 const INDEX: usize = 256;
 
 /// One thread's new blocks (indexed like its `held_frees` slot): a ring of [`NURSERY`]
-/// entries, position `n` (counted from the thread's first block) at index `n % NURSERY`.
+/// entries, position `n` at index `n % NURSERY`. Whenever every entry was applied, the next
+/// position is the next multiple of [`NURSERY`] (index 0): a thread that keeps only
+/// [`BATCH`] waiting ([`NewSlot::limit`]) uses the same few cache lines over and over.
 #[repr(align(64))]
 pub(super) struct NewSlot {
     /// Positions written so far (only the owner reads and writes it).
     tail: AtomicU32,
     /// Positions before this one were applied, a multiple of [`BATCH`] (owner only).
     head: AtomicU32,
+    /// Blocks waiting at which the oldest [`BATCH`] are applied (owner only): [`NURSERY`],
+    /// or [`BATCH`] for a thread whose blocks outlive the nursery. A thread whose blocks live
+    /// long (perl's: 99% are freed more than 2,048 of its allocations later, and while it
+    /// builds its heap it allocates 280 times for each free) gains nothing from blocks
+    /// waiting longer and pays for a ring four times the size in cache lines: after
+    /// [`SHORT_AFTER`] batches in a row of which [`OUTLIVED`] blocks or more were still
+    /// waiting when applied, it keeps only [`BATCH`] waiting (all applied together, the ring
+    /// restarting at index 0); it goes back to [`NURSERY`] as soon as a batch of its has
+    /// fewer, and tries [`NURSERY`] again every [`PROBE_EVERY`] batches (blocks that die
+    /// after more than [`BATCH`] allocations would not show otherwise).
+    limit: AtomicU32,
+    /// With [`NURSERY`] as the limit, the batches in a row of long-lived blocks; with
+    /// [`BATCH`], the batches applied since (owner only).
+    streak: AtomicU32,
+    /// Whether the slot is counted in [`FILLED`] (owner only, or a fork child clearing it).
+    counted: AtomicBool,
     /// The owner's frees in a row that found no block of theirs here ([`NewSlot::cancel`];
     /// owner only), and how many frees are still to skip the search: a thread whose frees
     /// are of old blocks (perl's) stops paying for it, and tries again every
@@ -138,6 +168,9 @@ pub(super) static NEW: [NewSlot; SLOTS] = [const {
     NewSlot {
         tail: AtomicU32::new(0),
         head: AtomicU32::new(0),
+        limit: AtomicU32::new(NURSERY as u32),
+        streak: AtomicU32::new(0),
+        counted: AtomicBool::new(false),
         misses: AtomicU32::new(0),
         skip: AtomicU32::new(0),
         addrs: [const { AtomicU64::new(0) }; NURSERY],
@@ -155,12 +188,14 @@ pub(super) static NEW: [NewSlot; SLOTS] = [const {
 /// full) skips reading every thread's slot when no new block waits anywhere
 /// ([`any_waiting`]).
 ///
-/// Only a slot's owner changes it: +1 in [`NewSlot::push`] when the ring leaves empty (every
-/// position applied), before the entry is written, and −1 in [`NewSlot::clear`] once every
+/// Only a slot's owner changes it: +1 in [`NewSlot::push`] when the ring is empty and the
+/// slot not counted (`NewSlot::counted`), before the entry is written, and −1 in [`NewSlot::clear`] once every
 /// entry was applied. So at every moment it is at least the number of non-empty slots (a fork
-/// child may inherit it higher, from a thread stopped between the two steps: then it only
-/// searches for nothing; a slot whose entries were all cancelled stays counted until its next
-/// full apply).
+/// child may inherit it higher, from a thread stopped between the count and its flag, which
+/// is set after the +1 and cleared before the −1: then it only searches for nothing; a slot
+/// whose entries were all cancelled or applied in batches stays counted until its next full
+/// apply, so that a thread keeping [`BATCH`] waiting does not count and uncount itself on
+/// every batch).
 ///
 /// Why a reader that reads 0 misses no entry it must see: the reader names the block's
 /// address, so its call happens after the `malloc` that returned it, and so after the +1
@@ -197,19 +232,20 @@ fn bump(c: &AtomicU64, by: u64) {
 }
 
 impl NewSlot {
-    /// Whether the ring has room for one more entry without applying its oldest ones (read
-    /// by the owner).
+    /// Whether the ring takes one more entry without applying its oldest ones (read by the
+    /// owner).
     #[inline]
     pub(super) fn has_room(&self) -> bool {
         self.tail
             .load(Ordering::Relaxed)
             .wrapping_sub(self.head.load(Ordering::Relaxed))
-            < NURSERY as u32
+            < self.limit.load(Ordering::Relaxed)
     }
 
-    /// Adds an entry (its owner, inside a hook): whether the ring is full now, so that its
-    /// oldest [`BATCH`] must be applied ([`NewSlot::oldest`]); None (nothing added) when it
-    /// was full already, or the entry to write was not empty (a broken invariant).
+    /// Adds an entry (its owner, inside a hook): whether the ring holds its limit now
+    /// ([`NewSlot::limit`]), so that its oldest [`BATCH`] must be applied
+    /// ([`NewSlot::oldest`]); None (nothing added) when it was full already, or the entry to
+    /// write was not empty (a broken invariant).
     #[inline]
     pub(super) fn push(&self, addr: u64, words: [u64; 3], op: Op) -> Option<bool> {
         let tail = self.tail.load(Ordering::Relaxed);
@@ -223,9 +259,10 @@ impl NewSlot {
         if at.load(Ordering::Relaxed) != 0 {
             return None;
         }
-        if used == 0 {
+        if used == 0 && !self.counted.load(Ordering::Relaxed) {
             // Counted before the entry is written: the Release stores below publish it too.
             FILLED.fetch_add(1, Ordering::Relaxed);
+            self.counted.store(true, Ordering::Relaxed);
         }
         for (w, v) in self.words[i].iter().zip(words) {
             w.store(v, Ordering::Relaxed);
@@ -235,21 +272,68 @@ impl NewSlot {
         at.store(addr, Ordering::Release);
         self.index[index_bucket(addr)].store(i as u8 + 1, Ordering::Relaxed);
         self.tail.store(tail.wrapping_add(1), Ordering::Relaxed);
-        Some(used + 1 >= NURSERY)
+        Some(used as u32 + 1 >= self.limit.load(Ordering::Relaxed))
     }
 
     /// The indexes of the oldest [`BATCH`] entries, to be applied, and marks them applied
-    /// (the owner; the caller applies them at once). Empty unless the ring is full.
+    /// (the owner; the caller applies them at once, emptying each, then tells
+    /// [`NewSlot::applied`] what it found). Empty unless the ring holds its limit.
     #[inline]
     pub(super) fn oldest(&self) -> std::ops::Range<usize> {
         let head = self.head.load(Ordering::Relaxed);
-        if (self.tail.load(Ordering::Relaxed).wrapping_sub(head) as usize) < NURSERY {
+        let tail = self.tail.load(Ordering::Relaxed);
+        if tail.wrapping_sub(head) < self.limit.load(Ordering::Relaxed) {
             return 0..0;
         }
-        self.head
-            .store(head.wrapping_add(BATCH as u32), Ordering::Relaxed);
+        let mut next = head.wrapping_add(BATCH as u32);
+        if next == tail {
+            // Every entry applied once the caller is done: the next one goes to index 0
+            // (only the owner writes entries, after its caller returns).
+            next = restart_after(tail);
+            self.tail.store(next, Ordering::Relaxed);
+        }
+        self.head.store(next, Ordering::Relaxed);
         let from = head as usize % NURSERY;
         from..from + BATCH
+    }
+
+    /// The owner applied a batch from [`NewSlot::oldest`], `outlived` of whose blocks were
+    /// still waiting: adapts how many it keeps waiting ([`NewSlot::limit`]).
+    #[inline]
+    pub(super) fn applied(&self, outlived: u32) {
+        let streak = self.streak.load(Ordering::Relaxed);
+        if self.limit.load(Ordering::Relaxed) == NURSERY as u32 {
+            if outlived < OUTLIVED {
+                if streak != 0 {
+                    self.streak.store(0, Ordering::Relaxed);
+                }
+            } else if streak + 1 >= SHORT_AFTER {
+                self.set_limit(BATCH);
+            } else {
+                self.streak.store(streak + 1, Ordering::Relaxed);
+            }
+        } else if outlived < OUTLIVED || streak + 1 >= PROBE_EVERY {
+            self.set_limit(NURSERY);
+        } else {
+            self.streak.store(streak + 1, Ordering::Relaxed);
+        }
+    }
+
+    /// Switches the limit ([`NewSlot::limit`]), its streak starting again.
+    #[cold]
+    #[inline(never)]
+    fn set_limit(&self, limit: usize) {
+        self.limit.store(limit as u32, Ordering::Relaxed);
+        self.streak.store(0, Ordering::Relaxed);
+    }
+
+    /// A thread claims this slot (after its last owner gave it up): it starts as a new
+    /// thread, with [`NURSERY`] as its limit and its frees searching the slot.
+    pub(super) fn new_owner(&self) {
+        self.limit.store(NURSERY as u32, Ordering::Relaxed);
+        self.streak.store(0, Ordering::Relaxed);
+        self.misses.store(0, Ordering::Relaxed);
+        self.skip.store(0, Ordering::Relaxed);
     }
 
     /// The owner frees `addr`: when it still waits here (never seen by the table or anyone
@@ -345,15 +429,17 @@ impl NewSlot {
     /// thread it did not inherit) and uncounts the slot in [`FILLED`].
     pub(super) fn clear(&self) {
         let tail = self.tail.load(Ordering::Relaxed);
-        if self.head.load(Ordering::Relaxed) == tail {
-            return;
+        if self.head.load(Ordering::Relaxed) != tail {
+            let next = restart_after(tail);
+            self.tail.store(next, Ordering::Relaxed);
+            self.head.store(next, Ordering::Release);
         }
-        // A multiple of BATCH, so that `oldest` keeps returning whole runs of indexes.
-        let batch = BATCH as u32;
-        let next = tail.wrapping_add((batch - tail % batch) % batch);
-        self.tail.store(next, Ordering::Relaxed);
-        self.head.store(next, Ordering::Release);
-        FILLED.fetch_sub(1, Ordering::Release);
+        if self.counted.load(Ordering::Relaxed) {
+            // The flag first: a fork child that inherits the slot between the two steps
+            // keeps the count higher, never lower (see FILLED).
+            self.counted.store(false, Ordering::Relaxed);
+            FILLED.fetch_sub(1, Ordering::Release);
+        }
     }
 
     /// The bytes of the blocks waiting here (the owner, before a big block: `blocks::insert_new`).
@@ -384,6 +470,16 @@ impl NewSlot {
             op_of(self.ops[i].load(Ordering::Relaxed)),
         )
     }
+}
+
+/// The position after `tail` at which an emptied ring starts again: the next multiple of
+/// [`NURSERY`] (index 0; also a multiple of [`BATCH`], so that [`NewSlot::oldest`] keeps
+/// returning whole runs of indexes, and `tail` itself when it is one). Positions wrap at
+/// 2^32, a multiple of both.
+fn restart_after(tail: u32) -> u32 {
+    const { assert!(NURSERY.is_power_of_two() && NURSERY.is_multiple_of(BATCH)) };
+    let mask = NURSERY as u32 - 1;
+    tail.wrapping_add(mask) & !mask
 }
 
 fn op_of(code: u8) -> Op {
