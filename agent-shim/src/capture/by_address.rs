@@ -411,11 +411,21 @@ mod tests {
         }
     }
 
-    /// A table of items in parts; `changes` makes the second walk list one item more than
-    /// the first (a table that did not hold still).
+    /// A table of items in parts; from its second walk on, the first part lists one item
+    /// more or one fewer than at the first when `changes` says so (a table that did not hold
+    /// still).
     struct Table {
         items: Vec<(u64, usize)>,
-        changes: bool,
+        changes: Change,
+    }
+
+    #[derive(Clone, Copy, Debug)]
+    enum Change {
+        None,
+        /// An item at the bottom of the heap appears.
+        OneMore,
+        /// The part's last item is gone.
+        OneFewer,
     }
 
     struct Part {
@@ -428,8 +438,13 @@ mod tests {
         type Part = Part;
         fn each(&self, part: &mut Part, mut f: impl FnMut((u64, usize))) {
             part.walks += 1;
-            self.items[part.range.clone()].iter().for_each(|&t| f(t));
-            if self.changes && part.walks >= 2 && part.range.start == 0 {
+            let changed = part.walks >= 2 && part.range.start == 0;
+            let mut range = part.range.clone();
+            if changed && matches!(self.changes, Change::OneFewer) {
+                range.end -= 1;
+            }
+            self.items[range].iter().for_each(|&t| f(t));
+            if changed && matches!(self.changes, Change::OneMore) {
                 f((0x5555_0000_0008, usize::MAX));
             }
         }
@@ -443,7 +458,7 @@ mod tests {
         for (n, two) in [(200_000, false), (200_000, true), (100, true), (0, true)] {
             let table = Table {
                 items: heap_items(n, 0x2545_f491_4f6c_dd1d),
-                changes: false,
+                changes: Change::None,
             };
             let mut expect = table.items.clone();
             expect.sort_by_key(|t| t.0);
@@ -468,18 +483,45 @@ mod tests {
 
     #[test]
     fn a_listing_that_changes_between_walks_is_listed_again() {
-        let table = Table {
-            items: heap_items(10_000, 7),
-            changes: true,
-        };
-        let mut parts = [Part {
-            range: 0..10_000,
-            walks: 0,
-        }];
-        let mut out = Vec::new();
-        list_by_address(&table, &mut parts, &mut out, false);
-        assert_eq!(parts[0].walks, 3);
-        assert_eq!(out.len(), 10_001);
-        assert!(out.is_sorted_by_key(|t| t.0));
+        let n = 10_000;
+        for (changes, two) in [
+            (Change::OneMore, false),
+            (Change::OneFewer, false),
+            (Change::OneMore, true),
+            (Change::OneFewer, true),
+        ] {
+            let table = Table {
+                items: heap_items(n, 7),
+                changes,
+            };
+            // What the third walk, the plain one, lists, sorted, after what `out` held.
+            let mut expect = table.items.clone();
+            match changes {
+                Change::OneFewer => {
+                    expect.remove(n / 2 - 1);
+                }
+                Change::OneMore => expect.push((0x5555_0000_0008, usize::MAX)),
+                Change::None => {}
+            }
+            expect.sort_by_key(|t| t.0);
+            expect.insert(0, (1, 1));
+            let mut parts = [
+                Part {
+                    range: 0..n / 2,
+                    walks: 0,
+                },
+                Part {
+                    range: n / 2..n,
+                    walks: 0,
+                },
+            ];
+            let mut out = vec![(1, 1)];
+            list_by_address(&table, &mut parts, &mut out, two);
+            assert!(
+                parts.iter().all(|p| p.walks == 3),
+                "{changes:?}, two {two}: every part listed a third time"
+            );
+            assert_eq!(out, expect, "{changes:?}, two {two}");
+        }
     }
 }

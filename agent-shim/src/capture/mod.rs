@@ -200,3 +200,72 @@ fn after_capture(incomplete: Option<String>) {
         crate::agent_log!("a capture was incomplete: {why} (said for the first one only)");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::counters::Op;
+
+    /// Blocks of this test only, over many 64 MiB regions (and so many shards' tables).
+    const BASE: u64 = 0x5600_0000_0000;
+
+    fn ours(addr: u64) -> bool {
+        (BASE..BASE + (1 << 36)).contains(&addr)
+    }
+
+    #[test]
+    fn parts_of_the_frozen_table_list_each_block_once_in_address_order() {
+        let mut expect: Vec<u64> = (0..3000u64)
+            .map(|i| BASE + (i % 300) * (64 << 20) + (i / 300) * 48)
+            .collect();
+        for &a in &expect {
+            assert!(blocks::insert(a, 40, 1, 0, Op::Malloc));
+        }
+        // Some freed again, so that parts begin and end among empty slots too.
+        for &a in expect.iter().step_by(7) {
+            assert!(blocks::remove(a, Some(Op::Free)).is_some());
+        }
+        expect = expect
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % 7 != 0)
+            .map(|(_, &a)| a)
+            .collect();
+        expect.sort_unstable();
+        let frozen = blocks::freeze();
+        let listed = frozen.listed();
+        let slots = frozen.slots();
+        // Cut into 1, 2, 3 and 61 parts, at points that fall inside the shards' tables and
+        // on their ends alike.
+        for parts in [1, 2, 3, 61] {
+            let mut seen = Vec::new();
+            for k in 0..parts {
+                let part = slots * k / parts..slots * (k + 1) / parts;
+                listed.for_each_in(part, |b| {
+                    if ours(b.addr) {
+                        seen.push(b.addr);
+                    }
+                });
+            }
+            seen.sort_unstable();
+            assert_eq!(seen, expect, "{parts} parts");
+        }
+        // A range past the end, or empty, lists nothing.
+        let mut none = 0;
+        listed.for_each_in(slots..slots + 10, |_| none += 1);
+        listed.for_each_in(5..5, |_| none += 1);
+        assert_eq!(none, 0);
+        drop(listed);
+        // The capture's listing: the same blocks, in address order, from the table's two
+        // halves.
+        let mut out = Vec::new();
+        Registry::default().blocks(&frozen, &mut out);
+        drop(frozen);
+        let listed: Vec<u64> = out.iter().map(|b| b.addr).filter(|&a| ours(a)).collect();
+        assert_eq!(listed, expect);
+        assert!(out.is_sorted_by_key(|b| b.addr));
+        for a in expect {
+            blocks::remove(a, Some(Op::Free));
+        }
+    }
+}

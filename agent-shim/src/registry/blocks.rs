@@ -1450,7 +1450,7 @@ impl Frozen {
     }
 
     /// The number of tracked blocks, including those whose free is held back and new ones
-    /// waiting in slots (`new_blocks`; more may arrive before [`Frozen::for_each`]).
+    /// waiting in slots (`new_blocks`; more may arrive before [`Frozen::listed`]).
     pub fn len(&self) -> usize {
         self.tables().map(|t| t.len).sum::<usize>() + super::new_blocks::waiting()
     }
@@ -1479,7 +1479,9 @@ impl Frozen {
     }
 
     /// Calls `f` for every live tracked block (in table order, not address order). Blocks
-    /// the program freed but `held_frees` still holds are not live: they are left out.
+    /// the program freed but `held_frees` still holds are not live: they are left out. The
+    /// tests' whole listing; the capture lists parts of [`Frozen::listed`].
+    #[cfg(test)]
     pub fn for_each(&self, f: impl FnMut(&BlockRecord)) {
         self.listed().for_each_in(0..self.slots(), f);
     }
@@ -1511,8 +1513,8 @@ impl Frozen {
         self.tables().map(|t| t.cap).sum()
     }
 
-    /// Appends the blocks whose free `held_frees` holds back, as [`Frozen::for_each`] last
-    /// found them (call it after `for_each`): still allocated in libc, though not live.
+    /// Appends the blocks whose free `held_frees` holds back, as [`Frozen::listed`] last
+    /// found them (call it after `listed`): still allocated in libc, though not live.
     pub fn held(&self, out: &mut Vec<u64>) {
         // SAFETY: this thread holds every shard lock (`self`), the condition of HELD.
         let held = unsafe { &*HELD.0.get() };

@@ -46,7 +46,7 @@
 //!   allocating thread applied it is neither reported unknown nor left behind in the table. A
 //!   realloc in progress in a slot is left to its owner (a new block there supersedes it).
 //! - A capture holds every shard lock (`blocks::Frozen`): after the world is stopped, its
-//!   `for_each` first moves every slot's blocks into the table (a realloc's moving entry as
+//!   `listed` first moves every slot's blocks into the table (a realloc's moving entry as
 //!   moving; its owner then finishes it in the table). A block being written into a slot at
 //!   that moment is not yet returned by malloc (its thread is stopped inside the hook), so
 //!   leaving it out is right; a block being cancelled is inside its free. The owner's later
