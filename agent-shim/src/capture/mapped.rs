@@ -194,7 +194,10 @@ impl Exclusions {
     /// held back, the program's or the agent's): a block whose chunk header says it is a
     /// mapping of its own. A header outside the readable mappings of `maps` (read after the
     /// stop) is skipped: a block a realloc is moving may have lost its mapping already (libc
-    /// moved it with mremap), and reading its header would fault.
+    /// moved it with mremap), and reading its header would fault. So is a block in `[heap]`:
+    /// the main arena's brk memory holds no mapping of its own, and [`Self::add_arena_heaps`]
+    /// leaves it out whole (perl's many page-sized blocks there would each cost a cache miss
+    /// on their header).
     ///
     /// # Safety
     /// Every address must be that of a block glibc has allocated and not freed, or one a
@@ -210,7 +213,9 @@ impl Exclusions {
                 continue;
             }
             let chunk = addr.wrapping_sub(16);
-            if !mapping_of(maps, chunk).is_some_and(|m| m.readable && chunk + 16 <= m.end) {
+            if !mapping_of(maps, chunk)
+                .is_some_and(|m| m.readable && chunk + 16 <= m.end && m.path != "[heap]")
+            {
                 continue;
             }
             // SAFETY: a live glibc block has its chunk's two header words right below it, and
@@ -516,6 +521,28 @@ mod tests {
         // SAFETY: the block is "being moved" (its memory gone): the case the check is for.
         unsafe { ex.add_mmapped_chunks(&maps, [(chunk + 16, Some(100_000))].into_iter()) };
         assert!(ex.ranges.is_empty());
+    }
+
+    #[test]
+    fn a_block_in_the_brk_heap_is_no_mapping_of_its_own() {
+        // A page whose first words read as the header of an mmapped chunk of one page.
+        let page = sys_page();
+        let chunk = page as u64;
+        // SAFETY: our own page, writable.
+        unsafe { std::ptr::write(page.cast::<[u64; 2]>(), [0, 4096 | IS_MMAPPED]) };
+        let block = [(chunk + 16, Some(4080))];
+        let listed = |path: &str| {
+            let maps = vec![mapping(chunk, chunk + 4096, path)];
+            let mut ex = Exclusions::default();
+            // SAFETY: the header lies in our own readable page.
+            unsafe { ex.add_mmapped_chunks(&maps, block.into_iter()) };
+            ex.ranges
+        };
+        assert_eq!(listed(""), vec![chunk..chunk + 4096]);
+        // In `[heap]` its header is not read: the arena's exclusion covers it whole.
+        assert!(listed("[heap]").is_empty());
+        // SAFETY: our own mapping of one page.
+        unsafe { libc::munmap(page, 4096) };
     }
 
     fn sys_page() -> *mut libc::c_void {
