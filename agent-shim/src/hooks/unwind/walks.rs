@@ -13,16 +13,23 @@
 //! and over: the check is up to 32 independent loads of hot stack words, where the walk is 16
 //! dependent rule lookups (and the stack's hash and intern probe after it).
 //!
-//! One direct-mapped table shared by all threads (their stacks lie at different addresses,
+//! One set-associative table shared by all threads (their stacks lie at different addresses,
 //! so their keys differ), each entry a seqlock: a writer makes the version odd, writes,
 //! makes it even again; a reader that saw an odd or changed version treats the entry as a
-//! miss. A reader only dereferences words of its own stack (every offset is checked against
-//! the thread's stack top before the load), so a torn entry costs one miss, never a wild
+//! miss. A reader only dereferences words of its own stack: it copies the entry's offsets
+//! (four to a word) and checks the version again before it reads the stack at them, so the
+//! offsets it uses are those of one finished walk from its own stack pointer and stack top,
+//! each inside `[sp, hi - 8]` by construction; a torn entry costs one miss, never a wild
 //! read. A thread interrupted while writing (its own signal handler allocating) finds the
 //! entry odd and walks; a fork child makes the entries other threads were writing at the fork
-//! even and empty again ([`reset_in_child`]), or they would stay odd for good. Walks that read
-//! more than [`MAX_READS`] words, left 4 GiB of stack, or ended at a return address in no
-//! module (its rule is not cached either) are not kept.
+//! even and unmatchable again ([`reset_in_child`]), or they would stay odd for good. Walks that
+//! read more than [`MAX_READS`] words, left 512 KiB of stack, or ended at a return address in
+//! no module (its rule is not cached either) are not kept.
+//!
+//! Each set has a word of one-byte tags, one per way, from the key's hash: a lookup checks
+//! only the ways whose tag matches (one compare of the eight at once), instead of reading
+//! every way's key. The tags are hints written after the entry: a stale one costs a miss or
+//! a check that fails, never a wrong stack.
 //!
 //! Never allocates, locks or prints: it is read and written inside the malloc hooks.
 
@@ -33,7 +40,8 @@ use crate::sys;
 /// Stack words one remembered walk may have read: a return address and a saved rbp per frame
 /// at the default depth of 16 (the first return address is the key).
 pub const MAX_READS: usize = 32;
-/// Words [`check`] compares between two tests of their differences.
+/// Words [`check`] compares between two tests of their differences; also the offsets packed
+/// in one word of [`Entry::offsets`].
 const CHUNK: usize = 4;
 
 /// Sets of [`WAYS`] entries: one call site at one stack depth is often reached from a few
@@ -54,13 +62,13 @@ const ENTRIES: usize = SETS * WAYS;
 /// longer match.
 static GENERATION: AtomicU32 = AtomicU32::new(1);
 
-/// The stack words a walk read, in order, as offsets from its entry stack pointer, and which
-/// of them its result depends on: every return address, and a saved rbp only when a later
-/// rule computed from it (code built without frame pointers keeps data in rbp, so its saved
-/// value changes from call to call without changing the stack).
+/// The stack words a walk read, in order, as offsets in words from its entry stack pointer,
+/// and which of them its result depends on: every return address, and a saved rbp only when
+/// a later rule computed from it (code built without frame pointers keeps data in rbp, so its
+/// saved value changes from call to call without changing the stack).
 #[derive(Default)]
 pub struct Reads {
-    offsets: [u32; MAX_READS],
+    offsets: [u16; MAX_READS],
     values: [u64; MAX_READS],
     len: usize,
     /// Bit i: read i matters.
@@ -77,8 +85,11 @@ impl Reads {
     /// not kept).
     #[inline]
     pub fn push(&mut self, offset: usize, value: usize) -> usize {
-        match (u32::try_from(offset), self.len < MAX_READS) {
-            (Ok(offset), true) => {
+        let words = u16::try_from(offset / 8)
+            .ok()
+            .filter(|_| offset.is_multiple_of(8));
+        match (words, self.len < MAX_READS) {
+            (Some(offset), true) => {
                 self.offsets[self.len] = offset;
                 self.values[self.len] = value as u64;
                 self.len += 1;
@@ -138,12 +149,20 @@ struct Entry {
     /// generation (bits 0..32), depth (32..40), reads (40..48), used_fp (48).
     meta: AtomicU64,
     stack: AtomicU32,
-    offsets: [AtomicU32; MAX_READS],
+    /// The offsets of the words read, in words above `sp`, [`CHUNK`] to a word (read `k` in
+    /// bits `16 * (k % 4)..` of word `k / 4`).
+    offsets: [AtomicU64; MAX_READS / CHUNK],
     values: [AtomicU64; MAX_READS],
 }
 
 /// The entries (null until [`init`], or when the mapping was refused: then nothing is kept).
 static ENTRIES_PTR: AtomicPtr<Entry> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Each set's tags, byte `w` for way `w` (0: none yet; see the module docs).
+static TAGS: [AtomicU64; SETS] = [const { AtomicU64::new(0) }; SETS];
+
+/// Each byte of a word of tags.
+const BYTES: u64 = 0x0101_0101_0101_0101;
 
 /// Reserves the table (pages cost memory when first written). From the constructor.
 pub fn init() -> bool {
@@ -175,7 +194,9 @@ pub fn reset_in_child() {
         let e = unsafe { &*base.add(i) };
         let version = e.version.load(Ordering::Relaxed);
         if version & 1 != 0 {
-            // A stack id of 0 is never a hit, whatever the rest of the entry holds.
+            // No stack pointer is 0: no lookup matches the entry, so none reads its offsets
+            // (half written); and a stack id of 0 is never a hit.
+            e.sp.store(0, Ordering::Relaxed);
             e.stack.store(0, Ordering::Relaxed);
             e.version.store(version + 1, Ordering::Release);
         }
@@ -187,9 +208,17 @@ pub fn generation() -> u32 {
     GENERATION.load(Ordering::Relaxed)
 }
 
-/// The set of [`WAYS`] entries where walks from `start` are kept.
+/// Where walks from one key are kept: its set of [`WAYS`] entries, that set's tags and the
+/// key's tag (a byte with its top bit set, so never the 0 of a way without one).
+struct Place {
+    set: &'static [Entry; WAYS],
+    tags: &'static AtomicU64,
+    tag: u64,
+}
+
+/// The place of walks from `start`.
 #[inline]
-fn set(start: &Start) -> Option<&'static [Entry; WAYS]> {
+fn place(start: &Start) -> Option<Place> {
     let base = ENTRIES_PTR.load(Ordering::Relaxed);
     if base.is_null() {
         return None;
@@ -197,9 +226,21 @@ fn set(start: &Start) -> Option<&'static [Entry; WAYS]> {
     let h =
         (start.sp as u64 ^ (start.ret as u64).rotate_left(29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     let i = (h >> (64 - SET_BITS)) as usize;
-    // SAFETY: i < SETS, so the set's entries lie in the mapping of SETS * WAYS entries; it
-    // is never unmapped, and zeroed memory is a valid entry of atomics.
-    Some(unsafe { &*base.add(i * WAYS).cast::<[Entry; WAYS]>() })
+    Some(Place {
+        // SAFETY: i < SETS, so the set's entries lie in the mapping of SETS * WAYS entries;
+        // it is never unmapped, and zeroed memory is a valid entry of atomics.
+        set: unsafe { &*base.add(i * WAYS).cast::<[Entry; WAYS]>() },
+        tags: &TAGS[i],
+        tag: (h >> 32) & 0x7f | 0x80,
+    })
+}
+
+/// The ways of a set whose tag in `tags` may be `tag`: the top bit of each such way's byte
+/// (every way whose tag is `tag` is there; a few others may be, which their check rejects).
+#[inline]
+fn candidates(tags: u64, tag: u64) -> u64 {
+    let x = tags ^ (tag * BYTES);
+    x.wrapping_sub(BYTES) & !x & (BYTES << 7)
 }
 
 #[inline]
@@ -211,16 +252,26 @@ fn meta(generation: u32, depth: usize, reads: usize, used_fp: bool) -> u64 {
 }
 
 /// The stack id of the walk from `start` to `depth` frames, if it is remembered and every
-/// word it read still holds what it held.
-#[inline]
+/// word it read still holds what it held. Inlined into the hooks: its call and the registers
+/// it saved were a tenth of its cost.
+#[inline(always)]
 pub fn lookup(start: &Start, depth: usize) -> Option<u32> {
-    let set = set(start)?;
+    let place = place(start)?;
     let want = meta(generation(), depth, 0, false);
-    set.iter().find_map(|e| check(e, start, want))
+    let mut ways = candidates(place.tags.load(Ordering::Relaxed), place.tag);
+    while ways != 0 {
+        let way = ways.trailing_zeros() as usize / 8;
+        if let Some(stack) = check(&place.set[way], start, want) {
+            return Some(stack);
+        }
+        ways &= ways - 1;
+    }
+    None
 }
 
 /// The stack id of entry `e` if it holds the walk from `start` (of the generation and depth
-/// `want` gives, as [`meta`] of no reads).
+/// `want` gives, as [`meta`] of no reads). Not inlined into the hooks, unlike [`lookup`]: the
+/// registers it needs cost them more than its call.
 #[inline]
 fn check(e: &Entry, start: &Start, want: u64) -> Option<u32> {
     let version = e.version.load(Ordering::Acquire);
@@ -239,25 +290,34 @@ fn check(e: &Entry, start: &Start, want: u64) -> Option<u32> {
         return None;
     }
     let reads = ((m >> 40) & 0xff) as usize;
-    // The highest address a word may be read at: the stack top's last word.
-    let last = start.hi.checked_sub(8)?.checked_sub(start.sp)?;
-    // One pass, checked against the version afterwards: every offset is clamped to this
-    // thread's own stack before it is dereferenced, so a torn entry (another walk's offsets
-    // half written) can only make this read words of this stack and miss, or be caught by
-    // the version below. (Copying the entry out first made the check 2–3 times as costly:
-    // BENCHMARKS.md "Real programs".) Four words at a time, their differences or-ed and
-    // tested once: `store` pads the reads to a multiple of four with the return address at
-    // offset 0, which `start.ret` already matched.
     let chunks = reads.div_ceil(CHUNK).min(MAX_READS / CHUNK);
-    for chunk in 0..chunks {
+    // The offsets first, then the version again: if it did not move, they (and the key and
+    // meta read above) are one finished store's, that of a walk from this stack pointer
+    // under this stack top, which read only words in [sp, hi - 8]. Only then is the stack
+    // read at them. (A bound check of each offset instead cost two instructions a word;
+    // copying the whole entry out first made the check 2–3 times as costly: BENCHMARKS.md
+    // "Real programs".)
+    let mut offsets = [0u64; MAX_READS / CHUNK];
+    for (copy, packed) in offsets.iter_mut().zip(&e.offsets).take(chunks) {
+        *copy = packed.load(Ordering::Relaxed);
+    }
+    fence(Ordering::Acquire);
+    if e.version.load(Ordering::Relaxed) != version {
+        return None;
+    }
+    // Four words at a time, their differences or-ed and tested once: `store` pads the reads
+    // to a multiple of four with the return address at offset 0, which `start.ret` already
+    // matched. A value torn by a writer since is caught by the version below.
+    let sp = start.sp as *const u64;
+    for (chunk, &packed) in offsets.iter().enumerate().take(chunks) {
         let mut diff = 0;
-        for k in chunk * CHUNK..(chunk + 1) * CHUNK {
-            let offset = (e.offsets[k].load(Ordering::Relaxed) as usize).min(last);
-            // SAFETY: sp + offset lies in [sp, hi - 8], this thread's stack as its cached
-            // bounds say, at or above the hooked call's entry stack pointer (so mapped). The
-            // offsets a walk stores are multiples of 8, a torn one may not be: read unaligned.
-            let word = unsafe { std::ptr::read_unaligned((start.sp + offset) as *const u64) };
-            diff |= word ^ e.values[k].load(Ordering::Relaxed);
+        for k in 0..CHUNK {
+            let offset = usize::from((packed >> (16 * k)) as u16);
+            // SAFETY: sp + 8 * offset lies in [sp, hi - 8] (above), this thread's stack as its
+            // cached bounds say, at or above the hooked call's entry stack pointer (so
+            // mapped); sp is 8-aligned (`unwind::start`).
+            let word = unsafe { *sp.add(offset) };
+            diff |= word ^ e.values[chunk * CHUNK + k].load(Ordering::Relaxed);
         }
         if diff != 0 {
             return None;
@@ -277,11 +337,12 @@ pub fn store(start: &Start, depth: usize, reads: &Reads, stack: u32) {
     if reads.unkeepable || stack == 0 || start.generation != generation() {
         return;
     }
-    let Some(set) = set(start) else {
+    let Some(place) = place(start) else {
         return;
     };
     // The stack id picks the way: the paths that share a set usually differ in it.
-    let e = &set[stack as usize % WAYS];
+    let way = stack as usize % WAYS;
+    let e = &place.set[way];
     let version = e.version.load(Ordering::Relaxed);
     if version & 1 != 0
         || e.version
@@ -301,18 +362,29 @@ pub fn store(start: &Start, depth: usize, reads: &Reads, stack: u32) {
         Ordering::Relaxed,
     );
     e.stack.store(stack, Ordering::Relaxed);
+    // The rest of the last chunk of four: offset 0, the return address at the entry stack
+    // pointer, which every lookup that reads these has matched already (`check`).
+    let mut offsets = [0u64; MAX_READS / CHUNK];
     let needed = (0..reads.len).filter(|&i| reads.needed & 1 << i != 0);
     for (k, i) in needed.enumerate() {
-        e.offsets[k].store(reads.offsets[i], Ordering::Relaxed);
+        offsets[k / CHUNK] |= u64::from(reads.offsets[i]) << (16 * (k % CHUNK));
         e.values[k].store(reads.values[i], Ordering::Relaxed);
     }
-    // The rest of the last chunk of four: the return address at the entry stack pointer,
-    // which every lookup that reads these has matched already (`check`).
     for k in kept..kept.next_multiple_of(CHUNK).min(MAX_READS) {
-        e.offsets[k].store(0, Ordering::Relaxed);
         e.values[k].store(start.ret as u64, Ordering::Relaxed);
     }
+    for (packed, &value) in e.offsets.iter().zip(&offsets).take(kept.div_ceil(CHUNK)) {
+        packed.store(value, Ordering::Relaxed);
+    }
     e.version.store(version + 2, Ordering::Release);
+    // The tag last: a lookup led here by it finds the entry finished (or being rewritten,
+    // which its check rejects).
+    let shift = 8 * way;
+    let _ = place
+        .tags
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |tags| {
+            Some((tags & !(0xff << shift)) | (place.tag << shift))
+        });
 }
 
 #[cfg(test)]
@@ -342,6 +414,16 @@ mod tests {
         }
         store(&start, 16, &reads, 77);
         start
+    }
+
+    #[test]
+    fn a_walk_that_read_beyond_the_offsets_range_is_not_kept() {
+        let mut reads = Reads::default();
+        let i = reads.push(8 * usize::from(u16::MAX), 1);
+        reads.need(i);
+        assert!(!reads.unkeepable, "the last word an offset can name");
+        assert_eq!(reads.push(8 * (usize::from(u16::MAX) + 1), 2), MAX_READS);
+        assert!(reads.unkeepable, "512 KiB above the stack pointer");
     }
 
     /// One test, not three: a `clear` or a store to the same set from a test running in
@@ -418,7 +500,7 @@ mod tests {
         // misses, and a fork child makes it usable again.
         let start = remember(&words, false);
         assert_eq!(lookup(&start, 16), Some(77));
-        let e = &set(&start).unwrap()[77 % WAYS];
+        let e = &place(&start).unwrap().set[77 % WAYS];
         e.version.fetch_add(1, Ordering::Relaxed);
         assert_eq!(lookup(&start, 16), None);
         let start = remember(&words, false);
