@@ -13,6 +13,7 @@ use serde::de::DeserializeOwned;
 use thiserror::Error;
 
 use crate::frame::{self, FrameError, HEADER_LEN};
+use crate::message::{RequestId, Response, ServerMessage, SnapshotChunk, SnapshotId};
 
 /// The largest payload either side accepts after the handshake, and the bincode decoding
 /// limit: no length read inside a payload can make the decoder claim more than this.
@@ -85,6 +86,89 @@ pub(crate) fn decode_with<M: DeserializeOwned, C: bincode::config::Config>(
         });
     }
     Ok(message)
+}
+
+/// A snapshot chunk answer (`KeptData` or `SnapshotData`) read where it lies in its payload:
+/// the client copies its bytes once, from the frame it read them into, instead of having
+/// them copied into a fresh vector first (8 MiB per chunk).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkInPayload<'a> {
+    /// The request it answers.
+    pub id: RequestId,
+    /// `KeptData` (the analysed snapshot) rather than `SnapshotData` (its file).
+    pub analysed: bool,
+    pub snapshot: SnapshotId,
+    pub offset: u64,
+    pub total: u64,
+    pub bytes: &'a [u8],
+}
+
+/// The fields of `ServerMessage::Response { id, body: Response::KeptData(chunk) }` (or
+/// `SnapshotData`) in their wire order: bincode writes an enum's variant as its index (a
+/// `u32`), a box as what it holds, a struct as its fields, so these decode exactly the
+/// messages that are chunk answers, once the two indices are checked.
+#[derive(serde::Deserialize)]
+struct ChunkAnswer<'a> {
+    message: u32,
+    id: RequestId,
+    response: u32,
+    snapshot: SnapshotId,
+    offset: u64,
+    total: u64,
+    bytes: &'a [u8],
+}
+
+/// The variant indices of a response and of `KeptData` and `SnapshotData` within responses,
+/// read from an encoded answer of each (so they follow the enums' order).
+fn chunk_indices() -> (u32, [u32; 2]) {
+    static INDICES: std::sync::OnceLock<(u32, [u32; 2])> = std::sync::OnceLock::new();
+    *INDICES.get_or_init(|| {
+        let chunk = || SnapshotChunk {
+            snapshot: SnapshotId(0),
+            offset: 0,
+            total: 0,
+            bytes: Vec::new(),
+        };
+        let index = |body: Response| {
+            let frame = to_frame(&ServerMessage::Response {
+                id: RequestId(0),
+                body: Box::new(body),
+            })
+            .expect("a small answer encodes");
+            let (answer, _): (ChunkAnswer<'_>, usize) =
+                bincode::serde::borrow_decode_from_slice(&frame[HEADER_LEN..], CONFIG)
+                    .expect("a chunk answer decodes as one");
+            (answer.message, answer.response)
+        };
+        let (message, kept) = index(Response::KeptData(chunk()));
+        let (_, file) = index(Response::SnapshotData(chunk()));
+        (message, [kept, file])
+    })
+}
+
+/// The snapshot chunk `payload` answers with, read in place, when it is a whole
+/// `KeptData` or `SnapshotData` answer; `None` for any other payload (which
+/// [`decode_payload`] then decodes, or refuses).
+pub fn chunk_in_payload(payload: &[u8]) -> Option<ChunkInPayload<'_>> {
+    let (message, [kept, file]) = chunk_indices();
+    let (answer, used): (ChunkAnswer<'_>, usize) =
+        bincode::serde::borrow_decode_from_slice(payload, CONFIG).ok()?;
+    if used != payload.len() || answer.message != message {
+        return None;
+    }
+    let analysed = match answer.response {
+        r if r == kept => true,
+        r if r == file => false,
+        _ => return None,
+    };
+    Some(ChunkInPayload {
+        id: answer.id,
+        analysed,
+        snapshot: answer.snapshot,
+        offset: answer.offset,
+        total: answer.total,
+        bytes: answer.bytes,
+    })
 }
 
 /// Appends one whole frame (header and payload) carrying `message` to `out`.
@@ -173,6 +257,67 @@ mod tests {
     fn encoded_len_matches_the_frame() {
         let m = (1u64 << 40, vec![String::from("abc"); 3]);
         assert_eq!(encoded_len(&m) + HEADER_LEN, to_frame(&m).unwrap().len());
+    }
+
+    #[test]
+    fn a_chunk_answer_is_read_in_place_and_nothing_else_is() {
+        let chunk = |bytes: Vec<u8>| SnapshotChunk {
+            snapshot: SnapshotId(3),
+            offset: 1 << 33,
+            total: u64::MAX,
+            bytes,
+        };
+        for (analysed, body) in [
+            (true, Response::KeptData(chunk(vec![7; 300]))),
+            (false, Response::SnapshotData(chunk(vec![9; 5]))),
+            (true, Response::KeptData(chunk(Vec::new()))),
+        ] {
+            let message = ServerMessage::Response {
+                id: RequestId(1 << 40),
+                body: Box::new(body.clone()),
+            };
+            let frame = to_frame(&message).unwrap();
+            let payload = &frame[HEADER_LEN..];
+            let got = chunk_in_payload(payload).expect("a chunk answer");
+            let (Response::KeptData(c) | Response::SnapshotData(c)) = body else {
+                unreachable!()
+            };
+            assert_eq!(
+                got,
+                ChunkInPayload {
+                    id: RequestId(1 << 40),
+                    analysed,
+                    snapshot: c.snapshot,
+                    offset: c.offset,
+                    total: c.total,
+                    bytes: &c.bytes,
+                }
+            );
+            // Cut short or with a byte more, it is not read in place.
+            assert_eq!(chunk_in_payload(&payload[..payload.len() - 1]), None);
+            let mut longer = payload.to_vec();
+            longer.push(0);
+            assert_eq!(chunk_in_payload(&longer), None);
+        }
+        // Other answers, pushes and errors are not chunks, however their bytes read.
+        for message in [
+            ServerMessage::Response {
+                id: RequestId(2),
+                body: Box::new(Response::Unsubscribed),
+            },
+            ServerMessage::Response {
+                id: RequestId(2),
+                body: Box::new(Response::Subscribed { interval_ms: 1000 }),
+            },
+            ServerMessage::Response {
+                id: RequestId(2),
+                body: Box::new(Response::error(crate::ErrorKind::BadRequest, "no")),
+            },
+            ServerMessage::Push(crate::Push::Counters(crate::LiveCounters::default())),
+        ] {
+            let frame = to_frame(&message).unwrap();
+            assert_eq!(chunk_in_payload(&frame[HEADER_LEN..]), None, "{message:?}");
+        }
     }
 
     #[test]

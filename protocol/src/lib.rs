@@ -51,8 +51,9 @@ pub mod token_file;
 pub mod views;
 
 pub use codec::{
-    CONFIG, DecodeError, EncodeError, HANDSHAKE_MAX_FRAME_LEN, MAX_FRAME_LEN, ProtocolError,
-    decode_payload, encode_frame, encoded_len, recv, send, to_frame,
+    CONFIG, ChunkInPayload, DecodeError, EncodeError, HANDSHAKE_MAX_FRAME_LEN, MAX_FRAME_LEN,
+    ProtocolError, chunk_in_payload, decode_payload, encode_frame, encoded_len, recv, send,
+    to_frame,
 };
 pub use frame::{FrameDecoder, FrameError, read_frame, read_frame_into, write_frame};
 pub use handshake::{

@@ -11,7 +11,7 @@ use heaptui_protocol::handshake::{HandshakeError, client_handshake};
 use heaptui_protocol::stream::Stream;
 use heaptui_protocol::{
     AgentInfo, FrameError, Hello, MAX_FRAME_LEN, Push, Request, RequestBody, RequestId, Response,
-    ServerMessage, SnapshotChunk, SnapshotId, SnapshotInfo, decode_payload, read_frame,
+    ServerMessage, SnapshotId, SnapshotInfo, chunk_in_payload, decode_payload, read_frame,
     read_frame_into,
 };
 
@@ -159,6 +159,23 @@ impl Session {
 
     /// Sends one request and waits for its answer; an error answer is an `Err`.
     pub fn request(&mut self, body: RequestBody) -> Result<Response, ClientError> {
+        match self.ask(body)? {
+            Answer::Decoded(response) => Ok(*response),
+            Answer::Chunk => {
+                // Asked through `request` rather than `chunk`: decoded whole.
+                let message = decode_payload(&self.frame).map_err(|e| self.lost(e))?;
+                let ServerMessage::Response { body, .. } = message else {
+                    unreachable!("a chunk answer is a response")
+                };
+                Ok(*body)
+            }
+        }
+    }
+
+    /// Sends one request and waits for its answer: decoded, or, for a snapshot chunk, left
+    /// in [`Session::frame`] to be read in place (`chunk_in_payload`). An error answer is
+    /// an `Err`.
+    fn ask(&mut self, body: RequestBody) -> Result<Answer, ClientError> {
         let id = RequestId(self.next_id);
         self.next_id += 1;
         let kind = body.kind();
@@ -173,16 +190,22 @@ impl Session {
                 Stream::Unix(s) => read_frame_into(s, MAX_FRAME_LEN, &mut self.frame),
             };
             read.map_err(|e| self.lost(e))?;
+            if let Some(chunk) = chunk_in_payload(&self.frame) {
+                if chunk.id == id {
+                    return Ok(Answer::Chunk);
+                }
+                continue;
+            }
             let message: ServerMessage = decode_payload(&self.frame).map_err(|e| self.lost(e))?;
             match message {
                 ServerMessage::Response { id: got, body } if got == id => {
-                    return match *body {
-                        Response::Error(e) => Err(ClientError::new(format!(
+                    if let Response::Error(e) = &*body {
+                        return Err(ClientError::new(format!(
                             "the agent at {} could not answer {kind}: {}",
                             self.address, e.message
-                        ))),
-                        other => Ok(other),
-                    };
+                        )));
+                    }
+                    return Ok(Answer::Decoded(body));
                 }
                 // Pushes and answers to nothing we asked are not for this call.
                 _ => continue,
@@ -244,20 +267,21 @@ impl Session {
         let mut bytes = Vec::new();
         loop {
             let chunk = self.chunk(Form::File, snapshot, bytes.len() as u64)?;
-            bytes.extend_from_slice(&chunk.bytes);
+            bytes.extend_from_slice(&self.frame[chunk.bytes]);
             if bytes.len() as u64 >= chunk.total {
                 return Ok(bytes);
             }
         }
     }
 
-    /// The chunk at `offset` of the snapshot's bytes in `form`, checked to be that chunk.
+    /// The chunk at `offset` of the snapshot's bytes in `form`, checked to be that chunk;
+    /// its bytes are left where they arrived, in [`Session::frame`].
     fn chunk(
         &mut self,
         form: Form,
         snapshot: SnapshotId,
         offset: u64,
-    ) -> Result<SnapshotChunk, ClientError> {
+    ) -> Result<ChunkInFrame, ClientError> {
         let (body, kind) = match form {
             Form::File => (
                 RequestBody::SnapshotData { snapshot, offset },
@@ -265,17 +289,31 @@ impl Session {
             ),
             Form::Analysed => (RequestBody::KeptData { snapshot, offset }, "kept-data"),
         };
-        let chunk = match (form, self.request(body)?) {
-            (Form::File, Response::SnapshotData(c)) | (Form::Analysed, Response::KeptData(c)) => c,
-            (_, other) => return Err(self.unexpected(kind, &other)),
+        if let Answer::Decoded(other) = self.ask(body)? {
+            return Err(self.unexpected(kind, &other));
+        }
+        let chunk = chunk_in_payload(&self.frame).expect("`ask` found a chunk answer here");
+        let end = self.frame.len();
+        let in_frame = ChunkInFrame {
+            total: chunk.total,
+            bytes: end - chunk.bytes.len()..end,
         };
-        if chunk.offset != offset || (chunk.bytes.is_empty() && offset < chunk.total) {
+        if chunk.analysed != matches!(form, Form::Analysed) {
+            return Err(ClientError::new(format!(
+                "the agent at {} answered a {kind} request with another form's chunk",
+                self.address
+            )));
+        }
+        if chunk.snapshot != snapshot
+            || chunk.offset != offset
+            || (chunk.bytes.is_empty() && offset < chunk.total)
+        {
             return Err(ClientError::new(format!(
                 "the agent at {} sent snapshot bytes out of order",
                 self.address
             )));
         }
-        Ok(chunk)
+        Ok(in_frame)
     }
 
     /// The kept snapshot as the agent analysed it, decoded while its chunks arrive (the
@@ -287,8 +325,7 @@ impl Session {
             snapshot,
             offset: 0,
             total: None,
-            chunk: Vec::new(),
-            at: 0,
+            chunk: 0..0,
             failed: None,
         };
         let kept = heaptui_analysis::Kept::decode(&mut reader);
@@ -318,16 +355,29 @@ enum Form {
     Analysed,
 }
 
-/// Reads a kept snapshot's bytes chunk by chunk (`KeptData`), as the decoder asks for them.
+/// An answer as [`Session::ask`] leaves it.
+enum Answer {
+    Decoded(Box<Response>),
+    /// A snapshot chunk, left in the session's frame.
+    Chunk,
+}
+
+/// A snapshot chunk whose bytes are `bytes` of the session's frame.
+struct ChunkInFrame {
+    total: u64,
+    bytes: std::ops::Range<usize>,
+}
+
+/// Reads a kept snapshot's bytes chunk by chunk (`KeptData`), as the decoder asks for them,
+/// straight from the frame each chunk arrived in.
 struct KeptReader<'a> {
     session: &'a mut Session,
     snapshot: SnapshotId,
     /// Where the next chunk starts.
     offset: u64,
     total: Option<u64>,
-    chunk: Vec<u8>,
-    /// Bytes of `chunk` already read.
-    at: usize,
+    /// The bytes of the current chunk not read yet, in the session's frame.
+    chunk: std::ops::Range<usize>,
     /// Why a chunk could not be had (the decoder sees only an I/O error).
     failed: Option<ClientError>,
 }
@@ -340,26 +390,34 @@ impl KeptReader<'_> {
         self.offset += chunk.bytes.len() as u64;
         self.total = Some(chunk.total);
         self.chunk = chunk.bytes;
-        self.at = 0;
         Ok(())
+    }
+}
+
+impl io::BufRead for KeptReader<'_> {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
+        if self.chunk.is_empty()
+            && self.total.is_none_or(|t| self.offset < t)
+            && let Err(e) = self.next_chunk()
+        {
+            let text = e.to_string();
+            self.failed = Some(e);
+            return Err(io::Error::other(text));
+        }
+        Ok(&self.session.frame[self.chunk.clone()])
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.chunk.start = (self.chunk.start + n).min(self.chunk.end);
     }
 }
 
 impl io::Read for KeptReader<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if self.at == self.chunk.len() {
-            if self.total.is_some_and(|t| self.offset >= t) {
-                return Ok(0);
-            }
-            if let Err(e) = self.next_chunk() {
-                let text = e.to_string();
-                self.failed = Some(e);
-                return Err(io::Error::other(text));
-            }
-        }
-        let n = buf.len().min(self.chunk.len() - self.at);
-        buf[..n].copy_from_slice(&self.chunk[self.at..self.at + n]);
-        self.at += n;
+        let got = io::BufRead::fill_buf(self)?;
+        let n = buf.len().min(got.len());
+        buf[..n].copy_from_slice(&got[..n]);
+        io::BufRead::consume(self, n);
         Ok(n)
     }
 }
