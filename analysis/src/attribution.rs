@@ -437,6 +437,7 @@ impl Analysis {
         drop(heap);
         idom.truncate(n);
         idom.shrink_to_fit();
+        both.pass_done("dominators");
 
         let numbering = Numbering::new(&layout, &idom);
         let group_count = numbering.len() as u32;
@@ -496,6 +497,7 @@ impl Analysis {
         let slot_bytes: Vec<u64> = (0..slots as u32)
             .map(|s| members.of(s).iter().map(|&o| sizes[o as usize]).sum())
             .collect();
+        both.pass_done("slots");
 
         // Two halves of the holders, with about as many members each, listed at once.
         let referents = {
@@ -508,6 +510,7 @@ impl Analysis {
             first.append(&second);
             first
         };
+        both.pass_done("referents");
 
         // Sharer bits follow tid order, so reading a set's bits upwards lists tids ascending.
         let mut by_tid: Vec<u32> = (0..layout.threads).collect();
@@ -575,6 +578,7 @@ impl Analysis {
             global_only_bytes: slot_bytes[g0..g1].iter().sum(),
         };
 
+        both.pass_done("figures");
         let analysis = Analysis {
             layout,
             idom,

@@ -19,6 +19,10 @@
 //!
 //! The results never depend on the threads: each pass computes the same values on one thread
 //! or two (the oracle tests run both ways).
+//!
+//! [`Both::pass_done`] marks where each pass ends on the calling thread, so that a caller can
+//! time the passes where they run (the agent's scan child logs them); it costs nothing unless
+//! the caller records something there.
 
 /// Runs two closures, maybe at the same time, and returns both results.
 pub trait Both {
@@ -27,6 +31,16 @@ pub trait Both {
         first: impl FnOnce() -> A,
         second: impl FnOnce() -> B + Send,
     ) -> (A, B);
+
+    /// Whether `second` runs beside `first` (on another thread) rather than after it: a pass
+    /// that costs more in all when split asks before splitting. False by default.
+    fn two_threads(&self) -> bool {
+        false
+    }
+
+    /// The pass named `pass` has just ended on the calling thread (with its `both`, if it had
+    /// one). Nothing by default; a caller timing the passes reads its clocks here.
+    fn pass_done(&self, _pass: &'static str) {}
 }
 
 /// One thread: `first`, then `second`.
@@ -63,5 +77,9 @@ impl Both for ScopedThreads {
                 .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
             (a, b)
         })
+    }
+
+    fn two_threads(&self) -> bool {
+        true
     }
 }

@@ -174,6 +174,7 @@ pub fn dominator_tree_with<S: Send>(
         },
         beside,
     ) = both.both(|| depth_first(graph, root), beside);
+    both.pass_done("search");
 
     // Predecessors of every reached node, in preorder numbers; built here rather than
     // from the node-space graph so the semidominator loop reads numbers directly. Offsets
@@ -183,6 +184,7 @@ pub fn dominator_tree_with<S: Send>(
         Ok(_) => {
             let preds = Preds::<u32>::new(graph, &number, indegree, true, edges as usize, both);
             drop(number);
+            both.pass_done("predecessors");
             semi_nca(&preds, parent)
         }
         Err(_) => {
@@ -190,9 +192,11 @@ pub fn dominator_tree_with<S: Send>(
             let offsets = vec![0u64; preorder.len() + 1];
             let preds = Preds::<u64>::new(graph, &number, offsets, false, edges as usize, both);
             drop(number);
+            both.pass_done("predecessors");
             semi_nca(&preds, parent)
         }
     };
+    both.pass_done("semi-nca");
 
     let mut idom = vec![NONE; n];
     for (i, &v) in preorder.iter().enumerate() {
@@ -275,8 +279,15 @@ impl<O: Copy + Default + TryFrom<usize> + Into<u64> + Send + Sync> Preds<O> {
     /// `number` is each node's preorder number and `edges` how many successors the reached
     /// nodes have in all (which `O` must hold); `offsets` has one entry per reached node and
     /// one more: each node's count of predecessors at `1 + number` when `counted` (the
-    /// search counted them), else zeros (they are counted here). The lists are filled in two
-    /// halves by `both`.
+    /// search counted them), else zeros (they are counted here).
+    ///
+    /// On one thread the lists are filled in place: each node's entry at `1 + number` starts
+    /// as its list's start and moves along as the list fills, ending at the list's end, which
+    /// is the next list's start. On two threads ([`Both::two_threads`]) the nodes below the
+    /// middle id fill each list from its start and the others from its end, each half with
+    /// cursors of its own (two copies of the offsets: 8 bytes per node, not at the scan
+    /// child's peak, BENCHMARKS.md "What a snapshot costs the target"), so that each thread
+    /// reads only its half of the edges; the halves meet and write different places.
     fn new(
         graph: &(impl Successors + Sync),
         number: &[u32],
@@ -293,8 +304,6 @@ impl<O: Copy + Default + TryFrom<usize> + Into<u64> + Send + Sync> Preds<O> {
         // node's predecessors does not matter to the semidominators.
         let reached_nodes = |ids: std::ops::Range<u32>| ids.filter(|&v| number[v as usize] != NONE);
         let all = 0..number.len() as u32;
-        // Counts at `1 + number`, summed into the offsets: each node's list starts at
-        // `offsets[number]` and ends at `offsets[number + 1]`.
         if !counted {
             for v in reached_nodes(all.clone()) {
                 for &w in graph.successors(v) {
@@ -303,11 +312,30 @@ impl<O: Copy + Default + TryFrom<usize> + Into<u64> + Send + Sync> Preds<O> {
                 }
             }
         }
+        if !both.two_threads() {
+            // Counts at `1 + number` become each list's start there, then its end.
+            let mut start = 0;
+            for c in &mut offsets[1..] {
+                let count = at(*c);
+                *c = offset(start);
+                start += count;
+            }
+            let mut targets = vec![0u32; edges];
+            for v in reached_nodes(all) {
+                let i = number[v as usize];
+                for &w in graph.successors(v) {
+                    let c = &mut offsets[number[w as usize] as usize + 1];
+                    targets[at(*c)] = i;
+                    *c = offset(at(*c) + 1);
+                }
+            }
+            return Preds { offsets, targets };
+        }
+        // Counts at `1 + number`, summed into the offsets: each node's list starts at
+        // `offsets[number]` and ends at `offsets[number + 1]`.
         for i in 0..reached {
             offsets[i + 1] = offset(at(offsets[i + 1]) + at(offsets[i]));
         }
-        // The nodes below the middle id fill each list from its start, the others from its
-        // end, each with cursors of its own: the two halves meet, and write different places.
         let targets: Vec<AtomicU32> = (0..edges).map(|_| AtomicU32::new(0)).collect();
         let middle = all.end / 2;
         both.both(

@@ -463,7 +463,7 @@ fn run<H: Heap>(
                     &unnamed.stacks,
                     names,
                     threads,
-                    false,
+                    None,
                 )?),
                 Sink::File(out) => {
                     let graph = build_graph(
@@ -760,12 +760,21 @@ fn scan_stopped<H: Heap>(
 
 /// CPU time (user and system) of this process's threads so far.
 fn process_cpu() -> Duration {
+    cpu_clock(libc::CLOCK_PROCESS_CPUTIME_ID)
+}
+
+/// CPU time (user and system) of the calling thread so far.
+fn thread_cpu() -> Duration {
+    cpu_clock(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+fn cpu_clock(clock: libc::clockid_t) -> Duration {
     let mut t = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: writes a timespec into our own live struct.
-    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) };
+    unsafe { libc::clock_gettime(clock, &mut t) };
     Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
 }
 
@@ -1346,7 +1355,7 @@ fn name<H: Heap>(heap: &H, space: &AddressSpace, unnamed: &Unnamed) -> Names {
 
 /// The graph of what the scan found, named, analysed and kept (in the child, or in the
 /// process itself when no child could be made). The graph and the analysis are dropped here,
-/// or, when `exiting` (the child, which ends right after), left to the exit: freeing millions
+/// or, in the child (`child`, which ends right after), left to the exit: freeing millions
 /// of allocations one by one would only cost time. In the child, the passes that need not wait
 /// for each other (the graph's own kept columns and the start-edge reach beside the dominator
 /// tree, the halves of the groups' referents and of the packing) run on two threads
@@ -1357,13 +1366,11 @@ fn analyse(
     stacks: &[u32],
     names: Names,
     threads: &[ThreadInfo],
-    exiting: bool,
+    child: Option<&ChildThreads>,
 ) -> Result<Kept, CaptureError> {
-    if exiting {
-        // SAFETY: `exiting` is the scan child's.
-        let both = unsafe { ChildThreads::new() };
-        let graph = build_graph(process, scanned, stacks, names, threads, &both)?;
-        let (kept, analysis) = Kept::analysed(&graph, &both);
+    if let Some(both) = child {
+        let graph = build_graph(process, scanned, stacks, names, threads, both)?;
+        let (kept, analysis) = Kept::analysed(&graph, both);
         std::mem::forget((graph, analysis));
         Ok(kept)
     } else {
@@ -1375,15 +1382,76 @@ fn analyse(
 /// The scan child's two threads for the analysis: the second is a bare clone (`alongside`),
 /// which the engine's second closures allow (they touch no thread-local storage and panic
 /// only when memory cannot be had: heaptui_analysis's `both`; the child then aborts and is
-/// reported as failed, as a panic on its one thread would be).
-struct ChildThreads(());
+/// reported as failed, as a panic on its one thread would be). It also times the passes
+/// where they end ([`Both::pass_done`]): the parent logs them.
+struct ChildThreads {
+    /// Where the last pass ended (or the first began): wall clock, the child's CPU (both
+    /// threads), the first thread's.
+    last: std::cell::Cell<(Instant, Duration, Duration)>,
+    passes: std::cell::RefCell<Vec<Pass>>,
+    /// The child may run on one CPU only (its affinity): `both` runs its closures in turn.
+    one_thread: bool,
+}
+
+/// One pass of the child's analysis, timed on its first thread: its name, wall time, the
+/// CPU time of both threads and of the first thread, from the end of the previous pass.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Pass {
+    name: String,
+    wall: Duration,
+    cpu: Duration,
+    first_cpu: Duration,
+}
 
 impl ChildThreads {
     /// # Safety
     /// Only in the scan child (see `alongside`).
     unsafe fn new() -> ChildThreads {
-        ChildThreads(())
+        // A second thread only costs where the child may run on one CPU.
+        // SAFETY: a zeroed cpu_set_t is valid output space for our own affinity.
+        let one_thread = unsafe {
+            let mut cpus: libc::cpu_set_t = std::mem::zeroed();
+            libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut cpus) == 0
+                && libc::CPU_COUNT(&cpus) < 2
+        };
+        ChildThreads {
+            last: std::cell::Cell::new((Instant::now(), process_cpu(), thread_cpu())),
+            passes: std::cell::RefCell::new(Vec::with_capacity(16)),
+            one_thread,
+        }
     }
+
+    /// The passes timed so far, as a message for the parent.
+    fn encode_passes(&self) -> Vec<u8> {
+        let passes = self.passes.borrow();
+        let mut m = Message::default();
+        m.u64(passes.len() as u64);
+        for p in passes.iter() {
+            m.text(&p.name);
+            m.u64(p.wall.as_micros() as u64);
+            m.u64(p.cpu.as_micros() as u64);
+            m.u64(p.first_cpu.as_micros() as u64);
+        }
+        m.0
+    }
+}
+
+/// Reads [`ChildThreads::encode_passes`]'s message.
+fn decode_passes(bytes: &[u8]) -> Option<Vec<Pass>> {
+    let mut r = Reading { bytes, at: 0 };
+    let n = r.count(8 * 4)?;
+    let mut passes = Vec::with_capacity(n);
+    for _ in 0..n {
+        let name = r.text()?;
+        let mut us = || Some(Duration::from_micros(r.u64()?));
+        passes.push(Pass {
+            name,
+            wall: us()?,
+            cpu: us()?,
+            first_cpu: us()?,
+        });
+    }
+    r.done().then_some(passes)
 }
 
 impl Both for ChildThreads {
@@ -1392,9 +1460,27 @@ impl Both for ChildThreads {
         first: impl FnOnce() -> A,
         second: impl FnOnce() -> B + Send,
     ) -> (A, B) {
+        if self.one_thread {
+            return OneThread.both(first, second);
+        }
         // SAFETY: made only in the scan child (`ChildThreads::new`); the engine's `second`
         // closures touch no thread-local storage and do not panic but when memory fails.
         unsafe { alongside(first, second) }
+    }
+
+    fn two_threads(&self) -> bool {
+        !self.one_thread
+    }
+
+    fn pass_done(&self, pass: &'static str) {
+        let now = (Instant::now(), process_cpu(), thread_cpu());
+        let last = self.last.replace(now);
+        self.passes.borrow_mut().push(Pass {
+            name: pass.to_string(),
+            wall: now.0 - last.0,
+            cpu: now.1.saturating_sub(last.1),
+            first_cpu: now.2.saturating_sub(last.2),
+        });
     }
 }
 
@@ -1421,25 +1507,42 @@ fn build_graph(
     for (i, &k) in stacks.iter().enumerate() {
         site_of.set(k, i as SiteIndex);
     }
-    // The columns in two halves at once (each a pass over the blocks, into fresh pages).
-    let ((addr, size), (site, thread, seq)) = both.both(
+    // The columns in two halves at once, each one pass over the blocks (146 MB at 4.6M
+    // blocks: reading them is most of the cost) into fresh pages: three columns of 8 bytes
+    // here, two of 4 and one of 8 there. The agent's blocks are known by their sequence
+    // numbers (`id`, a second copy of `seq`).
+    let n = blocks.len();
+    let ((addr, size, seq), (site, thread, id)) = both.both(
         || {
-            (
-                blocks.iter().map(|b| b.addr).collect(),
-                blocks.iter().map(|b| b.size).collect(),
-            )
+            let (mut addr, mut size, mut seq) = (
+                Vec::with_capacity(n),
+                Vec::with_capacity(n),
+                Vec::with_capacity(n),
+            );
+            for b in &blocks {
+                addr.push(b.addr);
+                size.push(b.size);
+                seq.push(b.seq);
+            }
+            (addr, size, seq)
         },
         || {
-            (
-                blocks.iter().map(|b| site_of.get(b.stack)).collect(),
-                blocks.iter().map(|b| b.tid).collect(),
-                blocks.iter().map(|b| b.seq).collect::<Vec<u64>>(),
-            )
+            let (mut site, mut thread, mut id) = (
+                Vec::with_capacity(n),
+                Vec::with_capacity(n),
+                Vec::with_capacity(n),
+            );
+            for b in &blocks {
+                site.push(site_of.get(b.stack));
+                thread.push(b.tid);
+                id.push(b.seq);
+            }
+            (site, thread, id)
         },
     );
-    // The agent's blocks are known by their sequence numbers.
+    both.pass_done("graph columns");
     let objects = Objects {
-        id: seq.clone(),
+        id,
         addr,
         size,
         site,
@@ -1476,10 +1579,10 @@ fn build_graph(
                 .collect(),
         });
     }
-    Ok(
-        HeapGraph::new(process, names.sites, objects, edges, graph_threads, globals)?
-            .with_globals_interior(globals_interior)?,
-    )
+    let graph = HeapGraph::new(process, names.sites, objects, edges, graph_threads, globals)?
+        .with_globals_interior(globals_interior)?;
+    both.pass_done("graph");
+    Ok(graph)
 }
 
 /// In the child, after the scan (the names were asked for before the block scan): sends
@@ -1513,12 +1616,15 @@ fn analyse_in_child(
         std::mem::forget(graph);
         return sent;
     }
-    let Ok(kept) = analyse(process, scanned, &stacks, names, threads, true) else {
+    // SAFETY: in the scan child.
+    let both = unsafe { ChildThreads::new() };
+    let Ok(kept) = analyse(process, scanned, &stacks, names, threads, Some(&both)) else {
         return false;
     };
     let sent = kept.encode(&mut out).is_ok() && std::io::Write::flush(&mut out).is_ok();
     std::mem::forget(kept);
-    sent
+    both.pass_done("sent");
+    sent && send_message(fd, &both.encode_passes())
 }
 
 /// In the parent: names what the child asks for (while the child scans the blocks), then
@@ -1567,7 +1673,43 @@ fn receive_from_child<H: Heap>(
             _ => CaptureError::Child,
         })?),
     };
+    if kept.is_some() {
+        log_passes(&mut input);
+    }
     Ok((kept, unnamed, phases, named))
+}
+
+/// Logs the child's passes, the message it sends after the kept snapshot's bytes.
+fn log_passes(input: &mut impl std::io::Read) {
+    let mut len = [0u8; 8];
+    let mut bytes = vec![0u8; 0];
+    let passes = input
+        .read_exact(&mut len)
+        .ok()
+        .filter(|_| u64::from_le_bytes(len) < 1 << 16)
+        .and_then(|_| {
+            bytes.resize(u64::from_le_bytes(len) as usize, 0);
+            input.read_exact(&mut bytes).ok()
+        })
+        .and_then(|_| decode_passes(&bytes));
+    let Some(passes) = passes else { return };
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let line: Vec<String> = passes
+        .iter()
+        .map(|p| {
+            format!(
+                "{}={:.0}/{:.0}/{:.0}",
+                p.name.replace(' ', "_"),
+                ms(p.wall),
+                ms(p.cpu),
+                ms(p.first_cpu)
+            )
+        })
+        .collect();
+    crate::agent_info!(
+        "the scanning child's analysis by pass (wall/CPU of both threads/CPU of the first, ms): {}",
+        line.join(" ")
+    );
 }
 
 #[cfg(test)]

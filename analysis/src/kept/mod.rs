@@ -285,10 +285,15 @@ impl Kept {
         }
         frame_base.push(frames);
         let objects = graph.object_count() as ObjectIndex;
-        // The per-object columns on both sides: the slots here, the dominators and the
-        // groups' referents there; the groups' own columns (per group, far fewer) after.
-        let (slots, (doms, group_refs)) = both.both(
-            || Packed::from_slice(analysis.slots()),
+        // The per-object columns on both sides: the slots and the groups' own columns here,
+        // the dominators and the groups' referents there (about as much work each).
+        let ((slots, mut groups), (doms, group_refs)) = both.both(
+            || {
+                (
+                    Packed::from_slice(analysis.slots()),
+                    GroupTable::new(analysis, PackedCsr::default()),
+                )
+            },
             || {
                 let doms = analysis.dominators();
                 // Immediate dominators that are not objects (frames, threads, the roots) are 0.
@@ -299,7 +304,8 @@ impl Kept {
                 (packed, GroupTable::refs_of(analysis))
             },
         );
-        let groups = GroupTable::new(analysis, group_refs);
+        groups.refs = group_refs;
+        both.pass_done("kept columns");
         let KeptObjects {
             ids,
             addrs,
