@@ -228,35 +228,42 @@ fn depth_first(graph: &impl Successors, root: u32) -> Search {
     let mut edges = 0u64;
     let mut preorder = Vec::new();
     let mut parent = Vec::new();
-    // The open path: each entry is a node's preorder number and how many of its
-    // successors were already looked at.
-    let mut stack: Vec<(u32, u32)> = Vec::new();
+    // The node being looked at (its preorder number) and its successors not yet looked at;
+    // the nodes above it on the open path that still have some, each with how many (the
+    // last ones of its list), resumed when the nodes below are done. A node whose last
+    // successor was just taken is not kept: a long chain costs no stack.
+    let mut at = 0u32;
+    let mut rest = graph.successors(root);
+    let mut suspended: Vec<(u32, u32)> = Vec::new();
     number[root as usize] = 0;
     preorder.push(root);
     parent.push(0);
-    stack.push((0, 0));
-    while let Some(top) = stack.last_mut() {
-        let (i, cursor) = *top;
-        let succ = graph.successors(preorder[i as usize]);
-        match succ.get(cursor as usize) {
-            None => {
-                stack.pop();
+    loop {
+        let Some((&w, tail)) = rest.split_first() else {
+            let Some((i, left)) = suspended.pop() else {
+                break;
+            };
+            let succ = graph.successors(preorder[i as usize]);
+            rest = &succ[succ.len() - left as usize..];
+            at = i;
+            continue;
+        };
+        rest = tail;
+        edges += 1;
+        let mut j = number[w as usize];
+        if j == NONE {
+            j = preorder.len() as u32;
+            number[w as usize] = j;
+            preorder.push(w);
+            parent.push(at);
+            if !rest.is_empty() {
+                suspended.push((at, rest.len() as u32));
             }
-            Some(&w) => {
-                top.1 += 1;
-                edges += 1;
-                let mut j = number[w as usize];
-                if j == NONE {
-                    j = preorder.len() as u32;
-                    number[w as usize] = j;
-                    preorder.push(w);
-                    parent.push(i);
-                    stack.push((j, 0));
-                }
-                let c = &mut indegree[j as usize + 1];
-                *c = c.saturating_add(1);
-            }
+            at = j;
+            rest = graph.successors(w);
         }
+        let c = &mut indegree[j as usize + 1];
+        *c = c.saturating_add(1);
     }
     indegree.truncate(preorder.len() + 1);
     Search {
