@@ -6,11 +6,15 @@
 //! Run: `cargo bench -p heaptui-analysis --bench engine` (add `-- 100k 1m` to pick sizes).
 //! Memory is counted by a counting global allocator: "analysis peak" is the most the
 //! analysis held at once on top of the graph, "kept" what the finished `Analysis` holds.
+//! A second line gives the same analysis with its passes on two threads
+//! (`Analysis::with` over `ScopedThreads`, as the agent's scanning child runs it): its
+//! median time and its peak, which is higher than one thread's (the dominator tree's
+//! predecessor lists are filled from both ends at once, with a cursor per half).
 
 use std::time::{Duration, Instant};
 
 use heaptui_analysis::synthetic::{SyntheticConfig, generate};
-use heaptui_analysis::{Analysis, HeapGraph, ObjectIndex};
+use heaptui_analysis::{Analysis, HeapGraph, ObjectIndex, ScopedThreads};
 use peak_alloc::PeakAlloc;
 
 #[global_allocator]
@@ -127,7 +131,6 @@ fn run(case: &Case) {
         analysis.leaks().objects,
         totals.global_only_bytes
     );
-
     // The brute force is the yardstick at 100k objects; at 1M it runs once, to show how
     // the gap grows with the heap.
     let brute_runs = match case.objects {
@@ -152,6 +155,28 @@ fn run(case: &Case) {
             brute.as_secs_f64() / engine.as_secs_f64()
         );
     }
+
+    drop(analysis);
+
+    let mut both_times = Vec::with_capacity(case.runs);
+    let mut both_peak = 0;
+    for _ in 0..case.runs {
+        let before = ALLOCATOR.current_usage();
+        ALLOCATOR.reset_peak_usage();
+        let t = Instant::now();
+        let (a, ()) = Analysis::with(&graph, &ScopedThreads, || ());
+        both_times.push(t.elapsed());
+        both_peak = both_peak.max(ALLOCATOR.peak_usage() - before);
+        assert_eq!(a.totals(), totals, "two threads, other figures");
+    }
+    both_times.sort();
+    println!(
+        "      on two threads: median {:.3} s (min {:.3} s), peak {:.1} B/object ({:+.1} against one thread)",
+        both_times[both_times.len() / 2].as_secs_f64(),
+        both_times[0].as_secs_f64(),
+        both_peak as f64 / n,
+        (both_peak as f64 - peak as f64) / n,
+    );
 }
 
 /// Per-thread (proprietary, shared) and per-frame proprietary bytes by their definition:
