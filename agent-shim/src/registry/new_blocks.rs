@@ -245,8 +245,10 @@ impl NewSlot {
     /// Adds an entry (its owner, inside a hook): whether the ring holds its limit now
     /// ([`NewSlot::limit`]), so that its oldest [`BATCH`] must be applied
     /// ([`NewSlot::oldest`]); None (nothing added) when it was full already, or the entry to
-    /// write was not empty (a broken invariant).
-    #[inline]
+    /// write was not empty (a broken invariant). Inlined into the hooks' fast path: a call
+    /// there cost 15 instructions a block in saved registers and moved arguments (callgrind:
+    /// sqlite3's 50k rows 19M, perl's 300k keys 9M).
+    #[inline(always)]
     pub(super) fn push(&self, addr: u64, words: [u64; 3], op: Op) -> Option<bool> {
         let tail = self.tail.load(Ordering::Relaxed);
         let head = self.head.load(Ordering::Relaxed);
