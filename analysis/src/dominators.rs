@@ -404,6 +404,12 @@ fn semi_nca(preds: &impl Successors, parent: Vec<u32>) -> Vec<u32> {
         let mut s = ancestor[w];
         let first_linked = w as u32 + 1;
         for &v in preds.successors(w as u32) {
+            if v < first_linked {
+                // Not linked (the tree parent, an ancestor, or `w` itself): its own label
+                // and semidominator are still itself, so `eval` would give `v`.
+                s = s.min(v);
+                continue;
+            }
             let u = eval(v, first_linked, &mut ancestor, &mut label, &semi, &mut path);
             s = s.min(semi[u as usize]);
         }
