@@ -270,8 +270,12 @@ pub fn lookup(start: &Start, depth: usize) -> Option<u32> {
 }
 
 /// The stack id of entry `e` if it holds the walk from `start` (of the generation and depth
-/// `want` gives, as [`meta`] of no reads). Not inlined into the hooks, unlike [`lookup`]: the
-/// registers it needs cost them more than its call.
+/// `want` gives, as [`meta`] of no reads). `#[inline]`, not `#[inline(always)]` like
+/// [`lookup`]: LLVM keeps it out of line, one direct call from each of the hooks' lookups
+/// (`objdump -d` of the release build: 14 calls to `walks::check`), and inlining it too cost
+/// more than its call (the registers it needs: 25M instructions on sqlite3's 50k rows,
+/// BENCHMARKS.md "Real programs"). Not `#[inline(never)]`: the hooks then reach it through
+/// the GOT, an indirect call, which is not the build measured.
 #[inline]
 fn check(e: &Entry, start: &Start, want: u64) -> Option<u32> {
     let version = e.version.load(Ordering::Acquire);
