@@ -420,6 +420,80 @@ mod tests {
         start
     }
 
+    /// The ways a plain loop over the bytes of `tags` finds holding `tag`, as [`candidates`]
+    /// flags them (the top bit of each such way's byte).
+    fn ways_holding(tags: u64, tag: u64) -> u64 {
+        (0..WAYS)
+            .filter(|way| (tags >> (8 * way)) & 0xff == tag)
+            .fold(0, |ways, way| ways | 0x80 << (8 * way))
+    }
+
+    /// Checks `candidates(tags, tag)` against the plain loop: every way holding the tag is
+    /// flagged (a miss there would walk again, or store a second copy of the walk), nothing
+    /// but the top bits of bytes is, and a way flagged without holding the tag has one below
+    /// it that holds it (the borrow of the subtraction), so a set without the tag is never
+    /// probed.
+    fn check_candidates(tags: u64, tag: u64) {
+        let flagged = candidates(tags, tag);
+        let holding = ways_holding(tags, tag);
+        assert_eq!(
+            flagged & holding,
+            holding,
+            "tags {tags:#018x} tag {tag:#04x}"
+        );
+        assert_eq!(
+            flagged & !(BYTES << 7),
+            0,
+            "tags {tags:#018x} tag {tag:#04x}"
+        );
+        let extra = flagged & !holding;
+        if extra != 0 {
+            assert!(
+                holding != 0 && holding.trailing_zeros() < extra.trailing_zeros(),
+                "tags {tags:#018x} tag {tag:#04x}: flagged {flagged:#018x}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_way_whose_tag_matches_the_key_is_a_candidate() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        // Each byte of one way against every key, the other ways random.
+        for tag in 0..=0xffu64 {
+            for way in 0..WAYS {
+                for byte in 0..=0xffu64 {
+                    let others = next() & !(0xff << (8 * way));
+                    check_candidates(others | byte << (8 * way), tag);
+                }
+            }
+        }
+        // Whole words of tags as a set holds them (0 for a way without one, else the top bit
+        // set) mixed with the key and its neighbours, whose borrows the trick must survive.
+        for _ in 0..200_000 {
+            let r = next();
+            let tag = (r >> 56) & 0x7f | 0x80;
+            let mut tags = 0;
+            for way in 0..WAYS {
+                let byte = match (r >> (3 * way)) & 7 {
+                    0 => 0,
+                    1 | 2 => tag,
+                    3 => tag.wrapping_sub(1) & 0xff,
+                    4 => (tag + 1) & 0xff,
+                    5 => tag ^ 0x80,
+                    _ => next() & 0x7f | 0x80,
+                };
+                tags |= byte << (8 * way);
+            }
+            check_candidates(tags, tag);
+        }
+    }
+
     #[test]
     fn a_walk_that_read_beyond_the_offsets_range_is_not_kept() {
         let mut reads = Reads::default();
