@@ -479,8 +479,12 @@ fn resident_bytes(target: &Target) -> u64 {
 /// next chunk (the chunk's bytes and its frame, 16 MiB) and of what the chunks are made from
 /// (for a snapshot file, its whole encoding): the target's resident memory is back to what it
 /// was before the fetch, and so is the memory the agent says the snapshot holds.
+/// `keep_asking`: after the first chunk the client goes on asking `ProcessInfo` about every
+/// 20 ms (more often than the agent's idle wake-ups) instead of going quiet: the fetch is
+/// abandoned all the same, and let go.
 fn an_abandoned_fetch_lets_go(
     blocks: u32,
+    keep_asking: bool,
     first_chunk: fn(heaptui_protocol::SnapshotId) -> heaptui_protocol::RequestBody,
 ) {
     use heaptui_protocol::{RequestBody, Response};
@@ -502,12 +506,36 @@ fn an_abandoned_fetch_lets_go(
         chunk.bytes.len(),
         chunk.total
     );
-    wait_for_log(
-        &target,
-        "stopped fetching a snapshot: let go of",
-        1,
-        Duration::from_secs(30),
-    );
+    let released = "stopped fetching a snapshot: let go of";
+    if keep_asking {
+        // Until the snapshot holds, in this connection's answers, what it held before the
+        // fetch.
+        let started = std::time::Instant::now();
+        loop {
+            let held = match c.ask(RequestBody::ProcessInfo) {
+                Response::ProcessInfo(p) => p.snapshot.expect("a kept snapshot").held_bytes,
+                other => panic!("{other:?}"),
+            };
+            if held == info.held_bytes {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "a client asking every 20 ms kept its abandoned fetch's {} bytes for 30 s:\n{}",
+                held - info.held_bytes,
+                target.log_text()
+            );
+            // The pace of the client's requests, not a wait for the agent.
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(
+            target.log_text().contains(released),
+            "{}",
+            target.log_text()
+        );
+    } else {
+        wait_for_log(&target, released, 1, Duration::from_secs(30));
+    }
     let after = resident_bytes(&target);
     assert!(
         after < before + (4 << 20),
@@ -529,7 +557,7 @@ fn an_abandoned_fetch_lets_go(
 
 #[test]
 fn an_abandoned_fetch_does_not_keep_its_buffers_in_the_target() {
-    an_abandoned_fetch_lets_go(600_000, |snapshot| {
+    an_abandoned_fetch_lets_go(600_000, false, |snapshot| {
         heaptui_protocol::RequestBody::KeptData {
             snapshot,
             offset: 0,
@@ -540,7 +568,17 @@ fn an_abandoned_fetch_does_not_keep_its_buffers_in_the_target() {
 #[test]
 fn an_abandoned_fetch_of_a_snapshot_file_does_not_keep_its_encoding_in_the_target() {
     // About 13 bytes an object in a snapshot file: more than one 8 MiB chunk.
-    an_abandoned_fetch_lets_go(1_000_000, |snapshot| {
+    an_abandoned_fetch_lets_go(1_000_000, false, |snapshot| {
+        heaptui_protocol::RequestBody::SnapshotData {
+            snapshot,
+            offset: 0,
+        }
+    });
+}
+
+#[test]
+fn an_abandoned_fetch_is_let_go_while_the_client_keeps_asking_other_things() {
+    an_abandoned_fetch_lets_go(1_000_000, true, |snapshot| {
         heaptui_protocol::RequestBody::SnapshotData {
             snapshot,
             offset: 0,

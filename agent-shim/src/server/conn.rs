@@ -151,20 +151,22 @@ fn run(stream: &mut Stream, peer: &str, token: &str) -> Result<(), String> {
                         STALL_TIMEOUT.as_secs()
                     ));
                 }
-                if let Some(sent) = fetch_sent
-                    && sent.elapsed() >= FETCH_IDLE
-                {
-                    fetch_sent = None;
-                    let held = fetch.held_bytes() + out.capacity();
-                    fetch = state::Fetch::default();
-                    out = Vec::new();
-                    crate::agent_info!(
-                        "client at {peer} stopped fetching a snapshot: let go of the {held} bytes kept for its next chunk"
-                    );
-                }
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(format!("read failed: {e}")),
+        }
+        // Checked on every wake-up, not only on idle ones: a client that keeps asking other
+        // things after abandoning a fetch must not keep its buffers either.
+        if let Some(sent) = fetch_sent
+            && sent.elapsed() >= FETCH_IDLE
+        {
+            fetch_sent = None;
+            let held = fetch.held_bytes() + out.capacity();
+            fetch = state::Fetch::default();
+            out = Vec::new();
+            crate::agent_info!(
+                "client at {peer} stopped fetching a snapshot: let go of the {held} bytes kept for its next chunk"
+            );
         }
         if let Some(last) = last_push
             && last.elapsed() >= PUSH_INTERVAL
