@@ -587,10 +587,11 @@ fn an_abandoned_fetch_is_let_go_while_the_client_keeps_asking_other_things() {
 }
 
 /// Two clients fetching the same snapshot's `KeptData` with their fetches overlapping (the
-/// second fetches the whole snapshot after the first client's first chunk, so the head the
-/// first is using is dropped and made again), get the same bytes. The two are driven in turn
-/// from this one thread: this tests making the head again after a drop, not two connection
-/// threads asking at the same instant.
+/// second fetches the whole snapshot after the first client's first chunk: the first
+/// connection holds the encoded head, the second shares it) get the same bytes, and a third
+/// fetch after both, when nothing holds the head any more, has it made again and gets the
+/// same bytes too. The two are driven in turn from this one thread: this tests sharing the
+/// head and making it again, not two connection threads asking at the same instant.
 #[test]
 fn two_clients_with_overlapping_fetches_of_the_analysed_snapshot_get_the_same_bytes() {
     let dir = Scratch::new("kept-data-two");
