@@ -263,8 +263,12 @@ impl NewSlot {
         }
         if used == 0 && !self.counted.load(Ordering::Relaxed) {
             // Counted before the entry is written: the Release stores below publish it too.
+            // The flag with Release (a plain store on x86): neither the compiler nor the CPU
+            // may move it before the +1, or a fork child could inherit the flag without the +1
+            // and its `clear` leave FILLED one too low. `clear` is the mirror: the flag cleared
+            // first, then the −1 with Release.
             FILLED.fetch_add(1, Ordering::Relaxed);
-            self.counted.store(true, Ordering::Relaxed);
+            self.counted.store(true, Ordering::Release);
         }
         for (w, v) in self.words[i].iter().zip(words) {
             w.store(v, Ordering::Relaxed);
@@ -437,8 +441,9 @@ impl NewSlot {
             self.head.store(next, Ordering::Release);
         }
         if self.counted.load(Ordering::Relaxed) {
-            // The flag first: a fork child that inherits the slot between the two steps
-            // keeps the count higher, never lower (see FILLED).
+            // The flag first (the −1's Release keeps it before): a fork child that inherits
+            // the slot between the two steps keeps the count higher, never lower (see FILLED;
+            // `push` is the mirror).
             self.counted.store(false, Ordering::Relaxed);
             FILLED.fetch_sub(1, Ordering::Release);
         }
