@@ -540,3 +540,56 @@ pub fn account(c: &mut Counters) -> u64 {
 pub fn waiting() -> usize {
     NEW[..used_slots()].iter().map(NewSlot::waiting).sum()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::blocks::{apply_new, insert_new, remove};
+    use super::super::held_frees::own_index;
+    use super::*;
+    use crate::sys;
+
+    #[test]
+    fn a_reclaimed_slot_starts_with_the_nursery_and_its_frees_searching_it() {
+        // Addresses of this test only.
+        const BASE: u64 = 0x6000_0000_0000;
+        let tid = sys::current_tid();
+        let k = own_index(sys::thread_state(), tid).expect("a batch slot");
+        let slot = &NEW[k];
+        apply_new(k);
+        let mut live = Vec::new();
+        let alloc = |live: &mut Vec<u64>| {
+            let addr = BASE + 64 * live.len() as u64;
+            assert!(insert_new(addr, 8, tid, 0, Op::Malloc, k));
+            live.push(addr);
+            addr
+        };
+        // The last owner's blocks outlived the nursery (only a batch waits) and its frees
+        // missed the slot (the search is skipped).
+        for _ in 0..NURSERY + BATCH * SHORT_AFTER as usize {
+            alloc(&mut live);
+        }
+        assert_eq!(slot.limit.load(Ordering::Relaxed), BATCH as u32);
+        for n in 0..CANCEL_MISSES as u64 {
+            assert!(!slot.cancel(BASE - 64 * (n + 1)));
+        }
+        assert_ne!(slot.skip.load(Ordering::Relaxed), 0);
+        apply_new(k);
+        // A new owner starts as a new thread (`held_frees::own_index` calls this as a thread
+        // claims the slot).
+        slot.new_owner();
+        assert_eq!(slot.limit.load(Ordering::Relaxed), NURSERY as u32);
+        assert_eq!(slot.streak.load(Ordering::Relaxed), 0);
+        assert_eq!(slot.misses.load(Ordering::Relaxed), 0);
+        assert_eq!(slot.skip.load(Ordering::Relaxed), 0);
+        for _ in 0..NURSERY - 1 {
+            alloc(&mut live);
+        }
+        assert_eq!(slot.waiting(), NURSERY - 1, "the whole nursery waits");
+        let young = live.pop().unwrap();
+        assert!(slot.cancel(young), "its first free searches the slot");
+        apply_new(k);
+        for &addr in &live {
+            assert_eq!(remove(addr, Some(Op::Free)).map(|r| r.size), Some(8));
+        }
+    }
+}
