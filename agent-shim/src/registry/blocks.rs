@@ -1573,6 +1573,9 @@ impl Drop for Frozen {
 
 #[cfg(test)]
 mod tests {
+    // Each test's addresses start at a base of its own (0x5500_… to 0x5f00_…; 0x5600_… is
+    // `capture`'s, 0x6000_… `new_blocks`'): `cargo test` runs the tests as threads of one
+    // process, which share the block table.
     use super::super::new_blocks::any_waiting;
     use super::*;
 
@@ -1863,8 +1866,8 @@ mod tests {
     #[test]
     fn a_realloc_of_a_waiting_block_stays_in_its_slot_and_a_capture_sees_one_of_the_two() {
         // Old and new blocks in different shards (64 MiB regions).
-        const OLD: u64 = 0x5b00_0000_0000;
-        const MOVED_TO: u64 = 0x5b00_1000_0000;
+        const OLD: u64 = 0x5c00_0000_0000;
+        const MOVED_TO: u64 = 0x5c00_1000_0000;
         let st = sys::thread_state();
         let tid = sys::current_tid();
         let k = super::super::held_frees::own_index(st, tid).expect("a batch slot");
@@ -2036,8 +2039,8 @@ mod tests {
         // Addresses of this test only. A block waits in this thread's slot, so a free whose
         // address may have another entry reads the slots (counted per thread, SLOT_SEARCHES);
         // one whose table entry is the only one reads none.
-        const WAITING: u64 = 0x5b00_0000_0000;
-        const MISSED: u64 = 0x5b10_0000_0000;
+        const WAITING: u64 = 0x5d00_0000_0000;
+        const MISSED: u64 = 0x5d10_0000_0000;
         let st = sys::thread_state();
         let tid = sys::current_tid();
         let k = super::super::held_frees::own_index(st, tid).expect("a batch slot");
@@ -2086,8 +2089,8 @@ mod tests {
         // whose new block cannot be tracked, ends by removing its own moving entry. If libc
         // handed the address out again meanwhile, and a capture took the new block out of
         // its thread's slot into the table over the moving entry, that new block must stay.
-        const FREED: u64 = 0x5a00_0000_0000;
-        const UNTRACKABLE: u64 = 0x5a00_0000_1000;
+        const FREED: u64 = 0x5e00_0000_0000;
+        const UNTRACKABLE: u64 = 0x5e00_0000_1000;
         let new_block_elsewhere = |addr: u64| {
             std::thread::spawn(move || {
                 let st = sys::thread_state();
@@ -2117,8 +2120,8 @@ mod tests {
 
     #[test]
     fn a_realloc_keeps_its_block_visible_and_a_reuser_of_its_address_waits() {
-        const OLD: u64 = 0x5600_0000_0000;
-        const NEW: u64 = 0x5600_0010_0000;
+        const OLD: u64 = 0x5f00_0000_0000;
+        const NEW: u64 = 0x5f00_0010_0000;
         assert!(insert(OLD, 100, 7, 0, Op::Malloc));
         let old = begin_move(OLD).unwrap();
         assert_eq!((old.addr, old.size, old.moving), (OLD, 100, true));
