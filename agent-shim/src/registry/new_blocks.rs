@@ -188,14 +188,14 @@ pub(super) static NEW: [NewSlot; SLOTS] = [const {
 /// full) skips reading every thread's slot when no new block waits anywhere
 /// ([`any_waiting`]).
 ///
-/// Only a slot's owner changes it: +1 in [`NewSlot::push`] when the ring is empty and the
-/// slot not counted (`NewSlot::counted`), before the entry is written, and −1 in [`NewSlot::clear`] once every
-/// entry was applied. So at every moment it is at least the number of non-empty slots (a fork
-/// child may inherit it higher, from a thread stopped between the count and its flag, which
-/// is set after the +1 and cleared before the −1: then it only searches for nothing; a slot
-/// whose entries were all cancelled or applied in batches stays counted until its next full
-/// apply, so that a thread keeping [`BATCH`] waiting does not count and uncount itself on
-/// every batch).
+/// Only a slot's owner changes it: +1 in [`NewSlot::push`] when the ring is empty and the slot
+/// not counted (`NewSlot::counted`), before the entry is written, and −1 in [`NewSlot::clear`]
+/// once every entry was applied. So at every moment it is at least the number of non-empty
+/// slots (a fork child may inherit it higher, from a thread stopped between the count and its
+/// flag, which is set after the +1 and cleared before the −1: then it only searches for
+/// nothing; a slot whose entries were all cancelled or applied in batches stays counted until
+/// its next full apply, so that a thread keeping [`BATCH`] waiting does not count and uncount
+/// itself on every batch).
 ///
 /// Why a reader that reads 0 misses no entry it must see: the reader names the block's
 /// address, so its call happens after the `malloc` that returned it, and so after the +1
