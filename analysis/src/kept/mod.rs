@@ -82,7 +82,9 @@ impl GroupView<'_> {
 
 impl GroupTable {
     /// Packs the analysis's groups, straight from its columns (no per-group record is made),
-    /// with their referents `refs` already packed by [`GroupTable::refs_of`].
+    /// with their referents `refs` as packed by [`GroupTable::refs_of`] (the caller packs them
+    /// at the same time, on the other side of the split, passes an empty `PackedCsr` here and
+    /// sets `refs` afterwards).
     fn new(analysis: &Analysis, refs: PackedCsr) -> GroupTable {
         let count = analysis.group_count() as usize;
         let sharers = analysis.sharers();
