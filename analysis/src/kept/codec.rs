@@ -618,7 +618,8 @@ fn read_bytes(input: &mut impl BufRead, n: usize) -> Result<Vec<u8>, DecodeError
 
 /// Appends the next `n` bytes of `input` to `buf` (room for them reserved by the caller),
 /// copied from the reader's own buffer: nothing is written twice, where `read_to_end` on a
-/// reader with only `read` zeroes the room first (a tenth of a live report's CPU).
+/// reader with only `read` zeroes the room first (`memset`, 311M of the live report client's
+/// 2,505M instructions: BENCHMARKS.md, "The snapshot's fetch and the client's decode").
 fn append(input: &mut impl BufRead, n: usize, buf: &mut Vec<u8>) -> Result<(), DecodeError> {
     let mut left = n;
     while left > 0 {
