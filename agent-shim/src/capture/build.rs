@@ -356,7 +356,7 @@ fn run<H: Heap>(
     }
     let stop_time = paused.elapsed();
     let pid = process.pid;
-    let mut scan = |world: &stop::World, ask_names: &mut dyn FnMut(&Unnamed)| {
+    let mut scan = |world: &stop::World, ask_names: Option<&mut dyn FnMut(&Unnamed)>| {
         scan_stopped(
             heap,
             &frozen,
@@ -407,9 +407,10 @@ fn run<H: Heap>(
             let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 // The names are asked for before the block scan, and read after it.
                 let mut asked = false;
-                let scanned = scan(&world, &mut |unnamed| {
-                    asked = send_message(fd, &unnamed.encode());
-                });
+                let scanned = scan(
+                    &world,
+                    Some(&mut |unnamed| asked = send_message(fd, &unnamed.encode())),
+                );
                 asked && analyse_in_child(fd, process, scanned, threads, to_file)
             }))
             .unwrap_or(false);
@@ -444,13 +445,15 @@ fn run<H: Heap>(
         }
         Fork::Failed => {
             let not_put_back = put_back(lifted);
-            let mut scanned = scan(&world, &mut |_| {});
+            // Nothing to name before the block scan here: what is to be named is found once
+            // the threads run again, not inside the pause.
+            let scanned = scan(&world, None);
             world.wake();
             drop(frozen);
             let pause = paused.elapsed();
             drop(world);
             dontfork::put_back_late(not_put_back);
-            let unnamed = std::mem::take(&mut scanned.unnamed);
+            let unnamed = Unnamed::of(&scanned.blocks, &scanned.raw);
             let mut phases = scanned.phases;
             let naming = Instant::now();
             let names = name(heap, &space, &unnamed);
@@ -557,7 +560,8 @@ struct Scanned {
 /// and index the blocks, unwind and scan every stopped thread, scan globals and blocks.
 /// What is to be named (the blocks' allocation stacks, the threads' frames) is known before
 /// the block scan, the longest step: it is handed to `ask_names` then, so that the child's
-/// parent names it while the child scans the blocks.
+/// parent names it while the child scans the blocks. Without `ask_names` (no child: the world
+/// is still stopped) it is not made here, and `Scanned::unnamed` is empty.
 #[allow(clippy::too_many_arguments)]
 fn scan_stopped<H: Heap>(
     heap: &H,
@@ -570,7 +574,7 @@ fn scan_stopped<H: Heap>(
     blocks: &mut Vec<BlockInfo>,
     pid: u32,
     seen_calls: &[(u32, KernelCall)],
-    ask_names: &mut dyn FnMut(&Unnamed),
+    ask_names: Option<&mut dyn FnMut(&Unnamed)>,
 ) -> Scanned {
     let mut phases = Phases::default();
     let cpu_start = process_cpu();
@@ -733,8 +737,14 @@ fn scan_stopped<H: Heap>(
     phases.mapped = mapped_mark.elapsed();
     let globals = collector.take_sorted();
     phases.roots = mark.elapsed();
-    let unnamed = Unnamed::of(blocks, &raw);
-    ask_names(&unnamed);
+    let unnamed = match ask_names {
+        Some(ask_names) => {
+            let unnamed = Unnamed::of(blocks, &raw);
+            ask_names(&unnamed);
+            unnamed
+        }
+        None => Unnamed::default(),
+    };
     let mark = Instant::now();
     // Blocks a realloc is moving may have lost their memory since the map was read.
     let mut moving = Vec::new();
@@ -1649,7 +1659,9 @@ fn analyse_in_child(
     let sent = kept.encode(&mut out).is_ok() && std::io::Write::flush(&mut out).is_ok();
     std::mem::forget(kept);
     both.pass_done("sent");
-    sent && send_message(fd, &both.encode_passes())
+    // The passes' timings are for the log only: the capture does not fail without them.
+    let _ = send_message(fd, &both.encode_passes());
+    sent
 }
 
 /// In the parent: names what the child asks for (while the child scans the blocks), then
