@@ -1579,6 +1579,13 @@ mod tests {
     use super::super::new_blocks::any_waiting;
     use super::*;
 
+    /// This thread's id and the index of its new-block slot (claimed on first use).
+    fn own_slot() -> (u32, usize) {
+        let tid = sys::current_tid();
+        let k = super::super::held_frees::own_index(sys::thread_state(), tid);
+        (tid, k.expect("a batch slot"))
+    }
+
     #[test]
     fn entries_pack_every_field() {
         let r = BlockRecord {
@@ -1665,9 +1672,7 @@ mod tests {
     #[test]
     fn new_blocks_waiting_in_a_slot_are_seen_taken_by_other_threads_and_applied_once() {
         const BASE: u64 = 0x5700_0000_0000;
-        let st = sys::thread_state();
-        let tid = sys::current_tid();
-        let k = super::super::held_frees::own_index(st, tid).expect("a batch slot");
+        let (tid, k) = own_slot();
         let slot = &NEW[k];
         super::apply_new(k);
         // Nothing waits in any slot (nextest gives this test its own process): a search for
@@ -1737,9 +1742,7 @@ mod tests {
     fn a_thread_whose_blocks_outlive_the_nursery_keeps_a_batch_waiting_at_the_ring_start() {
         use super::super::new_blocks::{OUTLIVED, PROBE_EVERY, SHORT_AFTER};
         const BASE: u64 = 0x5b00_0000_0000;
-        let st = sys::thread_state();
-        let tid = sys::current_tid();
-        let k = super::super::held_frees::own_index(st, tid).expect("a batch slot");
+        let (tid, k) = own_slot();
         let slot = &NEW[k];
         super::apply_new(k);
         let before = counters::counters();
@@ -1830,9 +1833,7 @@ mod tests {
     #[test]
     fn a_block_its_owner_frees_while_it_waits_never_reaches_the_table() {
         const BASE: u64 = 0x5a00_0000_0000;
-        let st = sys::thread_state();
-        let tid = sys::current_tid();
-        let k = super::super::held_frees::own_index(st, tid).expect("a batch slot");
+        let (tid, k) = own_slot();
         super::apply_new(k);
         let before = counters::counters();
         assert!(insert_new(BASE, 40, tid, 0, Op::Malloc, k));
@@ -1868,9 +1869,7 @@ mod tests {
         // Old and new blocks in different shards (64 MiB regions).
         const OLD: u64 = 0x5c00_0000_0000;
         const MOVED_TO: u64 = 0x5c00_1000_0000;
-        let st = sys::thread_state();
-        let tid = sys::current_tid();
-        let k = super::super::held_frees::own_index(st, tid).expect("a batch slot");
+        let (tid, k) = own_slot();
         let slot = &NEW[k];
         super::apply_new(k);
         let before = counters::counters();
@@ -1942,9 +1941,7 @@ mod tests {
     #[test]
     fn a_late_batch_does_not_replace_a_newer_block_at_its_address() {
         const ADDR: u64 = 0x5800_0000_0000;
-        let st = sys::thread_state();
-        let tid = sys::current_tid();
-        let k = super::super::held_frees::own_index(st, tid).expect("a batch slot");
+        let (tid, k) = own_slot();
         super::apply_new(k);
         // The first block's free was never seen; the address came back to another thread,
         // whose insert reached the table first.
@@ -1971,9 +1968,7 @@ mod tests {
         const TWO_SLOTS: u64 = 0x5900_0000_2000;
         const REALLOCATED: u64 = 0x5900_0000_3000;
         const MOVED_TO: u64 = 0x5900_0000_4000;
-        let st = sys::thread_state();
-        let tid = sys::current_tid();
-        let k = super::super::held_frees::own_index(st, tid).expect("a batch slot");
+        let (tid, k) = own_slot();
         super::apply_new(k);
         let stale_before = counters::counters().stale_entries;
         for addr in [TABLE_OLDER, SLOT_OLDER, TWO_SLOTS, REALLOCATED] {
@@ -2003,9 +1998,7 @@ mod tests {
         // Waiting in two slots: this thread's (older) and another thread's (newer).
         assert!(insert_new(TWO_SLOTS, 7, tid, 0, Op::Malloc, k));
         let other = std::thread::spawn(|| {
-            let st = sys::thread_state();
-            let tid = sys::current_tid();
-            let k = super::super::held_frees::own_index(st, tid).expect("a batch slot");
+            let (tid, k) = own_slot();
             // Its slot keeps the block after the thread ends (no exit destructor here).
             insert_new(TWO_SLOTS, 70, tid, 0, Op::Malloc, k)
         });
@@ -2041,9 +2034,7 @@ mod tests {
         // one whose table entry is the only one reads none.
         const WAITING: u64 = 0x5d00_0000_0000;
         const MISSED: u64 = 0x5d10_0000_0000;
-        let st = sys::thread_state();
-        let tid = sys::current_tid();
-        let k = super::super::held_frees::own_index(st, tid).expect("a batch slot");
+        let (tid, k) = own_slot();
         super::apply_new(k);
         assert!(insert_new(WAITING, 1, tid, 0, Op::Malloc, k));
         assert!(any_waiting());
@@ -2093,9 +2084,7 @@ mod tests {
         const UNTRACKABLE: u64 = 0x5e00_0000_1000;
         let new_block_elsewhere = |addr: u64| {
             std::thread::spawn(move || {
-                let st = sys::thread_state();
-                let tid = sys::current_tid();
-                let k = super::super::held_frees::own_index(st, tid).expect("a batch slot");
+                let (tid, k) = own_slot();
                 insert_new(addr, 40, tid, 0, Op::Malloc, k)
             })
             .join()
