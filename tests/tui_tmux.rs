@@ -167,6 +167,20 @@ fn quitting_gives_the_terminal_back() {
     t.wait_for("the shell to answer", |s| s.contains("\nstill-here"));
 }
 
+/// A TCP port on 127.0.0.1 that nothing holds now, below the ephemeral range
+/// (`net.ipv4.ip_local_port_range` starts at 32768 by default): a port in that range can be
+/// handed to any outgoing connection on the machine, and the agent would then fall back to its
+/// per-pid socket. Starts at a place that depends on the test process, so parallel runs differ.
+fn free_port_below_the_ephemeral_range() -> u16 {
+    const FIRST: u32 = 20_000;
+    const COUNT: u32 = 12_000;
+    let start = std::process::id() % COUNT;
+    (0..COUNT)
+        .map(|i| (FIRST + (start + i) % COUNT) as u16)
+        .find(|&port| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok())
+        .expect("no free TCP port on 127.0.0.1 between 20000 and 31999")
+}
+
 /// The demo workload compiled for this test run, started under the real agent.
 fn demo_workload() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("heaptui-tui-tmux-{}", std::process::id()));
@@ -190,18 +204,24 @@ fn attach_to_a_live_agent_that_is_killed_and_restarted() {
     assert!(agent.status.success());
     let agent = String::from_utf8(agent.stdout).unwrap().trim().to_string();
     let workload = demo_workload();
-    let port = 20_000 + std::process::id() % 20_000;
+    // The restarted target must take the same address for the TUI to find it again, so the
+    // port is fixed for the test: one proved free, below the kernel's ephemeral range, where
+    // no other test's connection can be given it while the target runs.
+    let port = free_port_below_the_ephemeral_range();
+    let log = workload.with_file_name("agent.log");
     let target = format!(
-        "env LD_PRELOAD={agent} HEAPTUI_LISTEN=127.0.0.1:{port} {}",
+        "env LD_PRELOAD={agent} HEAPTUI_LISTEN=127.0.0.1:{port} HEAPTUI_LOG={} {}",
+        log.display(),
         workload.display()
     );
     t.run(&["new-window", "-d", "-t", "1", &target]);
     // The agent listens shortly after the target starts; attach when it does.
     let start = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port as u16)).is_err() {
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(
             start.elapsed() < DEADLINE,
-            "the agent never listened on {port}"
+            "the agent never listened on {port}; its log:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
         );
         std::thread::sleep(Duration::from_millis(50));
     }
