@@ -379,18 +379,16 @@ fn scan_block_run(
             }
         }
         c.begin();
+        // A block's words are those wholly inside the size it was asked for, as memcheck's
+        // (docs/reference.md §3): the bytes past it are malloc's slack, which holds whatever
+        // the chunk held before, and a word half over them is half a stale pointer.
         let r = index.range(o);
+        let r = r.start..r.start + ((r.end - r.start) & !7);
         if checked.binary_search(&o).is_ok() {
-            checked_range(
-                index,
-                r.start..r.start + (r.end - r.start).next_multiple_of(8),
-                c,
-            );
+            checked_range(index, r, c);
             c.push_block(o, edges);
             continue;
         }
-        // A block's words up to its size rounded up to 8: malloc's usable size always covers it.
-        let r = r.start..r.start + (r.end - r.start).next_multiple_of(8);
         if !(mapping.start <= r.start && r.end <= mapping.end) {
             mapping = match mapping_of(maps, r.start) {
                 Some(m) if m.readable && r.end <= m.end => m.start..m.end,
