@@ -379,12 +379,17 @@ pub(crate) unsafe extern "C" fn reallocarray(
 /// As `free(3)`; `entry_sp`/`fp` as for [`malloc`] (the freeing stack, for a recording).
 pub(crate) unsafe extern "C" fn free(p: *mut c_void, entry_sp: usize, fp: usize) {
     if !p.is_null() && !record::enabled() {
-        match free_fast(p as u64, sys::thread_state()) {
-            FastFree::Cancelled => {
+        let st = sys::thread_state();
+        match free_fast(p as u64, st) {
+            FastFree::Cancelled(k) => {
+                if held_frees::count_unheld_free(k) {
+                    // SAFETY: the program's free of p, whose block just left the slot.
+                    return unsafe { apply_held_and_free(p, k, st) };
+                }
+                st.set_busy(false);
                 // SAFETY: the program's free of p, whose block left the thread's slot (it
                 // never reached the table).
-                unsafe { __libc_free(p) };
-                return;
+                return unsafe { __libc_free(p) };
             }
             // Applied with the thread's next batch (registry::held_frees).
             FastFree::Held => return,
@@ -397,9 +402,9 @@ pub(crate) unsafe extern "C" fn free(p: *mut c_void, entry_sp: usize, fp: usize)
 
 /// What the free hook's fast path did.
 enum FastFree {
-    /// The block was still waiting in the thread's slot of new blocks: it left it, and goes to
-    /// libc now (`blocks::cancel_new`).
-    Cancelled,
+    /// The block was still waiting in the slot `k` of new blocks of the thread, which is still
+    /// marked busy: it left it (`blocks::cancel_new`), and [`cancelled`] finishes the free.
+    Cancelled(usize),
     /// Held back in the thread's slot (`held_frees::hold_unless_full`).
     Held,
     /// Nothing: the general path takes the free.
@@ -418,10 +423,10 @@ fn free_fast(p: u64, st: &sys::ThreadState) -> FastFree {
         return FastFree::No;
     };
     st.set_busy(true);
-    let done = if blocks::cancel_new(p, k) {
-        held_frees::count_unheld_free(k);
-        FastFree::Cancelled
-    } else if held_frees::hold_unless_full(p, k) {
+    if blocks::cancel_new(p, k) {
+        return FastFree::Cancelled(k);
+    }
+    let done = if held_frees::hold_unless_full(p, k) {
         FastFree::Held
     } else {
         FastFree::No
@@ -430,13 +435,31 @@ fn free_fast(p: u64, st: &sys::ThreadState) -> FastFree {
     done
 }
 
+/// A free whose block left the thread's slot of new blocks ([`free_fast`]) and whose count
+/// makes the held frees due (`held_frees::count_unheld_free`): applies them, then frees.
+/// Out of line and tail-called, so that the free hook's common paths call nothing before
+/// libc's free and save no registers (they cost perl's frees 28 instructions each when the
+/// apply was inlined there: BENCHMARKS.md "Real programs").
+///
+/// # Safety
+/// `p` is the program's block that just left slot `k` of this thread, marked busy in `st`.
+#[cold]
+unsafe extern "C" fn apply_held_and_free(p: *mut c_void, k: usize, st: &sys::ThreadState) {
+    held_frees::apply_after_unheld(k);
+    st.set_busy(false);
+    // SAFETY: the program's free of p, whose block left the thread's slot (it never reached
+    // the table).
+    unsafe { __libc_free(p) }
+}
+
 /// Every free the fast paths above do not take; out of line, so that the fast path saves no
-/// registers.
+/// registers, and `extern "C"` like the hook, so that the hook tail-calls it (LLVM did not
+/// for the Rust ABI).
 ///
 /// # Safety
 /// As [`free`].
 #[inline(never)]
-unsafe fn free_general(p: *mut c_void, entry_sp: usize, fp: usize) {
+unsafe extern "C" fn free_general(p: *mut c_void, entry_sp: usize, fp: usize) {
     if p.is_null() {
         counters::count_call(Op::Free);
         counters::count_rare(Rare::FreeNull);

@@ -256,23 +256,32 @@ pub fn hold_unless_full(p: u64, k: usize) -> bool {
 }
 
 /// Counts a free of the calling thread that went to libc without being held (its block still
-/// waited in the thread's slot of new blocks: `blocks::cancel_new`), and applies the held
-/// frees once that makes [`BATCH`] frees since the first of them (see `Slot::unheld`). The
-/// caller is inside a hook (marked busy) on a program thread whose slot is `k`.
+/// waited in the thread's slot of new blocks: `blocks::cancel_new`); true when that makes
+/// [`BATCH`] frees since the first held one (see `Slot::unheld`), and the caller is to apply
+/// the held frees with [`apply_after_unheld`]. Split so that the free hook's common path calls
+/// nothing (and saves no registers for a call). The caller is inside a hook (marked busy) on a
+/// program thread whose slot is `k`.
 #[inline]
-pub fn count_unheld_free(k: usize) {
+pub fn count_unheld_free(k: usize) -> bool {
     let Some(slot) = SLOT.get(k) else {
-        return;
+        return false;
     };
     let held = slot.len.load(Ordering::Relaxed);
     if held == 0 {
-        return;
+        return false;
     }
     let unheld = slot.unheld.load(Ordering::Relaxed) + 1;
     slot.unheld.store(unheld, Ordering::Relaxed);
+    (held + unheld) as usize >= BATCH
+}
+
+/// Applies the frees slot `k` holds, once [`count_unheld_free`] said so; same caller.
+pub fn apply_after_unheld(k: usize) {
     // The thread holding every shard lock (a fork's prepare handler) leaves it to its next
     // held free, which goes the general way.
-    if (held + unheld) as usize >= BATCH && blocks::usable_by(sys::current_tid()) {
+    if let Some(slot) = SLOT.get(k)
+        && blocks::usable_by(sys::current_tid())
+    {
         slot.flush();
     }
 }

@@ -142,18 +142,24 @@ struct Entry {
     version: AtomicU64,
     sp: AtomicU64,
     ret: AtomicU64,
-    /// The entry frame pointer, compared only when `meta` says the walk used it.
-    fp: AtomicU64,
     /// The top of the stack the walk could read (see the module docs).
     hi: AtomicU64,
-    /// generation (bits 0..32), depth (32..40), reads (40..48), used_fp (48).
-    meta: AtomicU64,
+    /// generation (bits 0..32) and depth (32..40): [`want`] of the walk.
+    key: AtomicU64,
+    /// The entry frame pointer, compared only when `shape` says the walk used it.
+    fp: AtomicU64,
     stack: AtomicU32,
+    /// The chunks of [`CHUNK`] reads kept (bits 0..8) and [`USED_FP`].
+    shape: AtomicU32,
     /// The offsets of the words read, in words above `sp`, [`CHUNK`] to a word (read `k` in
-    /// bits `16 * (k % 4)..` of word `k / 4`).
+    /// bits `16 * (k % 4)..` of word `k / 4`, so that the words' little-endian bytes are the
+    /// `u16` offsets in order).
     offsets: [AtomicU64; MAX_READS / CHUNK],
     values: [AtomicU64; MAX_READS],
 }
+
+/// [`Entry::shape`]'s bit for a walk that used the frame pointer it started with.
+const USED_FP: u32 = 1 << 8;
 
 /// The entries (null until [`init`], or when the mapping was refused: then nothing is kept).
 static ENTRIES_PTR: AtomicPtr<Entry> = AtomicPtr::new(std::ptr::null_mut());
@@ -243,12 +249,10 @@ fn candidates(tags: u64, tag: u64) -> u64 {
     x.wrapping_sub(BYTES) & !x & (BYTES << 7)
 }
 
+/// The [`Entry::key`] of walks of `depth` frames in `generation`.
 #[inline]
-fn meta(generation: u32, depth: usize, reads: usize, used_fp: bool) -> u64 {
-    u64::from(generation)
-        | (depth as u64 & 0xff) << 32
-        | (reads as u64 & 0xff) << 40
-        | u64::from(used_fp) << 48
+fn want(generation: u32, depth: usize) -> u64 {
+    u64::from(generation) | (depth as u64 & 0xff) << 32
 }
 
 /// The stack id of the walk from `start` to `depth` frames, if it is remembered and every
@@ -257,7 +261,7 @@ fn meta(generation: u32, depth: usize, reads: usize, used_fp: bool) -> u64 {
 #[inline(always)]
 pub fn lookup(start: &Start, depth: usize) -> Option<u32> {
     let place = place(start)?;
-    let want = meta(generation(), depth, 0, false);
+    let want = want(generation(), depth);
     let mut ways = candidates(place.tags.load(Ordering::Relaxed), place.tag);
     while ways != 0 {
         let way = ways.trailing_zeros() as usize / 8;
@@ -270,58 +274,63 @@ pub fn lookup(start: &Start, depth: usize) -> Option<u32> {
 }
 
 /// The stack id of entry `e` if it holds the walk from `start` (of the generation and depth
-/// `want` gives, as [`meta`] of no reads). `#[inline]`, not `#[inline(always)]` like
-/// [`lookup`]: LLVM keeps it out of line, one direct call from each of the hooks' lookups
-/// (`objdump -d` of the release build: 14 calls to `walks::check`), and inlining it too cost
-/// more than its call (the registers it needs: 25M instructions on sqlite3's 50k rows,
-/// BENCHMARKS.md "Real programs"). Not `#[inline(never)]`: the hooks then reach it through
-/// the GOT, an indirect call, which is not the build measured.
+/// `want` gives, as [`want`]). `#[inline]`, not `#[inline(always)]` like [`lookup`]: LLVM
+/// keeps it out of line, one direct call from each of the hooks' lookups (`objdump -d` of the
+/// release build), and inlining it too cost more than its call (the registers it needs: 25M
+/// instructions on sqlite3's 50k rows, BENCHMARKS.md "Real programs"). Not
+/// `#[inline(never)]`: the hooks then reach it through the GOT, an indirect call, which is
+/// not the build measured.
 #[inline]
 fn check(e: &Entry, start: &Start, want: u64) -> Option<u32> {
     let version = e.version.load(Ordering::Acquire);
-    if version & 1 != 0
-        || e.sp.load(Ordering::Relaxed) != start.sp as u64
-        || e.ret.load(Ordering::Relaxed) != start.ret as u64
-        || e.hi.load(Ordering::Relaxed) != start.hi as u64
-    {
+    // One test of the key's differences (an odd version counts as one).
+    let differs = (version & 1)
+        | (e.sp.load(Ordering::Relaxed) ^ start.sp as u64)
+        | (e.ret.load(Ordering::Relaxed) ^ start.ret as u64)
+        | (e.hi.load(Ordering::Relaxed) ^ start.hi as u64)
+        | (e.key.load(Ordering::Relaxed) ^ want);
+    if differs != 0 {
         return None;
     }
-    let m = e.meta.load(Ordering::Relaxed);
-    let used_fp = m >> 48 & 1 != 0;
-    if m & !(0xff << 40) & !(1 << 48) != want
-        || used_fp && e.fp.load(Ordering::Relaxed) != start.fp as u64
-    {
+    let shape = e.shape.load(Ordering::Relaxed);
+    if shape & USED_FP != 0 && e.fp.load(Ordering::Relaxed) != start.fp as u64 {
         return None;
     }
-    let reads = ((m >> 40) & 0xff) as usize;
-    let chunks = reads.div_ceil(CHUNK).min(MAX_READS / CHUNK);
+    let chunks = ((shape & 0xff) as usize).min(MAX_READS / CHUNK);
     // The offsets first, then the version again: if it did not move, they (and the key and
-    // meta read above) are one finished store's, that of a walk from this stack pointer
+    // shape read above) are one finished store's, that of a walk from this stack pointer
     // under this stack top, which read only words in [sp, hi - 8]. Only then is the stack
     // read at them. (A bound check of each offset instead cost two instructions a word;
     // copying the whole entry out first made the check 2–3 times as costly: BENCHMARKS.md
     // "Real programs".)
-    let mut offsets = [0u64; MAX_READS / CHUNK];
-    for (copy, packed) in offsets.iter_mut().zip(&e.offsets).take(chunks) {
-        *copy = packed.load(Ordering::Relaxed);
-    }
+    let packed: [u64; MAX_READS / CHUNK] =
+        std::array::from_fn(|c| e.offsets[c].load(Ordering::Relaxed));
     fence(Ordering::Acquire);
     if e.version.load(Ordering::Relaxed) != version {
         return None;
     }
+    // Read as `u16`s from the copy (one load each, where shifting them out of the words
+    // cost two more instructions a word and a chain of shifts).
+    // SAFETY: any bits are a valid `[u16; 32]` of the same size; on this little-endian
+    // target, offset `k` is element `k` (see `Entry::offsets`).
+    let offsets =
+        unsafe { std::mem::transmute::<[u64; MAX_READS / CHUNK], [u16; MAX_READS]>(packed) };
+    let offsets = std::hint::black_box(&offsets);
     // Four words at a time, their differences or-ed and tested once: `store` pads the reads
     // to a multiple of four with the return address at offset 0, which `start.ret` already
     // matched. A value torn by a writer since is caught by the version below.
     let sp = start.sp as *const u64;
-    for (chunk, &packed) in offsets.iter().enumerate().take(chunks) {
+    let groups = offsets
+        .chunks_exact(CHUNK)
+        .zip(e.values.chunks_exact(CHUNK));
+    for (offsets, values) in groups.take(chunks) {
         let mut diff = 0;
-        for k in 0..CHUNK {
-            let offset = usize::from((packed >> (16 * k)) as u16);
+        for (&offset, value) in offsets.iter().zip(values) {
             // SAFETY: sp + 8 * offset lies in [sp, hi - 8] (above), this thread's stack as its
             // cached bounds say, at or above the hooked call's entry stack pointer (so
             // mapped); sp is 8-aligned (`unwind::start`).
-            let word = unsafe { *sp.add(offset) };
-            diff |= word ^ e.values[chunk * CHUNK + k].load(Ordering::Relaxed);
+            let word = unsafe { *sp.add(usize::from(offset)) };
+            diff |= word ^ value.load(Ordering::Relaxed);
         }
         if diff != 0 {
             return None;
@@ -361,10 +370,11 @@ pub fn store(start: &Start, depth: usize, reads: &Reads, stack: u32) {
     e.fp.store(start.fp as u64, Ordering::Relaxed);
     e.hi.store(start.hi as u64, Ordering::Relaxed);
     let kept = reads.needed.count_ones() as usize;
-    e.meta.store(
-        meta(start.generation, depth, kept, reads.used_fp),
-        Ordering::Relaxed,
-    );
+    e.key
+        .store(want(start.generation, depth), Ordering::Relaxed);
+    let used_fp = if reads.used_fp { USED_FP } else { 0 };
+    e.shape
+        .store(kept.div_ceil(CHUNK) as u32 | used_fp, Ordering::Relaxed);
     e.stack.store(stack, Ordering::Relaxed);
     // The rest of the last chunk of four: offset 0, the return address at the entry stack
     // pointer, which every lookup that reads these has matched already (`check`).
