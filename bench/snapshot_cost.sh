@@ -19,10 +19,18 @@
 # not: the scan child's, the agent's own (the target's user + system time across the report:
 # its main thread sleeps, the child is counted apart) and the client's, against perl's.
 # HEAPTUI_BIN / AGENT_SO: other builds to measure (a main checkout's, side by side).
+#
+# Then UNSAMPLED (default 2) more reports with no sampler running: their walls are the report's
+# end to end. The sampler reads the scan child's /proc/PID/smaps_rollup every 10 ms, a walk of
+# all its page tables (1.5 GB mapped at 4.6M blocks: about 15 ms of kernel CPU per read, so
+# most of a core while the child lives) that also holds the child's mmap lock, which the
+# child's own mappings wait for: the sampled reports' walls are longer by the sampler's work
+# (BENCHMARKS.md "What a snapshot costs the target", 2026-11-28 14:40–15:20 UTC).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KEYS=${KEYS:-1500000}
 REPORTS=${REPORTS:-2}
+UNSAMPLED=${UNSAMPLED:-2}
 cargo build --release -q -p heaptui-agent -p heaptui
 TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target}
 AGENT=${AGENT_SO:-$TARGET_DIR/release/libheaptui_agent.so}
@@ -91,6 +99,28 @@ for ((r = 1; r <= REPORTS; r++)); do
     grep "snapshot $r[: ]" "$work/agent.log" | tail -1 >&2
     # The child's analysis pass by pass (wall / CPU of its two threads / CPU of its first).
     # (Builds before 2026-11-28 12:30 UTC do not log it.)
+    { grep "analysis by pass" "$work/agent.log" || true; } | sed -n "${r}p" | sed 's/.*): /passes: /' >&2
+done
+# The same report with no sampler: the end-to-end figure (see the top).
+if ((UNSAMPLED > 0)); then
+    printf '\nunsampled (no memory sampler running):\n'
+    printf '| report | pause ms | capture ms | analysis ms | child CPU ms (scan CPU ms; index, blocks wall ms) | report wall s | CPU s: child + agent + client = all |\n'
+    printf '|---:|---:|---:|---:|---:|---:|---:|\n'
+fi
+for ((u = 1; u <= UNSAMPLED; u++)); do
+    r=$((REPORTS + u))
+    agent_before=$(agent_cpu)
+    /usr/bin/time -f '%e %M %U %S' -o "$work/time" "$HEAPTUI" report ":$port" --json >"$work/report.json"
+    agent_s=$(awk -v a="$(agent_cpu)" -v b="$agent_before" 'BEGIN { printf "%.2f", a - b }')
+    read -r wall client client_user client_sys <"$work/time"
+    line=$(grep "snapshot $r[: ]" "$work/agent.log" | tail -1)
+    child_s=$(awk -v m="$(field child_cpu_ms "$line")" 'BEGIN { printf "%.2f", m / 1000 }')
+    client_s=$(awk -v u="$client_user" -v s="$client_sys" 'BEGIN { printf "%.2f", u + s }')
+    all_s=$(awk -v a="$child_s" -v b="$agent_s" -v c="$client_s" 'BEGIN { printf "%.2f", a + b + c }')
+    printf '| %s | %s | %s | %s | %s (%s; %s, %s) | %s | %s + %s + %s = %s |\n' \
+        "$r" "$(field pause_ms "$line")" "$(field capture_ms "$line")" "$(field analysis_ms "$line")" \
+        "$(field child_cpu_ms "$line")" "$(field scan_cpu_ms "$line")" "$(field index_ms "$line")" "$(field blocks_ms "$line")" \
+        "$wall" "$child_s" "$agent_s" "$client_s" "$all_s"
     { grep "analysis by pass" "$work/agent.log" || true; } | sed -n "${r}p" | sed 's/.*): /passes: /' >&2
 done
 echo "the last kept snapshot, bytes per object by part: $(grep 'kept bytes per object' "$work/agent.log" | tail -1 | sed 's/.*): //')"
