@@ -418,23 +418,61 @@ impl Analysis {
     /// the graph's own kept columns there). On two threads: the dominator tree's depth-first
     /// search beside the start-edge reach and `beside`, then the tree's predecessor lists in
     /// two halves; never more than two at once. The same figures whatever `both` does.
-    pub fn with<S: Send>(
+    pub fn with<S: Send + Sync>(
         graph: &HeapGraph,
         both: &impl Both,
         beside: impl FnOnce() -> S + Send,
     ) -> (Analysis, S) {
-        let layout = Layout::new(graph);
-        let n = layout.objects as usize;
-        let frames = layout.frames();
+        let (analysis, s, _) = Analysis::with_during(graph, both, beside, None::<fn(&S)>);
+        (analysis, s)
+    }
 
+    /// [`Analysis::with`], and `during`, a caller's job given `beside`'s result, on a thread
+    /// of its own beside everything after the depth-first search, when `both` has two
+    /// threads (else after it): a third thread, for a job that mostly waits (the agent's
+    /// scanning child sends the graph's own kept columns there, so that the agent decodes them
+    /// on the core the one-thread passes leave idle). Returns `during`'s result too. `during`
+    /// is a `second` closure of `both`: it must keep their rules (see `both`).
+    pub fn with_during<S: Send + Sync, R: Send>(
+        graph: &HeapGraph,
+        both: &impl Both,
+        beside: impl FnOnce() -> S + Send,
+        during: Option<impl FnOnce(&S) -> R + Send>,
+    ) -> (Analysis, S, Option<R>) {
+        let layout = Layout::new(graph);
         // The start-edge reach reads only the graph: beside the dominator tree's depth-first
         // search (the tree's predecessor fill then takes both threads).
         let heap = RootedHeap::new(graph, &layout);
-        let (DomTree { mut idom, preorder }, (mut possibly, beside)) =
-            dominators::dominator_tree_with(&heap, layout.super_root(), both, || {
+        let (search, (possibly, beside)) =
+            dominators::search_with(&heap, layout.super_root(), both, || {
                 (leaks::start_reached(graph), beside())
             });
-        drop(heap);
+        let rest = || {
+            let tree = dominators::finish(&heap, search, both);
+            Analysis::after_search(graph, both, layout, tree, possibly)
+        };
+        let (analysis, r) = match during {
+            Some(during) => {
+                let (analysis, r) = both.both(rest, || during(&beside));
+                both.pass_done("joined");
+                (analysis, Some(r))
+            }
+            None => (rest(), None),
+        };
+        (analysis, beside, r)
+    }
+
+    /// The rest of [`Analysis::with_during`] once the dominator tree is made.
+    fn after_search(
+        graph: &HeapGraph,
+        both: &impl Both,
+        layout: Layout,
+        tree: DomTree,
+        mut possibly: Vec<u64>,
+    ) -> Analysis {
+        let n = layout.objects as usize;
+        let frames = layout.frames();
+        let DomTree { mut idom, preorder } = tree;
         idom.truncate(n);
         idom.shrink_to_fit();
         both.pass_done("dominators");
@@ -579,7 +617,7 @@ impl Analysis {
         };
 
         both.pass_done("figures");
-        let analysis = Analysis {
+        Analysis {
             layout,
             idom,
             slot,
@@ -593,8 +631,7 @@ impl Analysis {
             groups: OnceLock::new(),
             leaks,
             totals,
-        };
-        (analysis, beside)
+        }
     }
 
     pub fn totals(&self) -> Totals {

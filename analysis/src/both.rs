@@ -3,10 +3,14 @@
 //! Some passes of [`Analysis`](crate::Analysis) and [`Kept`](crate::Kept) need not wait for
 //! each other. In order, each step on two threads: the dominator tree's depth-first search
 //! beside the start-edge reach (which reads only the graph) and the caller's `beside` job
-//! (the agent packs the graph's own kept columns there); the dominator tree's predecessor
+//! ([`Kept::analysed`](crate::Kept::analysed) packs the graph's own kept columns there); the dominator tree's predecessor
 //! lists, filled from both ends at once; the two halves of the holders' referents, which
 //! read the same finished columns; the kept columns, packing different parts of the
-//! result. No step starts a `both` inside another, so never more than two threads run.
+//! result. No step starts a `both` inside another, so never more than two threads run, but
+//! for one: [`Analysis::with_during`](crate::Analysis::with_during) runs a caller's job beside
+//! everything after the depth-first search, a job that mostly waits (the agent's scanning
+//! child sends the graph's kept columns to the agent there), so that the steps above run
+//! beside it, three threads in all.
 //! [`Both`] runs two such closures and returns both results; where the second runs is the
 //! caller's business, because the engine must not make threads of its own: the agent's scan child, where the largest analyses run, is a raw
 //! copy of one thread of another program and cannot use `std::thread`

@@ -160,21 +160,41 @@ pub fn dominator_tree_with<S: Send>(
     both: &impl Both,
     beside: impl FnOnce() -> S + Send,
 ) -> (DomTree, S) {
+    let (search, beside) = search_with(graph, root, both, beside);
+    (finish(graph, search, both), beside)
+}
+
+/// The first step of [`dominator_tree_with`]: the depth-first search, with `beside` run by
+/// `both` beside it. [`finish`] makes the tree of what it found.
+pub(crate) fn search_with<S: Send>(
+    graph: &(impl Successors + Sync),
+    root: u32,
+    both: &impl Both,
+    beside: impl FnOnce() -> S + Send,
+) -> (Search, S) {
     let n = graph.node_count();
     assert!(n < NONE as usize, "too many nodes for u32 ids");
     assert!((root as usize) < n, "root {root} out of range 0..{n}");
-
-    let (
-        Search {
-            preorder,
-            parent,
-            number,
-            indegree,
-            edges,
-        },
-        beside,
-    ) = both.both(|| depth_first(graph, root), beside);
+    let found = both.both(|| depth_first(graph, root), beside);
     both.pass_done("search");
+    found
+}
+
+/// The rest of [`dominator_tree_with`] after [`search_with`] of the same graph: the
+/// predecessor lists (in two halves when `both` has two threads), semi-NCA, the tree.
+pub(crate) fn finish(
+    graph: &(impl Successors + Sync),
+    search: Search,
+    both: &impl Both,
+) -> DomTree {
+    let n = graph.node_count();
+    let Search {
+        preorder,
+        parent,
+        number,
+        indegree,
+        edges,
+    } = search;
 
     // Predecessors of every reached node, in preorder numbers; built here rather than
     // from the node-space graph so the semidominator loop reads numbers directly. Offsets
@@ -202,11 +222,11 @@ pub fn dominator_tree_with<S: Send>(
     for (i, &v) in preorder.iter().enumerate() {
         idom[v as usize] = preorder[idom_pre[i] as usize];
     }
-    (DomTree { idom, preorder }, beside)
+    DomTree { idom, preorder }
 }
 
 /// What the depth-first search finds.
-struct Search {
+pub(crate) struct Search {
     /// The reached nodes in preorder.
     preorder: Vec<u32>,
     /// Each reached node's tree parent as a preorder number (the root's is 0, itself).

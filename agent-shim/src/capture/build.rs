@@ -5,7 +5,8 @@
 //! overlaps it (symbolization stays in the parent, where the symbol tables are cached and the
 //! loader may be called), then builds the
 //! [`HeapGraph`], analyses it, makes the [`Kept`] and sends the kept snapshot's bytes over
-//! the socket pair; the parent decodes them as they arrive. So the graph and its analysis
+//! the socket pair, the graph's own columns while the analysis runs and the analysis's after
+//! it; the parent decodes them as they arrive. So the graph and its analysis
 //! (about 200 bytes per object at their peak) only ever exist in the child, and the process
 //! itself holds only the kept snapshot (docs/reference.md §9). If no child can be made, the
 //! scan runs while the world is stopped and the rest in the process after the resume.
@@ -21,6 +22,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use heaptui_analysis::kept::GraphColumns;
 use heaptui_analysis::{
     Both, Edges, Frame, FrameKind, GraphError, HeapGraph, Kept, NO_SITE, ObjectIndex, Objects,
     OneThread, Process, Site, SiteIndex, Thread, ThreadState,
@@ -460,14 +462,7 @@ fn run<H: Heap>(
             let named = Instant::now();
             let naming = named - naming;
             let kept = match &mut sink {
-                Sink::Kept => Some(analyse(
-                    process,
-                    scanned,
-                    &unnamed.stacks,
-                    names,
-                    threads,
-                    None,
-                )?),
+                Sink::Kept => Some(analyse(process, scanned, &unnamed.stacks, names, threads)?),
                 Sink::File(out) => {
                     let graph = build_graph(
                         process,
@@ -1035,6 +1030,28 @@ impl std::io::Write for Socket {
     }
 }
 
+/// The child's end of the socket pair, written from a bare thread of the child (`alongside`),
+/// which shares the first thread's thread pointer and so its `errno`: a failed send is an
+/// error without reading `errno` (no signal handler runs in the child, `detach_from_program`,
+/// so no send is cut short by one and `EINTR` never comes).
+struct BareSocket(i32);
+
+impl std::io::Write for BareSocket {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        // SAFETY: sends from a live slice; MSG_NOSIGNAL: EPIPE instead of SIGPIPE.
+        let n = unsafe { libc::send(self.0, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) };
+        if n >= 0 {
+            Ok(n as usize)
+        } else {
+            Err(std::io::ErrorKind::BrokenPipe.into())
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Sends one length-prefixed message.
 fn send_message(fd: i32, bytes: &[u8]) -> bool {
     use std::io::Write;
@@ -1388,30 +1405,17 @@ fn name<H: Heap>(heap: &H, space: &AddressSpace, unnamed: &Unnamed) -> Names {
     Names { sites, frames }
 }
 
-/// The graph of what the scan found, named, analysed and kept (in the child, or in the
-/// process itself when no child could be made). The graph and the analysis are dropped here,
-/// or, in the child (`child`, which ends right after), left to the exit: freeing millions
-/// of allocations one by one would only cost time. In the child, the passes that need not wait
-/// for each other (the graph's own kept columns and the start-edge reach beside the dominator
-/// tree, the halves of the groups' referents and of the packing) run on two threads
-/// ([`ChildThreads`]).
+/// The graph of what the scan found, named, analysed and kept in the process itself, when no
+/// child could be made (the child's own path is [`analyse_in_child`]).
 fn analyse(
     process: Process,
     scanned: Scanned,
     stacks: &[u32],
     names: Names,
     threads: &[ThreadInfo],
-    child: Option<&ChildThreads>,
 ) -> Result<Kept, CaptureError> {
-    if let Some(both) = child {
-        let graph = build_graph(process, scanned, stacks, names, threads, both)?;
-        let (kept, analysis) = Kept::analysed(&graph, both);
-        std::mem::forget((graph, analysis));
-        Ok(kept)
-    } else {
-        let graph = build_graph(process, scanned, stacks, names, threads, &OneThread)?;
-        Ok(Kept::analysed(&graph, &OneThread).0)
-    }
+    let graph = build_graph(process, scanned, stacks, names, threads, &OneThread)?;
+    Ok(Kept::analysed(&graph, &OneThread).0)
 }
 
 /// The scan child's two threads for the analysis: the second is a bare clone (`alongside`),
@@ -1454,6 +1458,17 @@ impl ChildThreads {
             passes: std::cell::RefCell::new(Vec::with_capacity(16)),
             one_thread,
         }
+    }
+
+    /// Records work done beside the passes, on a thread of its own, as that thread timed it
+    /// (its wall and CPU time; not from the end of the previous pass).
+    fn beside_done(&self, name: &str, wall: Duration, cpu: Duration) {
+        self.passes.borrow_mut().push(Pass {
+            name: name.to_string(),
+            wall,
+            cpu,
+            first_cpu: Duration::ZERO,
+        });
     }
 
     /// The passes timed so far, as a message for the parent.
@@ -1653,15 +1668,41 @@ fn analyse_in_child(
     }
     // SAFETY: in the scan child.
     let both = unsafe { ChildThreads::new() };
-    let Ok(kept) = analyse(process, scanned, &stacks, names, threads, Some(&both)) else {
+    let Ok(graph) = build_graph(process, scanned, &stacks, names, threads, &both) else {
         return false;
     };
-    let sent = kept.encode(&mut out).is_ok() && std::io::Write::flush(&mut out).is_ok();
-    std::mem::forget(kept);
+    // The graph's own kept columns (about half the kept snapshot's bytes) are sent on a third
+    // thread as soon as they are packed (beside the depth-first search), while the analysis
+    // goes on, so that the parent decodes them meanwhile, on the core the analysis's
+    // one-thread passes leave idle; the analysis's part follows once it is done.
+    let (kept, analysis, (sent_ahead, ahead_wall, ahead_cpu)) =
+        Kept::analysed_during(&graph, &both, |columns| send_graph_columns(fd, columns));
+    both.beside_done("graph columns sent beside", ahead_wall, ahead_cpu);
+    if !sent_ahead {
+        return false;
+    }
+    let sent = kept.encode_rest(&mut out).is_ok() && std::io::Write::flush(&mut out).is_ok();
+    // Left to the child's exit: freeing millions of allocations one by one would only cost
+    // time.
+    std::mem::forget((kept, analysis, graph));
     both.pass_done("sent");
     // The passes' timings are for the log only: the capture does not fail without them.
     let _ = send_message(fd, &both.encode_passes());
     sent
+}
+
+/// On the scanning child's third thread, beside the analysis after its depth-first search
+/// (`Kept::analysed_during`): sends the graph's own kept columns, the first part of the kept
+/// snapshot's split encoding ([`GraphColumns::encode`]). Returns whether they were sent, and
+/// the thread's wall and CPU time. Runs on a bare thread (`alongside`): it touches no
+/// thread-local storage (the socket is a [`BareSocket`]) and panics only when memory cannot
+/// be had.
+fn send_graph_columns(fd: i32, columns: &GraphColumns) -> (bool, Duration, Duration) {
+    let (wall, cpu) = (Instant::now(), thread_cpu());
+    let mut out = std::io::BufWriter::with_capacity(64 << 10, BareSocket(fd));
+    let sent = columns.encode(&mut out).is_ok() && std::io::Write::flush(&mut out).is_ok();
+    drop(out);
+    (sent, wall.elapsed(), thread_cpu().saturating_sub(cpu))
 }
 
 /// In the parent: names what the child asks for (while the child scans the blocks), then
@@ -1699,7 +1740,7 @@ fn receive_from_child<H: Heap>(
             std::io::copy(&mut input, out).map_err(CaptureError::Write)?;
             None
         }
-        Sink::Kept => Some(Kept::decode(&mut input).map_err(|e| match e {
+        Sink::Kept => Some(Kept::decode_split(&mut input).map_err(|e| match e {
             heaptui_analysis::kept::DecodeError::Memory { bytes } => {
                 CaptureError::NoMemory(format!(
                     "not enough memory for a snapshot: {} MiB for the kept snapshot could not \

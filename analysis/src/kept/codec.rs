@@ -9,6 +9,14 @@
 //! the other columns, every index against what it indexes, and every buffer is reserved
 //! fallibly, so a reader short of memory gets [`DecodeError::Memory`] instead of aborting.
 //!
+//! Between the agent's scanning child and the agent the same parts travel split in two, so
+//! that the first can travel while the child still analyses: [`SPLIT_MAGIC`], the object
+//! count, whether ids are kept, the graph's own columns (ids, addresses, sizes, sites,
+//! threads, sequence numbers, references) and the references' interior bits
+//! ([`GraphColumns::encode`]); then the magic, the version, the head, the analysis's columns
+//! and the possibly-lost bits ([`Kept::encode_rest`]). [`Kept::decode_split`] reads both and
+//! checks them together, as [`Kept::decode`] does the whole.
+//!
 //! The encoding can also be made a window at a time ([`Kept::encode_window`]): the agent
 //! serves a client's chunks that way, so the bytes of a large snapshot never exist whole in
 //! the target beside the snapshot they copy (its columns are stored as they travel, so a
@@ -22,7 +30,7 @@ use std::io::{self, BufRead, Write};
 
 use thiserror::Error;
 
-use super::{GroupTable, Kept};
+use super::{GraphColumns, GroupTable, Kept};
 use crate::figures::{FrameFigures, GroupId, GroupKind, Leaks, Sharer, ThreadFigures, Totals};
 use crate::graph::{Frame, FrameKind, Process, Site, Thread, ThreadState};
 use crate::packed::{Packed, PackedCsr};
@@ -32,6 +40,10 @@ pub const KEPT_MAGIC: [u8; 12] = *b"HEAPTUI\0KEPT";
 
 /// Bump on any change of the layout.
 pub const KEPT_VERSION: u32 = 2;
+
+/// The first bytes of a split encoding's first part ([`GraphColumns::encode`]), followed by
+/// [`KEPT_VERSION`].
+pub const SPLIT_MAGIC: [u8; 12] = *b"HEAPTUI\0COLS";
 
 /// Longest head accepted (threads, frames and sites are few; a bad length must not allocate).
 const MAX_HEAD: u64 = 1 << 30;
@@ -346,70 +358,98 @@ impl Kept {
     /// the two bit vectors.
     fn parts<'a>(&'a self, head: &'a [u8]) -> Vec<Part<'a>> {
         let mut parts = vec![Part::Head(head)];
-        parts.extend(self.ids.iter().map(Part::Column));
-        parts.extend(
+        parts.extend(graph_columns(
+            self.ids.as_ref(),
             [
                 &self.addrs,
                 &self.sizes,
                 &self.site,
                 &self.thread,
                 &self.seqs,
-                &self.edges.offsets,
-                &self.edges.targets,
-                &self.slots,
-                &self.doms,
-                &self.groups.entries,
-                &self.groups.sizes,
-                &self.groups.members,
-                &self.groups.sharers,
-                &self.groups.refs.offsets,
-                &self.groups.refs.targets,
-            ]
-            .map(Part::Column),
-        );
+            ],
+            &self.edges,
+        ));
+        parts.extend(self.analysis_columns());
         parts.extend([Part::Bits(&self.edge_interior), Part::Bits(&self.possibly)]);
         parts
     }
 
+    /// The analysis's columns, in their order on the wire.
+    fn analysis_columns(&self) -> [Part<'_>; 8] {
+        [
+            &self.slots,
+            &self.doms,
+            &self.groups.entries,
+            &self.groups.sizes,
+            &self.groups.members,
+            &self.groups.sharers,
+            &self.groups.refs.offsets,
+            &self.groups.refs.targets,
+        ]
+        .map(Part::Column)
+    }
+
+    /// Writes the second part of a split encoding (see the module docs): everything
+    /// [`GraphColumns::encode`] does not write, the head first.
+    pub fn encode_rest(&self, out: &mut impl Write) -> io::Result<()> {
+        let head = write_head(self);
+        Part::Head(&head).write(out)?;
+        for part in self.analysis_columns() {
+            part.write(out)?;
+        }
+        Part::Bits(&self.possibly).write(out)
+    }
+
+    /// Reads a split encoding ([`GraphColumns::encode`] then [`Kept::encode_rest`]), checking
+    /// it whole: the same `Kept` as [`Kept::decode`] of its [`Kept::encode`].
+    pub fn decode_split(input: &mut impl BufRead) -> Result<Kept, DecodeError> {
+        read_magic(input, SPLIT_MAGIC)?;
+        let n = read_u64(input)?;
+        if n >= u64::from(u32::MAX) {
+            return Err(malformed(format!("{n} objects")));
+        }
+        let n = n as usize;
+        let mut has_ids = [0u8];
+        input.read_exact(&mut has_ids)?;
+        let mut k = Kept {
+            objects: n,
+            ids: (has_ids[0] != 0).then(Packed::default),
+            ..Kept::default()
+        };
+        read_graph_columns(input, &mut k)?;
+        k.edge_interior = read_bits(input, k.edges.len())?;
+        let head = read_magic_and_head(input)?;
+        if head.objects != n || head.ids.is_some() != k.ids.is_some() {
+            return Err(malformed(format!(
+                "the head is of {} objects, the columns before it of {n}",
+                head.objects
+            )));
+        }
+        // The head's parts (it has no columns yet) beside the columns read.
+        k = Kept {
+            ids: k.ids,
+            addrs: k.addrs,
+            sizes: k.sizes,
+            site: k.site,
+            thread: k.thread,
+            seqs: k.seqs,
+            edges: k.edges,
+            edge_interior: k.edge_interior,
+            ..head
+        };
+        read_analysis_columns(input, &mut k)?;
+        k.possibly = read_bits(input, n)?;
+        k.check()?;
+        Ok(k)
+    }
+
     /// Reads a kept snapshot written by [`Kept::encode`], checking it whole.
     pub fn decode(input: &mut impl BufRead) -> Result<Kept, DecodeError> {
-        let mut magic = [0u8; 16];
-        input.read_exact(&mut magic)?;
-        if magic[..12] != KEPT_MAGIC || magic[12..] != KEPT_VERSION.to_le_bytes() {
-            return Err(DecodeError::NotKept);
-        }
-        let mut len = [0u8; 8];
-        input.read_exact(&mut len)?;
-        let len = u64::from_le_bytes(len);
-        if len > MAX_HEAD {
-            return Err(malformed(format!("a head of {len} bytes")));
-        }
-        let head = read_bytes(input, len as usize)?;
-        let mut k = read_head(&mut In {
-            bytes: &head,
-            at: 0,
-        })?;
-        let n = k.objects;
-        let has_ids = k.ids.is_some();
-        if has_ids {
-            k.ids = Some(Packed::decode(input, n)?);
-        }
-        k.addrs = Packed::decode(input, n)?;
-        k.sizes = Packed::decode(input, n)?;
-        k.site = Packed::decode(input, n)?;
-        k.thread = Packed::decode(input, n)?;
-        k.seqs = Packed::decode(input, n)?;
-        k.edges = PackedCsr::decode(input, n)?;
-        k.slots = Packed::decode(input, n)?;
-        k.doms = Packed::decode(input, n)?;
-        let g = k.groups.len();
-        k.groups.entries = Packed::decode(input, g)?;
-        k.groups.sizes = Packed::decode(input, g)?;
-        k.groups.members = Packed::decode(input, g)?;
-        k.groups.sharers = Packed::decode(input, g)?;
-        k.groups.refs = PackedCsr::decode(input, g)?;
+        let mut k = read_magic_and_head(input)?;
+        read_graph_columns(input, &mut k)?;
+        read_analysis_columns(input, &mut k)?;
         k.edge_interior = read_bits(input, k.edges.len())?;
-        k.possibly = read_bits(input, n)?;
+        k.possibly = read_bits(input, k.objects)?;
         k.check()?;
         Ok(k)
     }
@@ -452,6 +492,89 @@ impl Kept {
         }
         Ok(())
     }
+}
+
+/// The graph's own columns, in their order on the wire: ids (when kept), addresses, sizes,
+/// sites, threads, sequence numbers, references.
+fn graph_columns<'a>(
+    ids: Option<&'a Packed>,
+    columns: [&'a Packed; 5],
+    edges: &'a PackedCsr,
+) -> impl Iterator<Item = Part<'a>> {
+    ids.into_iter()
+        .chain(columns)
+        .chain([&edges.offsets, &edges.targets])
+        .map(Part::Column)
+}
+
+impl GraphColumns {
+    /// Writes the first part of a split encoding (see the module docs). Touches no
+    /// thread-local storage beyond what `out` does.
+    pub fn encode(&self, out: &mut impl Write) -> io::Result<()> {
+        let k = &self.0;
+        out.write_all(&SPLIT_MAGIC)?;
+        out.write_all(&KEPT_VERSION.to_le_bytes())?;
+        out.write_all(&(k.addrs.len() as u64).to_le_bytes())?;
+        out.write_all(&[k.ids.is_some() as u8])?;
+        let columns = [&k.addrs, &k.sizes, &k.site, &k.thread, &k.seqs];
+        for part in graph_columns(k.ids.as_ref(), columns, &k.edges) {
+            part.write(out)?;
+        }
+        Part::Bits(&k.edge_interior).write(out)
+    }
+}
+
+/// Reads `magic` and [`KEPT_VERSION`].
+fn read_magic(input: &mut impl BufRead, magic: [u8; 12]) -> Result<(), DecodeError> {
+    let mut first = [0u8; 16];
+    input.read_exact(&mut first)?;
+    if first[..12] != magic || first[12..] != KEPT_VERSION.to_le_bytes() {
+        return Err(DecodeError::NotKept);
+    }
+    Ok(())
+}
+
+/// Reads the magic, the version and the head: a `Kept` with no columns yet.
+fn read_magic_and_head(input: &mut impl BufRead) -> Result<Kept, DecodeError> {
+    read_magic(input, KEPT_MAGIC)?;
+    let len = read_u64(input)?;
+    if len > MAX_HEAD {
+        return Err(malformed(format!("a head of {len} bytes")));
+    }
+    let head = read_bytes(input, len as usize)?;
+    read_head(&mut In {
+        bytes: &head,
+        at: 0,
+    })
+}
+
+/// Reads the graph's own columns of `k` (`k.objects` values each; ids when `k.ids` is some).
+fn read_graph_columns(input: &mut impl BufRead, k: &mut Kept) -> Result<(), DecodeError> {
+    let n = k.objects;
+    if k.ids.is_some() {
+        k.ids = Some(Packed::decode(input, n)?);
+    }
+    k.addrs = Packed::decode(input, n)?;
+    k.sizes = Packed::decode(input, n)?;
+    k.site = Packed::decode(input, n)?;
+    k.thread = Packed::decode(input, n)?;
+    k.seqs = Packed::decode(input, n)?;
+    k.edges = PackedCsr::decode(input, n)?;
+    Ok(())
+}
+
+/// Reads the analysis's columns of `k`, whose head is read.
+fn read_analysis_columns(input: &mut impl BufRead, k: &mut Kept) -> Result<(), DecodeError> {
+    let n = k.objects;
+    k.slots = Packed::decode(input, n)?;
+    k.doms = Packed::decode(input, n)?;
+    let g = k.groups.len();
+    k.groups.entries = Packed::decode(input, g)?;
+    k.groups.sizes = Packed::decode(input, g)?;
+    k.groups.members = Packed::decode(input, g)?;
+    k.groups.sharers = Packed::decode(input, g)?;
+    k.groups.refs = PackedCsr::decode(input, g)?;
+    Ok(())
 }
 
 fn read_head(i: &mut In<'_>) -> Result<Kept, DecodeError> {
@@ -946,6 +1069,84 @@ mod tests {
         assert_eq!(past, [1, 2], "nothing past the end");
         k.encode_window(&head, bytes.len() as u64 + 5, 10, &mut past);
         assert_eq!(past, [1, 2], "nothing past the end");
+    }
+
+    /// The split encoding, graph columns then the rest.
+    fn split_bytes(graph: &crate::HeapGraph, k: &Kept) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        GraphColumns::new(graph).encode(&mut bytes).unwrap();
+        k.encode_rest(&mut bytes).unwrap();
+        bytes
+    }
+
+    #[test]
+    fn a_kept_snapshot_survives_its_split_bytes() {
+        for graph in [
+            generate(&SyntheticConfig::new(20_000, 4, 5)),
+            // Interior edges and possibly lost blocks.
+            crate::synthetic::with_interior_edges(
+                &generate(&SyntheticConfig::new(20_000, 4, 5)),
+                4,
+            ),
+        ] {
+            let k = Kept::new(&graph, &Analysis::new(&graph));
+            let bytes = split_bytes(&graph, &k);
+            assert_eq!(Kept::decode_split(&mut bytes.as_slice()).unwrap(), k);
+            // The same parts as the whole encoding, the magic twice and the counts once more.
+            let mut whole = Vec::new();
+            k.encode(&mut whole).unwrap();
+            assert_eq!(bytes.len(), whole.len() + 16 + 8 + 1);
+        }
+        // Ids that are not the sequence numbers travel too.
+        let plain = generate(&SyntheticConfig::new(2_000, 2, 3));
+        let mut objects = plain.objects().clone();
+        objects.id.iter_mut().for_each(|id| *id += 7);
+        let graph = crate::HeapGraph::new(
+            plain.process.clone(),
+            plain.sites.clone(),
+            objects,
+            plain.edges().clone(),
+            plain.threads.clone(),
+            plain.globals.clone(),
+        )
+        .unwrap();
+        let k = Kept::new(&graph, &Analysis::new(&graph));
+        assert!(k.ids.is_some());
+        let bytes = split_bytes(&graph, &k);
+        assert_eq!(Kept::decode_split(&mut bytes.as_slice()).unwrap(), k);
+    }
+
+    #[test]
+    fn split_bytes_cut_short_or_of_two_graphs_are_refused() {
+        let graph = generate(&SyntheticConfig::new(2_000, 4, 5));
+        let k = Kept::new(&graph, &Analysis::new(&graph));
+        let bytes = split_bytes(&graph, &k);
+        for cut in [0, 10, 20, bytes.len() / 3, bytes.len() / 2, bytes.len() - 1] {
+            assert!(
+                Kept::decode_split(&mut &bytes[..cut]).is_err(),
+                "cut at {cut}"
+            );
+        }
+        // The whole encoding is not a split one, and the reverse.
+        let mut whole = Vec::new();
+        k.encode(&mut whole).unwrap();
+        assert!(matches!(
+            Kept::decode_split(&mut whole.as_slice()),
+            Err(DecodeError::NotKept)
+        ));
+        assert!(matches!(
+            Kept::decode(&mut bytes.as_slice()),
+            Err(DecodeError::NotKept)
+        ));
+        // Another graph's columns before this head.
+        let other = generate(&SyntheticConfig::new(2_001, 4, 5));
+        let mut mixed = Vec::new();
+        GraphColumns::new(&other).encode(&mut mixed).unwrap();
+        k.encode_rest(&mut mixed).unwrap();
+        let err = Kept::decode_split(&mut mixed.as_slice())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("the head is of 2000 objects"), "{err}");
     }
 
     #[test]

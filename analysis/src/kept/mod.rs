@@ -195,6 +195,22 @@ struct KeptObjects {
     edge_interior: Vec<u64>,
 }
 
+/// The columns of a [`Kept`] that come from the graph alone, packed before (or while) the
+/// graph is analysed, so that they can travel while the analysis runs: the agent's scanning
+/// child packs and sends them on a thread of their own ([`GraphColumns::encode`]) while its
+/// other threads analyse, and the agent decodes them meanwhile; then come the analysis's
+/// parts ([`Kept::encode_rest`]), and [`Kept::decode_split`] reads both as one `Kept`.
+#[derive(Clone, Debug, Default)]
+pub struct GraphColumns(KeptObjects);
+
+impl GraphColumns {
+    /// Packs the graph's object columns and references. Touches no thread-local storage and
+    /// panics only when memory cannot be had.
+    pub fn new(graph: &HeapGraph) -> GraphColumns {
+        GraphColumns(KeptObjects::new(graph))
+    }
+}
+
 impl KeptObjects {
     /// Packs the graph's object columns and references. Touches no thread-local storage
     /// and panics only when memory cannot be had.
@@ -268,6 +284,27 @@ impl Kept {
         let (analysis, columns) = Analysis::with(graph, both, || KeptObjects::new(graph));
         let kept = Kept::with_objects(graph, &analysis, columns, both);
         (kept, analysis)
+    }
+
+    /// [`Kept::analysed`], and `during` given the graph's own columns as soon as they are
+    /// packed (beside the depth-first search), on a thread of its own beside the rest of the
+    /// analysis ([`Analysis::with_during`]): the agent's scanning child sends them to the
+    /// agent there ([`GraphColumns::encode`]), and the rest once the analysis is done
+    /// ([`Kept::encode_rest`]). Returns `during`'s result too.
+    pub fn analysed_during<R: Send>(
+        graph: &HeapGraph,
+        both: &impl Both,
+        during: impl FnOnce(&GraphColumns) -> R + Send,
+    ) -> (Kept, Analysis, R) {
+        let (analysis, columns, r) = Analysis::with_during(
+            graph,
+            both,
+            || GraphColumns(KeptObjects::new(graph)),
+            Some(during),
+        );
+        let r = r.expect("`during` runs when given");
+        let kept = Kept::with_objects(graph, &analysis, columns.0, both);
+        (kept, analysis, r)
     }
 
     /// [`Kept::new`] with the graph's columns already packed (`KeptObjects::new(graph)`).
@@ -788,7 +825,7 @@ impl Kept {
 mod bulk;
 mod codec;
 pub use bulk::ObjectColumn;
-pub use codec::{DecodeError, EncodedHead, KEPT_MAGIC, KEPT_VERSION};
+pub use codec::{DecodeError, EncodedHead, KEPT_MAGIC, KEPT_VERSION, SPLIT_MAGIC};
 
 #[cfg(test)]
 mod tests {
@@ -797,6 +834,13 @@ mod tests {
 
     use crate::synthetic::{SyntheticConfig, generate};
 
+    /// The first part of the split encoding.
+    fn encoded(columns: &GraphColumns) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        columns.encode(&mut bytes).unwrap();
+        bytes
+    }
+
     /// Every answer of the kept form equals the graph's and the analysis's.
     fn agrees(graph: &HeapGraph) {
         let analysis = Analysis::new(graph);
@@ -804,6 +848,17 @@ mod tests {
         // The same, whether the passes that may run at once do or not.
         assert!(Kept::analysed(graph, &crate::ScopedThreads).0 == k);
         assert!(Kept::analysed(graph, &OneThread).0 == k);
+        // And with the graph's own columns given to a third thread as soon as they are packed,
+        // as the agent's scanning child does (it sends them there, the rest after).
+        for during in [
+            Kept::analysed_during(graph, &crate::ScopedThreads, encoded),
+            Kept::analysed_during(graph, &OneThread, encoded),
+        ] {
+            let (apart, _, mut bytes) = during;
+            assert!(apart == k);
+            apart.encode_rest(&mut bytes).unwrap();
+            assert!(Kept::decode_split(&mut bytes.as_slice()).unwrap() == k);
+        }
         let n = graph.object_count();
         assert_eq!(k.object_count(), n);
         assert_eq!(k.totals(), analysis.totals());
