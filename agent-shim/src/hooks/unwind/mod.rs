@@ -170,17 +170,19 @@ fn rule_of(pc: u64) -> Rule {
     rule
 }
 
-/// The bounds of the calling thread's stack mapping, cached per thread in the agent's TLS;
-/// looked up again when `sp` is outside the cached one (first call, a signal alternate stack,
-/// a coroutine).
+/// The bounds of the calling thread's stack mapping if the word at `sp` lies inside them,
+/// cached per thread in the agent's TLS; looked up again when it is outside the cached ones
+/// (first call, a signal alternate stack, a coroutine). None when it is in no mapping.
 #[inline(always)]
-fn stack_bounds(sp: usize) -> (usize, usize) {
+fn stack_bounds(sp: usize) -> Option<(usize, usize)> {
     let st = sys::thread_state();
     let (lo, hi) = st.stack();
-    if lo <= sp && sp < hi {
-        return (lo, hi);
+    // A user-space stack pointer is far below usize::MAX: sp + 8 does not overflow.
+    if lo <= sp && sp + 8 <= hi {
+        return Some((lo, hi));
     }
-    look_up_stack(sp, st)
+    let (lo, hi) = look_up_stack(sp, st);
+    (lo <= sp && sp + 8 <= hi).then_some((lo, hi))
 }
 
 /// [`stack_bounds`]' miss: the mapping holding `sp`, read from `/proc/self/maps`.
@@ -289,8 +291,8 @@ impl Stack<'_> {
 pub unsafe fn start(entry_sp: usize, fp: usize) -> Option<walks::Start> {
     // A module loaded since the last walk: the caches go (loads.rs).
     loads::check();
-    let (lo, hi) = stack_bounds(entry_sp);
-    if entry_sp < lo || entry_sp > hi.saturating_sub(8) || !entry_sp.is_multiple_of(8) {
+    let (_, hi) = stack_bounds(entry_sp)?;
+    if !entry_sp.is_multiple_of(8) {
         return None;
     }
     // SAFETY: entry_sp is inside this thread's stack mapping (checked above) and holds the

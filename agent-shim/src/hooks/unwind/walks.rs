@@ -265,7 +265,8 @@ pub fn lookup(start: &Start, depth: usize) -> Option<u32> {
     let mut ways = candidates(place.tags.load(Ordering::Relaxed), place.tag);
     while ways != 0 {
         let way = ways.trailing_zeros() as usize / 8;
-        if let Some(stack) = check(&place.set[way], start, want) {
+        let set = &place.set[way];
+        if let Some(stack) = check(set, start.sp, start.ret, start.hi, start.fp, want) {
             return Some(stack);
         }
         ways &= ways - 1;
@@ -273,27 +274,29 @@ pub fn lookup(start: &Start, depth: usize) -> Option<u32> {
     None
 }
 
-/// The stack id of entry `e` if it holds the walk from `start` (of the generation and depth
-/// `want` gives, as [`want`]). `#[inline]`, not `#[inline(always)]` like [`lookup`]: LLVM
+/// The stack id of entry `e` if it holds the walk from the [`Start`] whose fields are `sp`,
+/// `ret`, `hi` and `fp` (of the generation and depth `want` gives, as [`want`]); the fields
+/// one by one, so they reach it in registers (a `&Start` made the hooks store the start
+/// first, five stores a lookup). `#[inline]`, not `#[inline(always)]` like [`lookup`]: LLVM
 /// keeps it out of line, one direct call from each of the hooks' lookups (`objdump -d` of the
 /// release build), and inlining it too cost more than its call (the registers it needs: 25M
 /// instructions on sqlite3's 50k rows, BENCHMARKS.md "Real programs"). Not
 /// `#[inline(never)]`: the hooks then reach it through the GOT, an indirect call, which is
 /// not the build measured.
 #[inline]
-fn check(e: &Entry, start: &Start, want: u64) -> Option<u32> {
+fn check(e: &Entry, sp: usize, ret: usize, hi: usize, fp: usize, want: u64) -> Option<u32> {
     let version = e.version.load(Ordering::Acquire);
     // One test of the key's differences (an odd version counts as one).
     let differs = (version & 1)
-        | (e.sp.load(Ordering::Relaxed) ^ start.sp as u64)
-        | (e.ret.load(Ordering::Relaxed) ^ start.ret as u64)
-        | (e.hi.load(Ordering::Relaxed) ^ start.hi as u64)
+        | (e.sp.load(Ordering::Relaxed) ^ sp as u64)
+        | (e.ret.load(Ordering::Relaxed) ^ ret as u64)
+        | (e.hi.load(Ordering::Relaxed) ^ hi as u64)
         | (e.key.load(Ordering::Relaxed) ^ want);
     if differs != 0 {
         return None;
     }
     let shape = e.shape.load(Ordering::Relaxed);
-    if shape & USED_FP != 0 && e.fp.load(Ordering::Relaxed) != start.fp as u64 {
+    if shape & USED_FP != 0 && e.fp.load(Ordering::Relaxed) != fp as u64 {
         return None;
     }
     let chunks = ((shape & 0xff) as usize).min(MAX_READS / CHUNK);
@@ -317,9 +320,9 @@ fn check(e: &Entry, start: &Start, want: u64) -> Option<u32> {
         unsafe { std::mem::transmute::<[u64; MAX_READS / CHUNK], [u16; MAX_READS]>(packed) };
     let offsets = std::hint::black_box(&offsets);
     // Four words at a time, their differences or-ed and tested once: `store` pads the reads
-    // to a multiple of four with the return address at offset 0, which `start.ret` already
+    // to a multiple of four with the return address at offset 0, which `ret` already
     // matched. A value torn by a writer since is caught by the version below.
-    let sp = start.sp as *const u64;
+    let sp = sp as *const u64;
     let groups = offsets
         .chunks_exact(CHUNK)
         .zip(e.values.chunks_exact(CHUNK));
