@@ -206,32 +206,71 @@ impl Packed {
         base.wrapping_add(offset)
     }
 
-    /// The first index whose value is `bound` or more: one read of the bytes for a column of
-    /// one run (what [`Packed::get`] does per value, without its checks and searches).
+    /// The first index whose value is `bound` or more, as [`Packed::get`] reads the values.
+    /// For a column of one run (every column but addresses) one pass over the stored bytes,
+    /// specialised to the width, comparing each stored offset with the bound's a block at a
+    /// time (no per-value decoding, checks or searches: what a decoder checking millions of
+    /// indices against their bound spends its time on); the values kept aside are looked at
+    /// on their own.
     pub fn first_at_least(&self, bound: u64) -> Option<usize> {
-        if self.runs.len() != 1 {
+        let &(_, base) = self.runs.first().filter(|_| self.len > 0)?;
+        // Values that may wrap past `u64::MAX` (never in a column `new` makes) are read
+        // one at a time.
+        if self.runs.len() != 1 || base.checked_add(self.mask).is_none() {
             return (0..self.len).find(|&i| self.get(i) >= bound);
         }
-        let base = self.runs[0].1;
         if self.width == 0 {
-            return (self.len > 0 && base >= bound).then_some(0);
+            return (base >= bound).then_some(0);
         }
-        (0..self.len).find(|&i| {
-            let at = i * self.width;
-            let word = u64::from_le_bytes(self.bytes[at..at + 8].try_into().expect("8 bytes"));
-            let offset = word & self.mask;
-            let kept_aside = (offset == self.mask && !self.exceptions.is_empty())
-                .then(|| {
-                    self.exceptions
-                        .binary_search_by_key(&(i as u32), |e| e.0)
-                        .ok()
-                })
-                .flatten();
-            match kept_aside {
-                Some(k) => self.exceptions[k].1 >= bound,
-                None => base.wrapping_add(offset) >= bound,
-            }
-        })
+        // Value i is `base + offset`, unless kept aside: at least the bound when its offset
+        // is at least `needle`.
+        let needle = bound.saturating_sub(base);
+        let is_kept_aside = |i: usize, offset: u64| {
+            offset == self.mask
+                && self
+                    .exceptions
+                    .binary_search_by_key(&(i as u32), |e| e.0)
+                    .is_ok()
+        };
+        // The first value kept aside that is at least the bound (an exception counts only
+        // where its marker is stored, as in `get`).
+        let aside = self
+            .exceptions
+            .iter()
+            .find(|&&(i, v)| v >= bound && is_kept_aside(i as usize, self.stored(i as usize)))
+            .map(|&(i, _)| i as usize);
+        let end = aside.unwrap_or(self.len);
+        // The first value at least the bound that is not a kept-aside value's marker.
+        let mut plain = |i: usize, offset: u64| !is_kept_aside(i, offset);
+        let found = match self.width {
+            1 => first_at_least_in::<1>(&self.bytes, end, needle, &mut plain),
+            2 => first_at_least_in::<2>(&self.bytes, end, needle, &mut plain),
+            3 => first_at_least_in::<3>(&self.bytes, end, needle, &mut plain),
+            4 => first_at_least_in::<4>(&self.bytes, end, needle, &mut plain),
+            5 => first_at_least_in::<5>(&self.bytes, end, needle, &mut plain),
+            6 => first_at_least_in::<6>(&self.bytes, end, needle, &mut plain),
+            7 => first_at_least_in::<7>(&self.bytes, end, needle, &mut plain),
+            _ => first_at_least_in::<8>(&self.bytes, end, needle, &mut plain),
+        };
+        found.or(aside)
+    }
+
+    /// Whether every value kept aside has its marker stored where it belongs, as
+    /// [`Packed::new`] makes them (a decoder checks it: then [`Packed::get`] and
+    /// [`Packed::decode_range`] read the same values).
+    pub(crate) fn exceptions_are_marked(&self) -> bool {
+        self.exceptions.is_empty()
+            || ((1..8).contains(&self.width)
+                && self
+                    .exceptions
+                    .iter()
+                    .all(|&(i, _)| (i as usize) < self.len && self.stored(i as usize) == self.mask))
+    }
+
+    /// The stored offset of value `i` (`i < len`, width above 0).
+    fn stored(&self, i: usize) -> u64 {
+        let at = i * self.width;
+        u64::from_le_bytes(self.bytes[at..at + 8].try_into().expect("8 bytes")) & self.mask
     }
 
     /// Value `i` as a `u32` (for columns of indices, which always fit).
@@ -391,6 +430,43 @@ fn decode_width<const W: usize>(bytes: &[u8], base: u64, out: &mut Vec<u64>) {
             .chunks_exact(W)
             .map(|chunk| base.wrapping_add(read::<W>(chunk))),
     );
+}
+
+/// [`Packed::first_at_least`] over indices `0..end` of a column of width `W` whose values
+/// `base + offset` do not wrap: the first index whose stored offset is `needle` or more and
+/// that `accept`s it. Each block of values is tested first by its largest offset, without a
+/// branch per value.
+fn first_at_least_in<const W: usize>(
+    bytes: &[u8],
+    end: usize,
+    needle: u64,
+    accept: &mut impl FnMut(usize, u64) -> bool,
+) -> Option<usize> {
+    const BLOCK: usize = 64;
+    for (b, block) in bytes[..end * W].chunks(BLOCK * W).enumerate() {
+        // Four values a step, two maxima apart: fewer loop steps and a shorter chain of
+        // dependent compares than one value a step.
+        let mut quads = block.chunks_exact(4 * W);
+        let mut largest = (&mut quads).fold(0, |largest: u64, q| {
+            let a = read::<W>(&q[..W]).max(read::<W>(&q[W..2 * W]));
+            let b = read::<W>(&q[2 * W..3 * W]).max(read::<W>(&q[3 * W..]));
+            largest.max(a.max(b))
+        });
+        for chunk in quads.remainder().chunks_exact(W) {
+            largest = largest.max(read::<W>(chunk));
+        }
+        if largest < needle {
+            continue;
+        }
+        for (k, chunk) in block.chunks_exact(W).enumerate() {
+            let offset = read::<W>(chunk);
+            let i = b * BLOCK + k;
+            if offset >= needle && accept(i, offset) {
+                return Some(i);
+            }
+        }
+    }
+    None
 }
 
 /// [`Packed::for_each_equal`] over indices `start..end` of a column of width `W`.
@@ -654,6 +730,56 @@ mod tests {
             for bound in bounds {
                 let expected = values.iter().position(|&v| v >= bound);
                 assert_eq!(p.first_at_least(bound), expected, "bound {bound}");
+            }
+        }
+    }
+
+    /// On layouts a decoder may be handed (values that wrap past `u64::MAX`, an exception
+    /// whose marker is not stored, a stored marker without its exception), the search finds
+    /// what reading every value with [`Packed::get`] finds, in every width.
+    #[test]
+    fn the_first_value_at_least_a_bound_is_what_get_reads_in_odd_layouts() {
+        let mut x = 7u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for width in 1..=8usize {
+            let mask = mask_of(width);
+            for base in [0, 1000, u64::MAX - 300, u64::MAX] {
+                let len = 300;
+                let mut bytes = vec![0u8; len * width + PAD];
+                for i in 0..len {
+                    let offset = match next() % 8 {
+                        0 => mask,
+                        1 => next() % 500,
+                        _ => next() % 200,
+                    } & mask;
+                    bytes[i * width..i * width + 8].copy_from_slice(&offset.to_le_bytes());
+                }
+                // Exceptions at some marked indices and at some unmarked ones.
+                let mut exceptions = Vec::new();
+                for i in 0..len as u32 {
+                    if next() % 5 == 0 {
+                        let shift = next() % 64;
+                        exceptions.push((i, next() >> shift));
+                    }
+                }
+                let p = Packed::from_parts(len, width, vec![(0, base)], exceptions, bytes);
+                let values: Vec<u64> = p.iter().collect();
+                let mut bounds: Vec<u64> = values.iter().step_by(7).copied().collect();
+                bounds.extend(values.iter().step_by(11).map(|v| v.wrapping_add(1)));
+                bounds.extend([0, 1, 150, 199, 200, 250, mask, base, u64::MAX]);
+                for bound in bounds {
+                    let expected = values.iter().position(|&v| v >= bound);
+                    assert_eq!(
+                        p.first_at_least(bound),
+                        expected,
+                        "width {width} base {base} bound {bound}"
+                    );
+                }
             }
         }
     }

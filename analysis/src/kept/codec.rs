@@ -930,7 +930,13 @@ impl Packed {
         }
         let mut bytes = read_bytes_padded(input, len * width)?;
         bytes.resize(len * width + crate::packed::PAD, 0);
-        Ok(Packed::from_parts(len, width, runs, exceptions, bytes))
+        let column = Packed::from_parts(len, width, runs, exceptions, bytes);
+        // A value is kept aside only where its marker is stored (so that every reader, one
+        // value at a time or a range at once, reads the same values).
+        if !column.exceptions_are_marked() {
+            return Err(malformed("a column keeps aside a value it does not mark"));
+        }
+        Ok(column)
     }
 }
 
@@ -948,13 +954,32 @@ impl PackedCsr {
         let offsets = Packed::decode(input, sources + 1)?;
         let total = offsets.get(sources);
         let targets = Packed::decode(input, usize::try_from(total).unwrap_or(usize::MAX))?;
+        if offsets.get(0) != 0 {
+            return Err(malformed("list offsets descend at 0"));
+        }
+        // Read a few thousand at a time by the column's own loop, not one `get` each.
+        const STEP: usize = 4096;
+        let mut values = Vec::with_capacity(STEP);
         let mut previous = 0;
-        for i in 0..=sources {
-            let o = offsets.get(i);
-            if o < previous || (i == 0 && o != 0) {
-                return Err(malformed(format!("list offsets descend at {i}")));
+        for start in (0..=sources).step_by(STEP) {
+            values.clear();
+            offsets.decode_range(start..(start + STEP).min(sources + 1), &mut values);
+            let before = previous;
+            let descends = values.iter().fold(false, |descends, &o| {
+                let d = descends | (o < previous);
+                previous = o;
+                d
+            });
+            if descends {
+                let mut previous = before;
+                let k = values.iter().position(|&o| {
+                    let d = o < previous;
+                    previous = o;
+                    d
+                });
+                let at = start + k.unwrap_or(0);
+                return Err(malformed(format!("list offsets descend at {at}")));
             }
-            previous = o;
         }
         Ok(PackedCsr { offsets, targets })
     }
@@ -1186,6 +1211,50 @@ mod tests {
         k.encode(&mut bytes).unwrap();
         let err = Kept::decode(&mut bytes.as_slice()).unwrap_err().to_string();
         assert!(err.contains("dominator of object 7"), "{err}");
+    }
+
+    #[test]
+    fn descending_list_offsets_are_refused_where_they_descend() {
+        let mut k = kept(10_000);
+        let n = k.objects;
+        // Offsets over more than one of the decoder's steps of 4096, descending at 5000.
+        let edges = k.edges.len() as u64;
+        assert!(edges > 2 * n as u64);
+        let offsets: Vec<u64> = (0..=n as u64)
+            .map(|i| if i == 5000 { 3 } else { i * edges / n as u64 })
+            .collect();
+        k.edges = PackedCsr::from_columns(Packed::from_slice(&offsets), k.edges.targets.clone());
+        let mut bytes = Vec::new();
+        k.encode(&mut bytes).unwrap();
+        let err = Kept::decode(&mut bytes.as_slice()).unwrap_err().to_string();
+        assert!(err.contains("list offsets descend at 5000"), "{err}");
+    }
+
+    #[test]
+    fn a_value_kept_aside_without_its_marker_is_refused() {
+        let mut k = kept(1_000);
+        let n = k.objects;
+        let mut sizes: Vec<u64> = (0..n as u64).map(|i| 16 + i % 100).collect();
+        sizes[40] = 1 << 30;
+        k.sizes = Packed::from_slice(&sizes);
+        assert_eq!((k.sizes.width(), k.sizes.exceptions.len()), (1, 1));
+        let mut bytes = Vec::new();
+        k.encode(&mut bytes).unwrap();
+        assert_eq!(
+            Kept::decode(&mut bytes.as_slice()).unwrap().sizes.get(40),
+            1 << 30
+        );
+        // The marker (0xff) overwritten with a plain offset: the exception is no longer marked.
+        let marker = bytes
+            .windows(n)
+            .position(|w| *w == k.sizes.bytes[..n])
+            .expect("the column's bytes");
+        bytes[marker + 40] = 3;
+        let err = Kept::decode(&mut bytes.as_slice()).unwrap_err().to_string();
+        assert!(
+            err.contains("keeps aside a value it does not mark"),
+            "{err}"
+        );
     }
 
     #[test]
