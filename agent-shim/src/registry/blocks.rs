@@ -305,10 +305,11 @@ impl Table {
         if i + 1 >= self.cap { 0 } else { i + 1 }
     }
 
-    /// The index of `addr`, or of the empty slot where it would go; None when the table has
-    /// no empty slot (which its load factor rules out: [`broken`]).
+    /// The index of `addr`, or of the empty slot where it would go, with that slot's first
+    /// word (0: empty); None when the table has no empty slot (which its load factor rules
+    /// out: [`broken`]). The index is below `cap`.
     #[inline]
-    fn probe(&self, addr: u64, h: u64) -> Option<usize> {
+    fn probe(&self, addr: u64, h: u64) -> Option<(usize, u64)> {
         let cap = self.cap;
         let mut i = home(h, cap);
         for _ in 0..cap {
@@ -317,7 +318,7 @@ impl Table {
             // word is read: it holds the address and marks an empty slot.
             let w0 = unsafe { (*self.slots.add(i)).w[0] };
             if w0 == 0 || w0 & LOW48 == addr {
-                return Some(i);
+                return Some((i, w0));
             }
             i += 1;
             if i == cap {
@@ -332,8 +333,8 @@ impl Table {
 
     /// The slot holding `addr` (hash `h`), if it is tracked.
     fn find(&self, addr: u64, h: u64) -> Option<usize> {
-        let i = self.probe(addr, h)?;
-        (self.slot(i).w[0] != 0).then_some(i)
+        let (i, w0) = self.probe(addr, h)?;
+        (w0 != 0).then_some(i)
     }
 
     /// Makes room for one more entry; false when the kernel refuses memory.
@@ -361,22 +362,38 @@ impl Table {
             return false;
         };
         let cap = mapped / ENTRY;
-        let mut bigger = Table {
-            slots: p.cast(),
+        let slots: *mut Entry = p.cast();
+        // Every entry moves once a table grows (about two moves per block over a table's
+        // life, 1.5 times bigger each time), so the move is the bare probe: no bounds check per
+        // step and no entry copied out and back (perl's 300k keys: BENCHMARKS.md "Real
+        // programs"). The fresh table's `cap` slots are more than the old table's, which holds
+        // at most `self.cap` entries, so each probe finds an empty slot within `cap` steps.
+        for i in 0..self.cap {
+            // SAFETY: i < self.cap, and self.slots points to self.cap initialised entries (the
+            // caller holds the shard lock).
+            let e = unsafe { *self.slots.add(i) };
+            if e.w[0] == 0 {
+                continue;
+            }
+            let mut j = home(hash(e.w[0] & LOW48), cap);
+            // SAFETY: j < cap (a home index is, and the step wraps at cap); the fresh mapping
+            // holds cap zeroed entries, only this thread's.
+            while unsafe { (*slots.add(j)).w[0] } != 0 {
+                j += 1;
+                if j == cap {
+                    j = 0;
+                }
+            }
+            // SAFETY: as above, j < cap.
+            unsafe { *slots.add(j) = e };
+        }
+        let bigger = Table {
+            slots,
             cap,
             len: self.len,
             mapped,
             limit: Self::limit_of(cap, mapped),
         };
-        for i in 0..self.cap {
-            let e = self.slot(i);
-            if e.w[0] != 0 {
-                // A fresh table bigger than the old one always has room.
-                if let Some(j) = bigger.probe(e.addr(), hash(e.addr())) {
-                    bigger.set(j, e);
-                }
-            }
-        }
         TABLE_BYTES.fetch_add(mapped as u64, Ordering::Relaxed);
         let old = std::mem::replace(self, bigger);
         if old.mapped > 0 {
@@ -552,29 +569,32 @@ fn place(table: &mut Table, stats: &ShardStats, e: Entry, h: u64, take_moving: b
     if !table.reserve_one() {
         return Placed::Full;
     }
-    let Some(i) = table.probe(e.addr(), h) else {
+    let Some((i, w0)) = table.probe(e.addr(), h) else {
         return Placed::Full;
     };
-    let slot = table.slot(i);
-    let mut stale = 0;
-    if slot.w[0] != 0 {
-        if slot.moving() && !take_moving {
-            return Placed::Busy;
-        }
-        if !slot.moving() && newer(slot.seq(), e.seq()) {
-            // A batch of new blocks applied late (`new_blocks`) after the address was
-            // allocated again, its free unseen: the table's entry is the live one, `e`
-            // counts as allocated and freed.
-            stats.released(None, e.size());
-            return Placed::Stored {
-                stale: e.size().max(1),
-            };
-        }
-        stale = slot.size();
-        stats.released(None, stale);
-    } else {
+    if w0 == 0 {
+        // The common case, a new address: stored without `set`'s bounds check.
         table.len += 1;
+        // SAFETY: `probe` returns an index below cap; the caller holds the shard lock.
+        unsafe { *table.slots.add(i) = e };
+        return Placed::Stored { stale: 0 };
     }
+    // The address is in the table already.
+    let slot = table.slot(i);
+    if slot.moving() && !take_moving {
+        return Placed::Busy;
+    }
+    if !slot.moving() && newer(slot.seq(), e.seq()) {
+        // A batch of new blocks applied late (`new_blocks`) after the address was
+        // allocated again, its free unseen: the table's entry is the live one, `e`
+        // counts as allocated and freed.
+        stats.released(None, e.size());
+        return Placed::Stored {
+            stale: e.size().max(1),
+        };
+    }
+    let stale = slot.size();
+    stats.released(None, stale);
     table.set(i, e);
     Placed::Stored { stale }
 }
@@ -2199,7 +2219,7 @@ mod tests {
         let addrs: Vec<u64> = (1..20_000u64).map(|i| i * 48 + 0x10_0000).collect();
         for &a in &addrs {
             assert!(t.reserve_one());
-            let i = t.probe(a, hash(a)).unwrap();
+            let (i, _) = t.probe(a, hash(a)).unwrap();
             assert_eq!(t.slot(i).w[0], 0);
             let rec = BlockRecord {
                 addr: a,
@@ -2215,12 +2235,12 @@ mod tests {
         assert!(t.len * MAX_LOAD.1 <= t.cap * MAX_LOAD.0);
         // Delete every other one, then every survivor is still found.
         for &a in addrs.iter().step_by(2) {
-            let i = t.probe(a, hash(a)).unwrap();
+            let (i, _) = t.probe(a, hash(a)).unwrap();
             assert_eq!(t.slot(i).addr(), a);
             t.delete(i);
         }
         for (k, &a) in addrs.iter().enumerate() {
-            let i = t.probe(a, hash(a)).unwrap();
+            let (i, _) = t.probe(a, hash(a)).unwrap();
             if k % 2 == 0 {
                 assert_eq!(t.slot(i).w[0], 0, "deleted {a:#x} still present");
             } else {
