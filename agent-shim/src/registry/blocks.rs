@@ -729,7 +729,9 @@ fn own_move_in_slot(slot: &NewSlot, i: usize, old: &BlockRecord) -> Option<Op> {
 /// The realloc of a block that waited in slot `k` (entry `i`, see [`begin_move_waiting`])
 /// returned `addr` with `size` bytes: the new block takes the old one's entry, in one step
 /// under the old block's shard lock (a capture, which holds every lock, sees one of the two).
-/// The old block is counted as allocated and released in that shard. Some(whether the new
+/// The old block is counted as allocated and released in the slot's own counters
+/// (`NewSlot::count_moved`; in that shard when the new block cannot be tracked and the entry
+/// goes). Some(whether the new
 /// block is tracked), or None when the entry was taken meanwhile (then [`finish_move`]).
 #[allow(clippy::too_many_arguments)]
 pub fn finish_move_waiting(
@@ -746,15 +748,16 @@ pub fn finish_move_waiting(
     let shard = shard_of(old.addr);
     let _locked = Locked::new(shard);
     let made = own_move_in_slot(slot, i, old)?;
-    shard.stats.tracked(made, old.size);
-    shard.stats.released(None, old.size);
-    shard.stats.settle();
     if !trackable(addr, size, op) {
         slot.empty(i, old.addr);
+        shard.stats.tracked(made, old.size);
+        shard.stats.released(None, old.size);
+        shard.stats.settle();
         return Some(false);
     }
     let e = Entry::pack(&BlockRecord::new_block(addr, size, tid, stack));
     slot.replace(i, old.addr, addr, e.w, op);
+    slot.count_moved(made, old.size);
     Some(true)
 }
 

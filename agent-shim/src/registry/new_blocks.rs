@@ -22,9 +22,9 @@
 //! ([`NewSlot::limit`]). When that thread frees or reallocates a waiting block, it is done
 //! in the slot:
 //! - A free of a block waiting in the freeing thread's own slot ([`NewSlot::cancel`], found
-//!   through the slot's owner-private index, a hint checked against the entry) empties the
-//!   entry with one compare-and-swap, counts the block as allocated and freed in the slot's
-//!   own counters, and hands it to libc at once: no table, no lock, no held free.
+//!   through the slot's owner-private index, two hints a bucket checked against the entry)
+//!   empties the entry with one compare-and-swap, counts the block as allocated and freed in
+//!   the slot's own counters, and hands it to libc at once: no table, no lock, no held free.
 //! - A realloc of such a block marks its entry moving in place, under the shard lock every
 //!   other reader of that address takes, and the new block (under [`DIRECT_FROM`] bytes) takes
 //!   the same entry when libc returns, in one step under that lock
@@ -82,7 +82,7 @@
 //! Written by its owner thread inside a hook (and by lock holders taking entries), read by
 //! lock holders and the counters; never allocates, locks or prints.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering};
 
 use super::counters::{Counters, OPS, Op};
 use super::held_frees::{SLOTS, used_slots};
@@ -152,11 +152,16 @@ pub(super) struct NewSlot {
     /// The hooked call (`Op`) of entry i.
     pub(super) ops: [AtomicU8; NURSERY],
     /// Owner-private: for each bucket of addresses (`index_bucket`), 1 + the index of the
-    /// newest entry written there, 0 for none. A hint only: an entry it names is the
-    /// address's only when its `addrs` word still holds that address (a later block of the
-    /// same bucket overwrites the hint; a taken entry is empty).
-    index: [AtomicU8; INDEX],
-    /// Blocks allocated and freed by the owner while they waited here ([`NewSlot::cancel`]):
+    /// newest entry written there (low byte) and of the one before it (high byte), 0 for
+    /// none. Hints only: an entry one names is the address's only when its `addrs` word
+    /// still holds that address (a taken entry is empty). A waiting block whose bucket two
+    /// newer blocks took is not found here: its free is held and finds it under the shard
+    /// lock (`blocks::find_new`). With one hint a bucket, 6% of sqlite3's frees went that
+    /// way (77k of 1.25M on 50k rows, BENCHMARKS.md "Real programs"), each costing about
+    /// 400 instructions more than a cancel.
+    index: [AtomicU16; INDEX],
+    /// Blocks allocated and freed by the owner while they waited here ([`NewSlot::cancel`]),
+    /// or reallocated into a new block that took their entry ([`NewSlot::count_moved`]):
     /// they never reach a shard, so they are counted here (calls per allocating op, frees,
     /// bytes). Written by the owner only, read by [`account`].
     cancelled_calls: [AtomicU64; OPS],
@@ -176,7 +181,7 @@ pub(super) static NEW: [NewSlot; SLOTS] = [const {
         addrs: [const { AtomicU64::new(0) }; NURSERY],
         words: [const { [const { AtomicU64::new(0) }; 3] }; NURSERY],
         ops: [const { AtomicU8::new(0) }; NURSERY],
-        index: [const { AtomicU8::new(0) }; INDEX],
+        index: [const { AtomicU16::new(0) }; INDEX],
         cancelled_calls: [const { AtomicU64::new(0) }; OPS],
         cancelled_frees: AtomicU64::new(0),
         cancelled_bytes: AtomicU64::new(0),
@@ -276,7 +281,7 @@ impl NewSlot {
         self.ops[i].store(op as u8, Ordering::Relaxed);
         // The words are written before the address that makes them an entry.
         at.store(addr, Ordering::Release);
-        self.index[index_bucket(addr)].store(i as u8 + 1, Ordering::Relaxed);
+        self.hint(addr, i);
         self.tail.store(tail.wrapping_add(1), Ordering::Relaxed);
         Some(used as u32 + 1 >= self.limit.load(Ordering::Relaxed))
     }
@@ -344,9 +349,9 @@ impl NewSlot {
 
     /// The owner frees `addr`: when it still waits here (never seen by the table or anyone
     /// else), the entry is emptied and the block counted as allocated and freed, and the
-    /// caller hands it to libc. False, nothing done, when it is not found through the index,
-    /// or was taken meanwhile (by a capture, or a reader on another thread): the free then
-    /// goes the usual way, which finds it in the table.
+    /// caller hands it to libc. False, nothing done, when it is not found ([`NewSlot::
+    /// find_own`]), or was taken meanwhile (by a capture, or a reader on another thread): the
+    /// free then goes the usual way, which finds it in the table.
     #[inline]
     pub(super) fn cancel(&self, addr: u64) -> bool {
         let skip = self.skip.load(Ordering::Relaxed);
@@ -354,17 +359,10 @@ impl NewSlot {
             self.skip.store(skip - 1, Ordering::Relaxed);
             return false;
         }
-        let bucket = index_bucket(addr);
-        let hint = self.index[bucket].load(Ordering::Relaxed) as usize;
-        let found = hint
-            .checked_sub(1)
-            .and_then(|i| self.addrs.get(i))
-            .is_some_and(|cell| cell.load(Ordering::Relaxed) == addr);
-        if !found {
+        let Some(i) = self.find_own(addr) else {
             self.missed();
             return false;
-        }
-        let i = hint - 1;
+        };
         // Against a capture or another thread taking the entry (under its shard lock) at the
         // same moment: one of them empties it.
         if self.addrs[i]
@@ -374,7 +372,7 @@ impl NewSlot {
             return false;
         }
         self.misses.store(0, Ordering::Relaxed);
-        self.index[bucket].store(0, Ordering::Relaxed);
+        self.unhint(addr, i);
         let (words, op) = self.entry(i);
         bump(&self.cancelled_calls[op as usize], 1);
         bump(&self.cancelled_frees, 1);
@@ -400,9 +398,38 @@ impl NewSlot {
     /// hint: it may be taken the next moment, unless the caller holds `addr`'s shard lock).
     #[inline]
     pub(super) fn find_own(&self, addr: u64) -> Option<usize> {
-        let hint = self.index[index_bucket(addr)].load(Ordering::Relaxed) as usize;
-        let i = hint.checked_sub(1)?;
+        let hints = self.index[index_bucket(addr)].load(Ordering::Relaxed);
+        self.named(hints & 0xff, addr)
+            .or_else(|| self.named(hints >> 8, addr))
+    }
+
+    /// The entry a hint of the index names (1 + its index), when it holds `addr`.
+    #[inline(always)]
+    fn named(&self, hint: u16, addr: u64) -> Option<usize> {
+        let i = (hint as usize).checked_sub(1)?;
         (self.addrs.get(i)?.load(Ordering::Relaxed) == addr).then_some(i)
+    }
+
+    /// Records entry i as the newest of `addr`'s bucket in the index; the bucket's newest
+    /// before it stays as its second.
+    #[inline(always)]
+    fn hint(&self, addr: u64, i: usize) {
+        let bucket = &self.index[index_bucket(addr)];
+        let hints = bucket.load(Ordering::Relaxed);
+        bucket.store(hints << 8 | (i as u16 + 1), Ordering::Relaxed);
+    }
+
+    /// Forgets entry i (at `addr`) in the index: the bucket's other entry, if any, stays.
+    #[inline]
+    fn unhint(&self, addr: u64, i: usize) {
+        let bucket = &self.index[index_bucket(addr)];
+        let hints = bucket.load(Ordering::Relaxed);
+        let me = i as u16 + 1;
+        if hints & 0xff == me {
+            bucket.store(hints >> 8, Ordering::Relaxed);
+        } else if hints >> 8 == me {
+            bucket.store(hints & 0xff, Ordering::Relaxed);
+        }
     }
 
     /// Replaces the owner's entry i (at `old`) by a new block at `addr` (a realloc finished
@@ -415,20 +442,24 @@ impl NewSlot {
         }
         self.ops[i].store(op as u8, Ordering::Relaxed);
         self.addrs[i].store(addr, Ordering::Release);
-        let was = index_bucket(old);
-        if self.index[was].load(Ordering::Relaxed) as usize == i + 1 {
-            self.index[was].store(0, Ordering::Relaxed);
-        }
-        self.index[index_bucket(addr)].store(i as u8 + 1, Ordering::Relaxed);
+        self.unhint(old, i);
+        self.hint(addr, i);
+    }
+
+    /// The owner's waiting block of `size` bytes, allocated by `op`, was reallocated and its
+    /// new block took its entry ([`NewSlot::replace`]): counted as allocated and released, no
+    /// free, as a shard counts a realloc's old block (its counters, not a shard's: their
+    /// sum is the same, and a shard's would cost the realloc five read-modify-writes and a
+    /// settle instead of two).
+    pub(super) fn count_moved(&self, op: Op, size: u64) {
+        bump(&self.cancelled_calls[op as usize], 1);
+        bump(&self.cancelled_bytes, size);
     }
 
     /// Empties the owner's entry i (at `addr`), under `addr`'s shard lock.
     pub(super) fn empty(&self, i: usize, addr: u64) {
         self.addrs[i].store(0, Ordering::Release);
-        let bucket = index_bucket(addr);
-        if self.index[bucket].load(Ordering::Relaxed) as usize == i + 1 {
-            self.index[bucket].store(0, Ordering::Relaxed);
-        }
+        self.unhint(addr, i);
     }
 
     /// Marks every entry applied (its owner, once each was taken; or a fork child for a
@@ -547,6 +578,49 @@ mod tests {
     use super::super::held_frees::own_index;
     use super::*;
     use crate::sys;
+
+    #[test]
+    fn a_free_finds_its_waiting_block_behind_a_newer_one_of_its_index_bucket() {
+        // Addresses of this test only.
+        const BASE: u64 = 0x6100_0000_0000;
+        let tid = sys::current_tid();
+        let k = own_index(sys::thread_state(), tid).expect("a batch slot");
+        let slot = &NEW[k];
+        apply_new(k);
+        // Blocks of one bucket of the slot's index.
+        let bucket = index_bucket(BASE);
+        let same: Vec<u64> = (0..)
+            .map(|j| BASE + 64 * j)
+            .filter(|&a| index_bucket(a) == bucket)
+            .take(5)
+            .collect();
+        let alloc = |addr: u64| assert!(insert_new(addr, 24, tid, 0, Op::Malloc, k));
+        let frees = slot.cancelled_frees.load(Ordering::Relaxed);
+        // The older of two, while the newer holds the bucket's first hint.
+        alloc(same[0]);
+        alloc(same[1]);
+        assert!(slot.cancel(same[0]), "found behind the newer block");
+        assert!(slot.cancel(same[1]));
+        // Of three, the newest freed first gives its place back to the one before it.
+        alloc(same[2]);
+        alloc(same[3]);
+        alloc(same[4]);
+        assert!(slot.cancel(same[4]));
+        assert!(slot.cancel(same[3]), "found once the newest left");
+        // Two newer blocks took the oldest's place: its free goes the usual way, which finds
+        // it in the slot.
+        assert!(!slot.cancel(same[2]));
+        assert_eq!(slot.cancelled_frees.load(Ordering::Relaxed), frees + 4);
+        assert_eq!(remove(same[2], Some(Op::Free)).map(|r| r.size), Some(24));
+        assert_eq!(slot.waiting(), 0);
+        for &a in &same {
+            assert_eq!(
+                remove(a, Some(Op::Free)),
+                None,
+                "nothing of it left anywhere"
+            );
+        }
+    }
 
     #[test]
     fn a_reclaimed_slot_starts_with_the_nursery_and_its_frees_searching_it() {
