@@ -18,6 +18,7 @@ static NOINLINE void build(void) {
     /* A cursor into big's middle, on a 64 KiB boundary: its low two bytes are zero. */
     char *cursor = (char *)(((uintptr_t)big + 0xffff) & ~(uintptr_t)0xffff);
     char **old = opaque(malloc(48));
+    uintptr_t old_address = (uintptr_t)old;
     memset(old, 0, 48);
     *(char *volatile *)&old[5] = cursor;
     free(old);
@@ -27,6 +28,7 @@ static NOINLINE void build(void) {
     memset(record, 'k', 40);
     record[40] = 0;
     record[41] = 0;
+    say_whether_reused(record, old_address);
     opaque(big);
 }
 

@@ -13,11 +13,13 @@ static NOINLINE void build(void) {
     char *lost = malloc(100);
     memset(lost, 1, 100);
     void **old = opaque(malloc(48));
+    uintptr_t old_address = (uintptr_t)old;
     memset(old, 0, 48);
     *(void *volatile *)&old[2] = lost;
     free(old);
     record = malloc(48);
     record[0] = 0;
+    say_whether_reused(record, old_address);
 }
 
 int main(void) {
