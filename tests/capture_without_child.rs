@@ -8,11 +8,14 @@
 //! `ENOSYS` to `clone3` (whose flags a filter cannot read; glibc then falls back to
 //! `clone`). A filter needs no privilege and works in any container, where a cgroup's
 //! `pids.max` needs root and a writable cgroup hierarchy, and `RLIMIT_NPROC` does not bind
-//! root. The target checks that its own `fork()` now fails with `EAGAIN`, and the agent's log
-//! shows the capture had no child: a snapshot line without the scanning child's per-pass
-//! line that a child sends, its `child_cpu_ms` zero.
+//! root. The target checks that its own `fork()` now fails with `EAGAIN`. That a live capture
+//! had no child the agent's log shows: a snapshot line without the scanning child's per-pass
+//! line that a child sends, its `child_cpu_ms` zero. A capture at exit logs neither: there the
+//! target's figures for the children it reaped show whether the agent made one.
 
 mod live_common;
+
+use std::time::{Duration, Instant};
 
 use live_common::*;
 use serde_json::Value;
@@ -120,6 +123,7 @@ int main(void) {
         if (line[len] != '\n' && len < sizeof line - 1) { len++; continue; }
         line[len] = 0;
         len = 0;
+        if (strcmp(line, "quit") == 0) break;
         if (strcmp(line, "refuse-forks") == 0) {
             char out[128];
             if (refuse_forks() != 0) {
@@ -256,8 +260,39 @@ fn of_any_process(mut report: Value) -> Value {
     report
 }
 
+/// Minor page faults of the children `target` reaped, read from its `/proc/PID/stat` once it
+/// has ended and before it is reaped itself (a zombie: its figures are still there). The
+/// target makes no child of its own: any is the agent's, and a child faults on the first page
+/// it writes (copy on write). The snapshot at exit logs no line of its child's (the live
+/// snapshot's `child_cpu_ms` and per-pass lines are the kept snapshot's): this is how a test
+/// tells a capture at exit that had one.
+fn faults_of_reaped_children(target: &Target) -> u64 {
+    let stat_file = format!("/proc/{}/stat", target.child.id());
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let stat = std::fs::read_to_string(&stat_file).unwrap();
+        // The fields after the command's closing parenthesis, from the third (state) on.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .unwrap()
+            .1
+            .split_whitespace()
+            .collect();
+        if fields[0] == "Z" {
+            return fields[11 - 3].parse().unwrap(); // cminflt
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the target did not end: {stat}\n{}",
+            target.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// The snapshot at exit (`HEAPTUI_DUMP`, written to a file, no kept snapshot) of a process
-/// whose forks fail, reported: equal to the one of the same program whose forks succeed.
+/// whose forks fail, reported: equal to the one of the same program whose forks succeed,
+/// whose capture had a child.
 #[test]
 fn a_snapshot_at_exit_without_a_scanning_child_equals_one_with_it() {
     let dir = Scratch::new("without-child-exit");
@@ -278,13 +313,24 @@ fn a_snapshot_at_exit_without_a_scanning_child_equals_one_with_it() {
             );
         }
         let pid = target.child.id();
+        assert_eq!(target.command("quit"), "done");
+        let faults = faults_of_reaped_children(&target);
         let (out, log) = target.finish();
         assert_eq!(out.status.code(), Some(0), "{out:?}\n{log}");
         let file = dir.path().join(format!("{tag}.{pid}.1.hsnap"));
-        of_any_process(report_json(file.to_str().unwrap()))
+        let snapshots = log
+            .lines()
+            .filter(|l| l.contains(&format!(": snapshot {}: ", file.display())))
+            .count();
+        assert_eq!(snapshots, 1, "{log}");
+        (of_any_process(report_json(file.to_str().unwrap())), faults)
     };
-    let allowed = report_at_exit(false);
-    let refused = report_at_exit(true);
+    let (allowed, allowed_faults) = report_at_exit(false);
+    let (refused, refused_faults) = report_at_exit(true);
+    // The first capture had its child, the second none: two captures alike would compare
+    // nothing.
+    assert!(allowed_faults > 0, "no child reaped with forks allowed");
+    assert_eq!(refused_faults, 0, "a child reaped with forks refused");
     assert_eq!(refused, allowed);
     let leaks = &allowed["leaks"];
     assert_eq!(leaks["definitely_lost_objects"], 2, "{leaks}");
