@@ -306,19 +306,21 @@ fn check(e: &Entry, sp: usize, ret: usize, hi: usize, fp: usize, want: u64) -> O
     // read at them. (A bound check of each offset instead cost two instructions a word;
     // copying the whole entry out first made the check 2–3 times as costly: BENCHMARKS.md
     // "Real programs".)
-    let packed: [u64; MAX_READS / CHUNK] =
+    let mut packed: [u64; MAX_READS / CHUNK] =
         std::array::from_fn(|c| e.offsets[c].load(Ordering::Relaxed));
+    // Stored before the version's test, not held in eight registers across it (which made
+    // the check save six), and read back from memory below.
+    std::hint::black_box(&mut packed);
     fence(Ordering::Acquire);
     if e.version.load(Ordering::Relaxed) != version {
         return None;
     }
     // Read as `u16`s from the copy (one load each, where shifting them out of the words
     // cost two more instructions a word and a chain of shifts).
-    // SAFETY: any bits are a valid `[u16; 32]` of the same size; on this little-endian
-    // target, offset `k` is element `k` (see `Entry::offsets`).
-    let offsets =
-        unsafe { std::mem::transmute::<[u64; MAX_READS / CHUNK], [u16; MAX_READS]>(packed) };
-    let offsets = std::hint::black_box(&offsets);
+    // SAFETY: `packed` is 64 initialised bytes, aligned for `u16`, and any bits are a valid
+    // `[u16; 32]`; on this little-endian target, offset `k` is element `k` (see
+    // `Entry::offsets`).
+    let offsets = unsafe { &*(&raw const packed).cast::<[u16; MAX_READS]>() };
     // Four words at a time, their differences or-ed and tested once: `store` pads the reads
     // to a multiple of four with the return address at offset 0, which `ret` already
     // matched. A value torn by a writer since is caught by the version below.
