@@ -403,7 +403,8 @@ pub(crate) unsafe extern "C" fn free(p: *mut c_void, entry_sp: usize, fp: usize)
 /// What the free hook's fast path did.
 enum FastFree {
     /// The block was still waiting in the slot `k` of new blocks of the thread, which is still
-    /// marked busy: it left it (`blocks::cancel_new`), and [`cancelled`] finishes the free.
+    /// marked busy: it left it (`blocks::cancel_new`), and [`free`] finishes the free (libc's
+    /// free, or [`apply_held_and_free`] when the held frees are due).
     Cancelled(usize),
     /// Held back in the thread's slot (`held_frees::hold_unless_full`).
     Held,
@@ -438,8 +439,10 @@ fn free_fast(p: u64, st: &sys::ThreadState) -> FastFree {
 /// A free whose block left the thread's slot of new blocks ([`free_fast`]) and whose count
 /// makes the held frees due (`held_frees::count_unheld_free`): applies them, then frees.
 /// Out of line and tail-called, so that the free hook's common paths call nothing before
-/// libc's free and save no registers (they cost perl's frees 28 instructions each when the
-/// apply was inlined there: BENCHMARKS.md "Real programs").
+/// libc's free. Before ac4aa85 (this apply inlined, `free_general` called, not tail-called)
+/// the hook saved five registers, now one; its inclusive count fell 258.4M → 249.1M on
+/// sqlite3's 50k rows and 222.4M → 217.6M on perl's 300k keys (callgrind, BENCHMARKS.md
+/// "Real programs", the 15:00–15:25 UTC entry of 2026-11-28).
 ///
 /// # Safety
 /// `p` is the program's block that just left slot `k` of this thread, marked busy in `st`.

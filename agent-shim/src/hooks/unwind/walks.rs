@@ -6,7 +6,7 @@
 //! call's entry, the return address stored there, the frame pointer when a rule used it before
 //! the stack restored it), of the upper bound of the stack it may read (a walk cut short there
 //! would go on under a higher one, so an entry holds only for the same bound), of the rules of
-//! its return addresses (fixed until a `dlclose` or a module load, which bump [`GENERATION`]),
+//! its return addresses (fixed until a `dlclose` or a module load, which bump `GENERATION`),
 //! and of the stack words it read. When all of these are as they were, the walk would take the
 //! same steps and find the same frames, so it need not be taken.
 //! A program allocating in a loop calls malloc from the same site at the same stack depth over
@@ -309,7 +309,11 @@ fn check(e: &Entry, sp: usize, ret: usize, hi: usize, fp: usize, want: u64) -> O
     let mut packed: [u64; MAX_READS / CHUNK] =
         std::array::from_fn(|c| e.offsets[c].load(Ordering::Relaxed));
     // Stored before the version's test, not held in eight registers across it (which made
-    // the check save six), and read back from memory below.
+    // the check save six), and read back from memory below as `u16`s. `black_box` does not
+    // promise this: it is a codegen lever that forces the copy to memory here in the release
+    // build of ce643b5 (callgrind, sqlite3 50k rows: `walks::check` 223.9M → 215.6M
+    // instructions; BENCHMARKS.md "Real programs", 16:11 UTC 2026-11-28). Without it the
+    // check is still correct, only costlier.
     std::hint::black_box(&mut packed);
     fence(Ordering::Acquire);
     if e.version.load(Ordering::Relaxed) != version {
@@ -321,6 +325,9 @@ fn check(e: &Entry, sp: usize, ret: usize, hi: usize, fp: usize, want: u64) -> O
     // `[u16; 32]`; on this little-endian target, offset `k` is element `k` (see
     // `Entry::offsets`).
     let offsets = unsafe { &*(&raw const packed).cast::<[u16; MAX_READS]>() };
+    // Element `k` of that view is offset `k` only on a little-endian target (the only kind
+    // the agent is built for: x86-64); a big-endian build must not compile silently wrong.
+    const _: () = assert!(cfg!(target_endian = "little"));
     // Four words at a time, their differences or-ed and tested once: `store` pads the reads
     // to a multiple of four with the return address at offset 0, which `ret` already
     // matched. A value torn by a writer since is caught by the version below.
