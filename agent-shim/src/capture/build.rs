@@ -990,61 +990,63 @@ fn detach_from_program(parent: libc::pid_t) {
     }
 }
 
-/// One end of the socket pair between the parent and the scanning child.
+/// One end of the socket pair between the parent and the scanning child. Its calls are raw
+/// system calls ([`crate::sys::raw_syscall`]): they never touch `errno` nor the thread descriptor's
+/// cancellation state, so the same type serves the child's bare thread (`alongside`), which
+/// shares its first thread's thread pointer and so would share both with glibc's `send`.
 struct Socket(i32);
+
+impl Socket {
+    /// Makes the system call `n` on this socket with a buffer and its length, again while a
+    /// signal cuts it short (the parent's program may have handlers; the child has none).
+    fn call(
+        &self,
+        n: libc::c_long,
+        buf: *const u8,
+        len: usize,
+        flags: i32,
+    ) -> std::io::Result<usize> {
+        loop {
+            // SAFETY: `n` is read or sendto on this descriptor with a live buffer of `len`
+            // bytes (the callers pass their slice); sendto's address arguments are null.
+            let ret = unsafe {
+                crate::sys::raw_syscall(
+                    n,
+                    [
+                        self.0 as libc::c_long,
+                        buf as libc::c_long,
+                        len as libc::c_long,
+                        flags as libc::c_long,
+                        0,
+                        0,
+                    ],
+                )
+            };
+            if ret >= 0 {
+                return Ok(ret as usize);
+            }
+            if ret != -libc::c_long::from(libc::EINTR) {
+                return Err(std::io::Error::from_raw_os_error(-ret as i32));
+            }
+        }
+    }
+}
 
 impl std::io::Read for Socket {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        loop {
-            // SAFETY: reads into a live buffer of the given length.
-            let n = unsafe { libc::read(self.0, buf.as_mut_ptr().cast(), buf.len()) };
-            if n >= 0 {
-                return Ok(n as usize);
-            }
-            let e = std::io::Error::last_os_error();
-            if e.kind() != std::io::ErrorKind::Interrupted {
-                return Err(e);
-            }
-        }
+        self.call(libc::SYS_read, buf.as_mut_ptr(), buf.len(), 0)
     }
 }
 
 impl std::io::Write for Socket {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        loop {
-            // SAFETY: sends from a live slice; MSG_NOSIGNAL: EPIPE instead of SIGPIPE.
-            let n =
-                unsafe { libc::send(self.0, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) };
-            if n >= 0 {
-                return Ok(n as usize);
-            }
-            let e = std::io::Error::last_os_error();
-            if e.kind() != std::io::ErrorKind::Interrupted {
-                return Err(e);
-            }
-        }
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// The child's end of the socket pair, written from a bare thread of the child (`alongside`),
-/// which shares the first thread's thread pointer and so its `errno`: a failed send is an
-/// error without reading `errno` (no signal handler runs in the child, `detach_from_program`,
-/// so no send is cut short by one and `EINTR` never comes).
-struct BareSocket(i32);
-
-impl std::io::Write for BareSocket {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        // SAFETY: sends from a live slice; MSG_NOSIGNAL: EPIPE instead of SIGPIPE.
-        let n = unsafe { libc::send(self.0, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) };
-        if n >= 0 {
-            Ok(n as usize)
-        } else {
-            Err(std::io::ErrorKind::BrokenPipe.into())
-        }
+        // MSG_NOSIGNAL: EPIPE instead of SIGPIPE when the other end is gone.
+        self.call(
+            libc::SYS_sendto,
+            buf.as_ptr(),
+            buf.len(),
+            libc::MSG_NOSIGNAL,
+        )
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
@@ -1695,11 +1697,11 @@ fn analyse_in_child(
 /// (`Kept::analysed_during`): sends the graph's own kept columns, the first part of the kept
 /// snapshot's split encoding ([`GraphColumns::encode`]). Returns whether they were sent, and
 /// the thread's wall and CPU time. Runs on a bare thread (`alongside`): it touches no
-/// thread-local storage (the socket is a [`BareSocket`]) and panics only when memory cannot
+/// thread-local storage (a [`Socket`] makes raw system calls) and panics only when memory cannot
 /// be had.
 fn send_graph_columns(fd: i32, columns: &GraphColumns) -> (bool, Duration, Duration) {
     let (wall, cpu) = (Instant::now(), thread_cpu());
-    let mut out = std::io::BufWriter::with_capacity(64 << 10, BareSocket(fd));
+    let mut out = std::io::BufWriter::with_capacity(64 << 10, Socket(fd));
     let sent = columns.encode(&mut out).is_ok() && std::io::Write::flush(&mut out).is_ok();
     drop(out);
     (sent, wall.elapsed(), thread_cpu().saturating_sub(cpu))
