@@ -417,7 +417,8 @@ impl Analysis {
     /// (see `both`), and `beside`, a caller's job that reads only the graph (the agent packs
     /// the graph's own kept columns there). On two threads: the dominator tree's depth-first
     /// search beside the start-edge reach and `beside`, then the tree's predecessor lists in
-    /// two halves; never more than two at once. The same figures whatever `both` does.
+    /// two halves; no `both` nests inside another here (only [`Analysis::with_during`] nests,
+    /// and its second job is the waiting one). The same figures whatever `both` does.
     pub fn with<S: Send + Sync>(
         graph: &HeapGraph,
         both: &impl Both,

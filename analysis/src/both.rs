@@ -3,17 +3,18 @@
 //! Some passes of [`Analysis`](crate::Analysis) and [`Kept`](crate::Kept) need not wait for
 //! each other. In order, each step on two threads: the dominator tree's depth-first search
 //! beside the start-edge reach (which reads only the graph) and the caller's `beside` job
-//! ([`Kept::analysed`](crate::Kept::analysed) packs the graph's own kept columns there); the dominator tree's predecessor
-//! lists, filled from both ends at once; the two halves of the holders' referents, which
-//! read the same finished columns; the kept columns, packing different parts of the
-//! result. No step starts a `both` inside another, so never more than two threads run, but
-//! for one: [`Analysis::with_during`](crate::Analysis::with_during) runs a caller's job beside
-//! everything after the depth-first search, a job that mostly waits (the agent's scanning
-//! child sends the graph's kept columns to the agent there), so that the steps above run
-//! beside it, three threads in all.
+//! ([`Kept::analysed`](crate::Kept::analysed) packs the graph's own kept columns there); the
+//! dominator tree's predecessor lists, filled from both ends at once; the two halves of the
+//! holders' referents, which read the same finished columns; the kept columns, packing
+//! different parts of the result. Only one `both` nests: [`Analysis::with_during`] runs
+//! everything after the depth-first search as its first job, whose steps use `both` in turn,
+//! and the caller's `during` job as its second, the waiting one (the agent's scanning child
+//! sends the graph's kept columns to the agent there): three threads then, one of them
+//! mostly waiting.
 //! [`Both`] runs two such closures and returns both results; where the second runs is the
-//! caller's business, because the engine must not make threads of its own: the agent's scan child, where the largest analyses run, is a raw
-//! copy of one thread of another program and cannot use `std::thread`
+//! caller's business, because the engine must not make threads of its own: the agent's scan
+//! child, where the largest analyses run, is a raw copy of one thread of another program and
+//! cannot use `std::thread`
 //! (agent-shim/src/capture/alongside.rs), so it offers a bare thread of its own making.
 //!
 //! The engine's `second` closures touch no thread-local storage (no `thread_local!`, no std
@@ -27,6 +28,8 @@
 //! [`Both::pass_done`] marks where each pass ends on the calling thread, so that a caller can
 //! time the passes where they run (the agent's scan child logs them); it costs nothing unless
 //! the caller records something there.
+//!
+//! [`Analysis::with_during`]: crate::Analysis::with_during
 
 /// Runs two closures, maybe at the same time, and returns both results.
 pub trait Both {

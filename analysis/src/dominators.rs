@@ -152,8 +152,10 @@ pub fn dominator_tree(graph: &(impl Successors + Sync), root: u32) -> DomTree {
 /// [`dominator_tree`] on the two threads `both` may offer, one after the other: `beside`,
 /// a caller's job, runs beside the depth-first search, then the predecessor lists are filled
 /// in two halves, one on each; the semidominators and the tree run on the calling thread.
-/// Never more than two closures at once, so `both` must not already be running this call
-/// (its `second` would make a third thread).
+/// This call may itself run inside a `both` (as [`Analysis::with_during`]'s first job, whose
+/// second is the waiting one); it starts no `both` inside its own closures.
+///
+/// [`Analysis::with_during`]: crate::Analysis::with_during
 pub fn dominator_tree_with<S: Send>(
     graph: &(impl Successors + Sync),
     root: u32,
