@@ -149,28 +149,6 @@ int main(void) {
 }
 "#;
 
-fn report_json(address: &str) -> Value {
-    let out = heaptui()
-        .args(["report", address, "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "heaptui report {address}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
-/// The report less its timing, which only says how long this capture took.
-fn without_timing(mut report: Value) -> Value {
-    let map = report.as_object_mut().unwrap();
-    for key in ["pause_ms", "capture_ms", "analysis_ms"] {
-        assert!(map.remove(key).is_some(), "no {key} in the live report");
-    }
-    report
-}
-
 /// The agent log's snapshot lines and its lines of the scanning child's passes.
 fn snapshot_lines(log: &str) -> (Vec<&str>, usize) {
     let snapshots = log
@@ -191,7 +169,7 @@ fn a_report_without_a_scanning_child_equals_the_report_with_one() {
     let socket = dir.path().join("agent.sock");
     let mut target = Target::start(dir.path(), &exe, &format!("unix:{}", socket.display()), &[]);
 
-    let with_child = report_json(&target.address);
+    let with_child = report_json(&[&target.address]);
     let log = target.log_text();
     let (snapshots, passes) = snapshot_lines(&log);
     assert_eq!(
@@ -204,7 +182,7 @@ fn a_report_without_a_scanning_child_equals_the_report_with_one() {
         target.command("refuse-forks"),
         "fork: Resource temporarily unavailable"
     );
-    let without_child = report_json(&target.address);
+    let without_child = report_json(&[&target.address]);
     let log = target.log_text();
     let (snapshots, passes) = snapshot_lines(&log);
     assert_eq!(
@@ -323,7 +301,10 @@ fn a_snapshot_at_exit_without_a_scanning_child_equals_one_with_it() {
             .filter(|l| l.contains(&format!(": snapshot {}: ", file.display())))
             .count();
         assert_eq!(snapshots, 1, "{log}");
-        (of_any_process(report_json(file.to_str().unwrap())), faults)
+        (
+            of_any_process(report_json(&[file.to_str().unwrap()])),
+            faults,
+        )
     };
     let (allowed, allowed_faults) = report_at_exit(false);
     let (refused, refused_faults) = report_at_exit(true);

@@ -9,33 +9,6 @@ use std::time::Duration;
 use live_common::*;
 use serde_json::Value;
 
-fn report_json(args: &[&str]) -> Value {
-    let out = heaptui()
-        .arg("report")
-        .args(args)
-        .arg("--json")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "heaptui report {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
-/// The live report less what only a live report has (its timing).
-fn without_timing(mut report: Value) -> Value {
-    let map = report.as_object_mut().unwrap();
-    for key in ["pause_ms", "capture_ms", "analysis_ms"] {
-        let ms = map
-            .remove(key)
-            .unwrap_or_else(|| panic!("no {key} in the live report"));
-        assert!(ms.as_f64().unwrap() >= 0.0);
-    }
-    report
-}
-
 fn live_equals_file(listen: &str) {
     let dir = Scratch::new("report");
     let exe = shapes(dir.path());

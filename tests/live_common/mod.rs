@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use heaptui_protocol::handshake::client_handshake;
 use heaptui_protocol::*;
+use serde_json::Value;
 
 /// A target running longer than this is killed and the test fails.
 pub const TARGET_LIMIT: Duration = Duration::from_secs(120);
@@ -468,4 +469,32 @@ pub fn wait_for_log(target: &Target, what: &str, n: usize, limit: Duration) -> S
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// `heaptui report ARGS… --json`, which must succeed.
+pub fn report_json(args: &[&str]) -> Value {
+    let out = heaptui()
+        .arg("report")
+        .args(args)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "heaptui report {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The live report less what only a live report has (its timing).
+pub fn without_timing(mut report: Value) -> Value {
+    let map = report.as_object_mut().unwrap();
+    for key in ["pause_ms", "capture_ms", "analysis_ms"] {
+        let ms = map
+            .remove(key)
+            .unwrap_or_else(|| panic!("no {key} in the live report"));
+        assert!(ms.as_f64().unwrap() >= 0.0);
+    }
+    report
 }
