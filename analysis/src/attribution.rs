@@ -419,7 +419,7 @@ impl Analysis {
     /// search beside the start-edge reach and `beside`, then the tree's predecessor lists in
     /// two halves; no `both` nests inside another here (only [`Analysis::with_during`] nests,
     /// and its second job is the waiting one). The same figures whatever `both` does.
-    pub fn with<S: Send + Sync>(
+    pub fn with<S: Send>(
         graph: &HeapGraph,
         both: &impl Both,
         beside: impl FnOnce() -> S + Send,
@@ -434,7 +434,7 @@ impl Analysis {
     /// scanning child sends the graph's own kept columns there, so that the agent decodes them
     /// on the core the one-thread passes leave idle). Returns `during`'s result too. `during`
     /// is a `second` closure of `both`: it must keep their rules (see `both`).
-    pub fn with_during<S: Send + Sync, R: Send>(
+    pub fn with_during<S: Send, R: Send>(
         graph: &HeapGraph,
         both: &impl Both,
         beside: impl FnOnce() -> S + Send,
@@ -452,15 +452,19 @@ impl Analysis {
             let tree = dominators::finish(&heap, search, both);
             Analysis::after_search(graph, both, layout, tree, possibly)
         };
-        let (analysis, r) = match during {
+        match during {
+            // `beside`'s result goes to `during`'s thread and comes back with its result
+            // (nothing else reads it meanwhile), so `S` need only be `Send`.
             Some(during) => {
-                let (analysis, r) = both.both(rest, || during(&beside));
+                let (analysis, (beside, r)) = both.both(rest, move || {
+                    let r = during(&beside);
+                    (beside, r)
+                });
                 both.pass_done("joined");
-                (analysis, Some(r))
+                (analysis, beside, Some(r))
             }
-            None => (rest(), None),
-        };
-        (analysis, beside, r)
+            None => (rest(), beside, None),
+        }
     }
 
     /// The rest of [`Analysis::with_during`] once the dominator tree is made.
