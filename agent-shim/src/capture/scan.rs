@@ -341,6 +341,14 @@ enum Order {
     Down,
 }
 
+/// The words of a block: those wholly inside the size it was asked for, as memcheck's
+/// (docs/reference.md §3): the bytes past it are malloc's slack, which holds whatever the
+/// chunk held before, and a word half over them is half a stale pointer. The scan and its
+/// look-ahead prefetch both read exactly these.
+fn asked_words(r: Range<u64>) -> Range<u64> {
+    r.start..r.start + ((r.end - r.start) & !7)
+}
+
 /// Scans blocks `run` as [`scan_blocks`] does, in `order`, appending their edges to `edges`.
 fn scan_block_run(
     index: &BlockIndex,
@@ -364,9 +372,8 @@ fn scan_block_run(
             Order::Down => o.wrapping_sub(AHEAD_BLOCKS),
         };
         if run.contains(&ahead) && (checked.is_empty() || checked.binary_search(&ahead).is_err()) {
-            let r = index.range(ahead);
-            let end =
-                (r.start + (r.end - r.start).next_multiple_of(8)).min(r.start + 8 * AHEAD as u64);
+            let r = asked_words(index.range(ahead));
+            let end = r.end.min(r.start + 8 * AHEAD as u64);
             if mapping.start <= r.start && end <= mapping.end {
                 // SAFETY: within the readable mapping the blocks before it were found in.
                 let words = unsafe {
@@ -379,11 +386,7 @@ fn scan_block_run(
             }
         }
         c.begin();
-        // A block's words are those wholly inside the size it was asked for, as memcheck's
-        // (docs/reference.md §3): the bytes past it are malloc's slack, which holds whatever
-        // the chunk held before, and a word half over them is half a stale pointer.
-        let r = index.range(o);
-        let r = r.start..r.start + ((r.end - r.start) & !7);
+        let r = asked_words(index.range(o));
         if checked.binary_search(&o).is_ok() {
             checked_range(index, r, c);
             c.push_block(o, edges);
