@@ -97,7 +97,8 @@ for ((r = 1; r <= REPORTS; r++)); do
         "$wall" "$(kb "$client")" "$(per_object "$client" "$objects")" \
         "$child_s" "$agent_s" "$client_s" "$all_s"
     grep "snapshot $r[: ]" "$work/agent.log" | tail -1 >&2
-    # The child's analysis pass by pass (wall / CPU of its two threads / CPU of its first).
+    # The child's analysis pass by pass (wall / CPU of all its threads / CPU of its first;
+    # graph_columns_sent_beside: wall / CPU of the third thread, when there is one).
     # (Builds before 2026-11-28 12:30 UTC do not log it.)
     { grep "analysis by pass" "$work/agent.log" || true; } | sed -n "${r}p" | sed 's/.*): /passes: /' >&2
 done

@@ -1435,14 +1435,20 @@ struct ChildThreads {
 }
 
 /// One pass of the child's analysis, timed on its first thread: its name, wall time, the
-/// CPU time of both threads and of the first thread, from the end of the previous pass.
+/// CPU time of all the child's threads (the process's) and of the first thread, from the end
+/// of the previous pass. Or a job beside the passes, timed on its own thread: its wall and
+/// CPU time, and no first-thread CPU.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Pass {
     name: String,
     wall: Duration,
     cpu: Duration,
-    first_cpu: Duration,
+    /// None for a job beside the passes (`beside_done`).
+    first_cpu: Option<Duration>,
 }
+
+/// [`Pass::first_cpu`]'s None in the passes' message.
+const NO_FIRST_CPU: u64 = u64::MAX;
 
 impl ChildThreads {
     /// # Safety
@@ -1469,7 +1475,7 @@ impl ChildThreads {
             name: name.to_string(),
             wall,
             cpu,
-            first_cpu: Duration::ZERO,
+            first_cpu: None,
         });
     }
 
@@ -1482,7 +1488,7 @@ impl ChildThreads {
             m.text(&p.name);
             m.u64(p.wall.as_micros() as u64);
             m.u64(p.cpu.as_micros() as u64);
-            m.u64(p.first_cpu.as_micros() as u64);
+            m.u64(p.first_cpu.map_or(NO_FIRST_CPU, |c| c.as_micros() as u64));
         }
         m.0
     }
@@ -1495,12 +1501,16 @@ fn decode_passes(bytes: &[u8]) -> Option<Vec<Pass>> {
     let mut passes = Vec::with_capacity(n);
     for _ in 0..n {
         let name = r.text()?;
-        let mut us = || Some(Duration::from_micros(r.u64()?));
+        let wall = Duration::from_micros(r.u64()?);
+        let cpu = Duration::from_micros(r.u64()?);
+        let first_cpu = Some(r.u64()?)
+            .filter(|&us| us != NO_FIRST_CPU)
+            .map(Duration::from_micros);
         passes.push(Pass {
             name,
-            wall: us()?,
-            cpu: us()?,
-            first_cpu: us()?,
+            wall,
+            cpu,
+            first_cpu,
         });
     }
     r.done().then_some(passes)
@@ -1531,7 +1541,7 @@ impl Both for ChildThreads {
             name: pass.to_string(),
             wall: now.0 - last.0,
             cpu: now.1.saturating_sub(last.1),
-            first_cpu: now.2.saturating_sub(last.2),
+            first_cpu: Some(now.2.saturating_sub(last.2)),
         });
     }
 }
@@ -1674,12 +1684,16 @@ fn analyse_in_child(
         return false;
     };
     // The graph's own kept columns (about half the kept snapshot's bytes) are sent on a third
-    // thread as soon as they are packed (beside the depth-first search), while the analysis
+    // thread (when the child has two CPUs) as soon as they are packed (beside the depth-first search), while the analysis
     // goes on, so that the parent decodes them meanwhile, on the core the analysis's
     // one-thread passes leave idle; the analysis's part follows once it is done.
     let (kept, analysis, (sent_ahead, ahead_wall, ahead_cpu)) =
         Kept::analysed_during(&graph, &both, |columns| send_graph_columns(fd, columns));
-    both.beside_done("graph columns sent beside", ahead_wall, ahead_cpu);
+    // On one CPU there is no third thread: the columns went after the analysis, on the first
+    // thread, within its `joined` pass.
+    if both.two_threads() {
+        both.beside_done("graph columns sent beside", ahead_wall, ahead_cpu);
+    }
     if !sent_ahead {
         return false;
     }
@@ -1777,17 +1791,18 @@ fn log_passes(input: &mut impl std::io::Read) {
     let line: Vec<String> = passes
         .iter()
         .map(|p| {
-            format!(
-                "{}={:.0}/{:.0}/{:.0}",
-                p.name.replace(' ', "_"),
-                ms(p.wall),
-                ms(p.cpu),
-                ms(p.first_cpu)
-            )
+            let name = p.name.replace(' ', "_");
+            match p.first_cpu {
+                Some(first) => {
+                    format!("{name}={:.0}/{:.0}/{:.0}", ms(p.wall), ms(p.cpu), ms(first))
+                }
+                None => format!("{name}={:.0}/{:.0}", ms(p.wall), ms(p.cpu)),
+            }
         })
         .collect();
     crate::agent_info!(
-        "the scanning child's analysis by pass (wall/CPU of both threads/CPU of the first, ms): {}",
+        "the scanning child's analysis by pass (wall/CPU of all threads/CPU of the first, ms; \
+         a job beside: wall/CPU of its own thread): {}",
         line.join(" ")
     );
 }
@@ -1796,6 +1811,23 @@ fn log_passes(input: &mut impl std::io::Read) {
 mod tests {
     use super::*;
     use std::sync::mpsc;
+
+    #[test]
+    fn the_passes_message_keeps_a_beside_job_without_a_first_thread_cpu() {
+        let threads = ChildThreads {
+            last: std::cell::Cell::new((Instant::now(), process_cpu(), thread_cpu())),
+            passes: std::cell::RefCell::new(Vec::new()),
+            one_thread: false,
+        };
+        threads.pass_done("graph");
+        threads.beside_done("sent beside", Duration::from_millis(7), Duration::ZERO);
+        let passes = decode_passes(&threads.encode_passes()).expect("decodes");
+        let names: Vec<&str> = passes.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["graph", "sent beside"]);
+        assert!(passes[0].first_cpu.is_some());
+        assert_eq!(passes[1].first_cpu, None);
+        assert_eq!(passes[1].wall, Duration::from_millis(7));
+    }
 
     /// Where the program's `SIGABRT` handler of the test below writes.
     static PROGRAM_HANDLER_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
