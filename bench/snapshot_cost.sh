@@ -65,64 +65,76 @@ kb() { awk -v k="$1" 'BEGIN { printf "%.0f", k / 1024 }'; }
 per_object() { awk -v k="$1" -v n="$2" 'BEGIN { printf "%.0f", k * 1024 / n }'; }
 field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<"$2"; }
 
-printf '| report | objects | RSS before MiB | peak MiB (B/object over the bare program) | after MiB (B/object over the bare program) | child private peak MiB (B/object) | pause ms | capture ms | analysis ms | child CPU ms (scan CPU ms; index, blocks wall ms) | report wall s | client peak MiB (B/object) | CPU s: child + agent + client = all |\n'
-printf '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n'
 agent_cpu() { awk -v t="$ticks" '{ printf "%.2f", ($14 + $15) / t }' "/proc/$pid/stat"; }
 read -r bare _ _ < <(python3 "$sampler" now "$pid")
-for ((r = 1; r <= REPORTS; r++)); do
-    read -r before _ _ < <(python3 "$sampler" now "$pid")
-    python3 "$sampler" sample "$pid" "$work/peak.json" &
-    sampler_pid=$!
+
+# The table's header: the target's memory columns only when the memory sampler runs ($1).
+header() {
+    local memory="" rules="" more="---:|---:|---:|---:|"
+    if [[ $1 == sampled ]]; then
+        memory=" RSS before MiB | peak MiB (B/object over the bare program) | after MiB (B/object over the bare program) | child private peak MiB (B/object) |"
+        rules=$more
+    fi
+    printf '| report | objects |%s pause ms | capture ms | analysis ms | child CPU ms (scan CPU ms; index, blocks wall ms) | report wall s | client peak MiB (B/object) | CPU s: child + agent + client = all |\n' "$memory"
+    printf '|---:|---:|%s---:|---:|---:|---:|---:|---:|---:|\n' "$rules"
+}
+
+# Report number $1 and its row of the table, with the target's memory sampled every 10 ms
+# when $2 is "sampled" (see the top); its log lines go to stderr.
+report_row() {
+    local r=$1 sampled=$2 before after peak child sampler_pid agent_before agent_s line objects
+    local wall client client_user client_sys child_s client_s all_s memory=""
+    if [[ $sampled == sampled ]]; then
+        read -r before _ _ < <(python3 "$sampler" now "$pid")
+        python3 "$sampler" sample "$pid" "$work/peak.json" &
+        sampler_pid=$!
+    fi
     agent_before=$(agent_cpu)
     /usr/bin/time -f '%e %M %U %S' -o "$work/time" "$HEAPTUI" report ":$port" --json >"$work/report.json"
-    kill -TERM "$sampler_pid"
-    wait "$sampler_pid"
-    read -r after _ _ < <(python3 "$sampler" now "$pid")
+    if [[ $sampled == sampled ]]; then
+        kill -TERM "$sampler_pid"
+        wait "$sampler_pid"
+        read -r after _ _ < <(python3 "$sampler" now "$pid")
+    fi
     agent_s=$(awk -v a="$(agent_cpu)" -v b="$agent_before" 'BEGIN { printf "%.2f", a - b }')
     read -r wall client client_user client_sys <"$work/time"
     line=$(grep "snapshot $r[: ]" "$work/agent.log" | tail -1)
     objects=$(sed -n 's/.*snapshot [0-9]*[^:]*: \([0-9]*\) objects.*/\1/p' <<<"$line")
-    peak=$(python3 -c "import json; print(json.load(open('$work/peak.json'))['VmRSS'])")
-    child=$(python3 -c "import json; print(json.load(open('$work/peak.json'))['child_private'])")
+    if [[ $sampled == sampled ]]; then
+        peak=$(python3 -c "import json; print(json.load(open('$work/peak.json'))['VmRSS'])")
+        child=$(python3 -c "import json; print(json.load(open('$work/peak.json'))['child_private'])")
+        memory=$(printf ' %s | %s (%s) | %s (%s) | %s (%s) |' "$(kb "$before")" \
+            "$(kb "$peak")" "$(per_object $((peak - bare)) "$objects")" \
+            "$(kb "$after")" "$(per_object $((after - bare)) "$objects")" \
+            "$(kb "$child")" "$(per_object "$child" "$objects")")
+    fi
     child_s=$(awk -v m="$(field child_cpu_ms "$line")" 'BEGIN { printf "%.2f", m / 1000 }')
     client_s=$(awk -v u="$client_user" -v s="$client_sys" 'BEGIN { printf "%.2f", u + s }')
     all_s=$(awk -v a="$child_s" -v b="$agent_s" -v c="$client_s" 'BEGIN { printf "%.2f", a + b + c }')
-    printf '| %s | %s | %s | %s (%s) | %s (%s) | %s (%s) | %s | %s | %s | %s (%s; %s, %s) | %s | %s (%s) | %s + %s + %s = %s |\n' \
-        "$r" "$objects" "$(kb "$before")" \
-        "$(kb "$peak")" "$(per_object $((peak - bare)) "$objects")" \
-        "$(kb "$after")" "$(per_object $((after - bare)) "$objects")" \
-        "$(kb "$child")" "$(per_object "$child" "$objects")" \
+    printf '| %s | %s |%s %s | %s | %s | %s (%s; %s, %s) | %s | %s (%s) | %s + %s + %s = %s |\n' \
+        "$r" "$objects" "$memory" \
         "$(field pause_ms "$line")" "$(field capture_ms "$line")" "$(field analysis_ms "$line")" \
         "$(field child_cpu_ms "$line")" "$(field scan_cpu_ms "$line")" "$(field index_ms "$line")" "$(field blocks_ms "$line")" \
         "$wall" "$(kb "$client")" "$(per_object "$client" "$objects")" \
         "$child_s" "$agent_s" "$client_s" "$all_s"
-    grep "snapshot $r[: ]" "$work/agent.log" | tail -1 >&2
+    echo "$line" >&2
     # The child's analysis pass by pass (wall / CPU of all its threads / CPU of its first;
     # graph_columns_sent_beside: wall / CPU of the third thread, when there is one).
     # (Builds before 2026-11-28 12:30 UTC do not log it.)
     { grep "analysis by pass" "$work/agent.log" || true; } | sed -n "${r}p" | sed 's/.*): /passes: /' >&2
+}
+
+header sampled
+for ((r = 1; r <= REPORTS; r++)); do
+    report_row "$r" sampled
 done
 # The same report with no sampler: the end-to-end figure (see the top).
 if ((UNSAMPLED > 0)); then
     printf '\nunsampled (no memory sampler running):\n'
-    printf '| report | pause ms | capture ms | analysis ms | child CPU ms (scan CPU ms; index, blocks wall ms) | report wall s | CPU s: child + agent + client = all |\n'
-    printf '|---:|---:|---:|---:|---:|---:|---:|\n'
+    header unsampled
 fi
 for ((u = 1; u <= UNSAMPLED; u++)); do
-    r=$((REPORTS + u))
-    agent_before=$(agent_cpu)
-    /usr/bin/time -f '%e %M %U %S' -o "$work/time" "$HEAPTUI" report ":$port" --json >"$work/report.json"
-    agent_s=$(awk -v a="$(agent_cpu)" -v b="$agent_before" 'BEGIN { printf "%.2f", a - b }')
-    read -r wall client client_user client_sys <"$work/time"
-    line=$(grep "snapshot $r[: ]" "$work/agent.log" | tail -1)
-    child_s=$(awk -v m="$(field child_cpu_ms "$line")" 'BEGIN { printf "%.2f", m / 1000 }')
-    client_s=$(awk -v u="$client_user" -v s="$client_sys" 'BEGIN { printf "%.2f", u + s }')
-    all_s=$(awk -v a="$child_s" -v b="$agent_s" -v c="$client_s" 'BEGIN { printf "%.2f", a + b + c }')
-    printf '| %s | %s | %s | %s | %s (%s; %s, %s) | %s | %s + %s + %s = %s |\n' \
-        "$r" "$(field pause_ms "$line")" "$(field capture_ms "$line")" "$(field analysis_ms "$line")" \
-        "$(field child_cpu_ms "$line")" "$(field scan_cpu_ms "$line")" "$(field index_ms "$line")" "$(field blocks_ms "$line")" \
-        "$wall" "$child_s" "$agent_s" "$client_s" "$all_s"
-    { grep "analysis by pass" "$work/agent.log" || true; } | sed -n "${r}p" | sed 's/.*): /passes: /' >&2
+    report_row $((REPORTS + u)) unsampled
 done
 echo "the last kept snapshot, bytes per object by part: $(grep 'kept bytes per object' "$work/agent.log" | tail -1 | sed 's/.*): //')"
 read -r bytes copy_s read_s < <("$work/heap_floor" "$pid")
