@@ -3,8 +3,9 @@
 //!
 //! 64 shards chosen by the address's 64 MiB region ([`shard_of`]), each an open-addressing
 //! table (linear probing, backward-shift deletion, no tombstones) in its own anonymous
-//! mapping, grown by 1.5× in place when 78% full (half full below 1 MiB: [`SMALL_TABLE`];
-//! `Table::grow_in_place`: the kernel zeroes only the new part), guarded by
+//! mapping, grown by 1.5× when 78% full (half full below 1 MiB: [`SMALL_TABLE`]) with
+//! `mremap`, its entries rehashed in the same pages (`Table::grow_in_place`: the kernel zeroes
+//! only the new part; the mapping moves when the address space after it is taken), guarded by
 //! a futex lock ([`crate::sync::RawLock`]) that a thread waiting on it can still be
 //! interrupted by signals. An entry packs address, size, sequence number, tid and stack id
 //! into 24 bytes, so a block costs 24 / load ≈ 31–46 bytes (up to 72 in a small table).
@@ -367,11 +368,11 @@ impl Table {
         };
         let cap = mapped / ENTRY;
         let slots: *mut Entry = p.cast();
-        // Every entry moves once a table grows (about two moves per block over a table's
-        // life, 1.5 times bigger each time), so the move is the bare probe: no bounds check per
-        // step and no entry copied out and back (perl's 300k keys: BENCHMARKS.md "Real
-        // programs"). The fresh table's `cap` slots are more than the old table's, which holds
-        // at most `self.cap` entries, so each probe finds an empty slot within `cap` steps.
+        // A fresh table: the first (the old one has no slots), or when growing in place could
+        // not have memory. Each entry moves with the bare probe, no bounds check per step (it
+        // was every growth's path when e14020c measured it: BENCHMARKS.md "Real programs"):
+        // the fresh table's `cap` slots are more than the old table's, which holds at most
+        // `self.cap` entries, so each probe finds an empty slot within `cap` steps.
         for i in 0..self.cap {
             // SAFETY: i < self.cap, and self.slots points to self.cap initialised entries (the
             // caller holds the shard lock).
@@ -408,8 +409,9 @@ impl Table {
         true
     }
 
-    /// Grows the table to `mapped` bytes where it is, its entries rehashed in place; false
-    /// (the table as it was) when the kernel refuses memory. Why: a fresh mapping for every
+    /// Grows the table to `mapped` bytes with `mremap` (moved by the kernel when the address
+    /// space after it is taken), its entries rehashed in the same pages; false (the table as it
+    /// was) when the kernel refuses memory or the table's count is wrong. Why: a fresh mapping for every
     /// growth has the kernel zero (and fault in) three times the final table's pages over a
     /// table's life, and on perl's 1.5M keys that was 372 MiB for a table of 122 MiB, about
     /// 0.17 s of system time (BENCHMARKS.md "Real programs"); grown in place, only the new
@@ -427,7 +429,19 @@ impl Table {
     /// probing from their homes over the end as any insert does.
     fn grow_in_place(&mut self, mapped: usize) -> bool {
         let (old_cap, old_mapped, len) = (self.cap, self.mapped, self.len);
-        if len >= old_cap {
+        // Checked before anything moves: the steps below rely on exactly `len` entries and an
+        // empty slot, and a table rehashed on a wrong count would lose entries. A wrong count
+        // is a broken invariant: tracking stops, and the caller's fresh table, which copies
+        // every occupied slot whatever the count, keeps the entries findable.
+        let occupied = (0..old_cap)
+            // SAFETY: i < self.cap, and self.slots points to self.cap initialised entries (the
+            // caller holds the shard lock).
+            .filter(|&i| unsafe { (*self.slots.add(i)).w[0] } != 0)
+            .count();
+        if occupied != len || len >= old_cap {
+            if occupied != len {
+                broken("entries counted wrong");
+            }
             return false;
         }
         // Scratch, reserved and touched only as used: a bit per entry, then room for the
@@ -479,14 +493,10 @@ impl Table {
         // 1. Gathered at the front in hash order, but within runs. The first empty slot ends
         //    the run at the start, whose entries may have wrapped from the end: they wait
         //    aside, those whose homes are in that run go first, those from the end last.
-        // Every table has an empty slot (`len < old_cap` above).
+        // Every table has an empty slot and exactly `len` entries (checked above), so the run
+        // at the start holds at most `len`: the scratch has room for them.
         let first_empty = (0..old_cap).find(|&i| get(i).w[0] == 0).unwrap_or(0);
-        if first_empty > len {
-            // More entries than counted: the scratch has room for `len` only.
-            done(scratch);
-            broken("entries counted wrong");
-            return true;
-        }
+        debug_assert!(first_empty <= len);
         let (mut own, mut wrapped) = (0, first_empty);
         for i in 0..first_empty {
             // i < first_empty <= old_cap; own <= i < wrapped <= first_empty <= len.
@@ -538,11 +548,7 @@ impl Table {
             // wrapped <= k < first_empty <= len.
             gather(get_aside(k));
         }
-        if n != len {
-            done(scratch);
-            broken("entries counted wrong");
-            return true;
-        }
+        debug_assert_eq!(n, len, "every entry gathered once");
         // 3. Slots front to back, each entry at max(its home, the previous one's slot + 1):
         //    bit k set when entry k starts a run at its home. The entries from `fits` on would
         //    run past the end.
@@ -586,7 +592,7 @@ impl Table {
             }
         }
         #[cfg(test)]
-        GROWN_IN_PLACE.fetch_add(1, Ordering::Relaxed);
+        GROWN_IN_PLACE.with(|n| n.set(n.get() + 1));
         // 5. The entries past the end, inserted as any insert is: from their homes, over the
         //    end (a table with fewer entries than slots has an empty one).
         for k in 0..len - fits {
@@ -731,9 +737,12 @@ fn trackable(addr: u64, size: u64, op: Op) -> bool {
     true
 }
 
-/// Growths done in place ([`Table::grow_in_place`]), for the test of them.
 #[cfg(test)]
-static GROWN_IN_PLACE: AtomicU64 = AtomicU64::new(0);
+thread_local! {
+    /// Growths done in place on this thread ([`Table::grow_in_place`]), for the test of them:
+    /// per thread, so that other tests growing their tables meanwhile do not count.
+    static GROWN_IN_PLACE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
 
 /// Rounds spent in [`wait_for_mover`], for the test that checks an insert really waits.
 #[cfg(test)]
@@ -2497,7 +2506,7 @@ mod tests {
         let mut addrs: Vec<u64> = crowded.chain(spread).collect();
         // Interleaved, so that every growth meets both.
         addrs.sort_by_key(|&a| a.wrapping_mul(0x2545_F491_4F6C_DD1D));
-        let grown = GROWN_IN_PLACE.load(Ordering::Relaxed);
+        let grown = GROWN_IN_PLACE.with(|n| n.get());
         let mut live = Vec::new();
         for (n, &a) in addrs.iter().enumerate() {
             let cap = t.cap;
@@ -2527,7 +2536,7 @@ mod tests {
         }
         check(&t, &live);
         assert!(
-            GROWN_IN_PLACE.load(Ordering::Relaxed) >= grown + 5,
+            GROWN_IN_PLACE.with(|n| n.get()) >= grown + 5,
             "the table grew in place"
         );
         // SAFETY: the table's mapping is not used after this.

@@ -411,12 +411,19 @@ impl NewSlot {
     }
 
     /// Records entry i as the newest of `addr`'s bucket in the index; the bucket's newest
-    /// before it stays as its second.
+    /// before it stays as its second, unless that was entry i itself (reused for another
+    /// address of the bucket): then the second stays, so the bucket never names i twice.
     #[inline(always)]
     fn hint(&self, addr: u64, i: usize) {
         let bucket = &self.index[index_bucket(addr)];
         let hints = bucket.load(Ordering::Relaxed);
-        bucket.store(hints << 8 | (i as u16 + 1), Ordering::Relaxed);
+        let me = i as u16 + 1;
+        let kept = if hints & 0xff == me {
+            hints >> 8
+        } else {
+            hints
+        };
+        bucket.store(kept << 8 | me, Ordering::Relaxed);
     }
 
     /// Forgets entry i (at `addr`) in the index: the bucket's other entry, if any, stays.
@@ -619,6 +626,47 @@ mod tests {
                 None,
                 "nothing of it left anywhere"
             );
+        }
+    }
+
+    #[test]
+    fn an_entry_reused_in_its_own_bucket_keeps_the_buckets_other_hint() {
+        // Addresses of this test only.
+        const BASE: u64 = 0x6200_0000_0000;
+        let tid = sys::current_tid();
+        let k = own_index(sys::thread_state(), tid).expect("a batch slot");
+        let slot = &NEW[k];
+        apply_new(k);
+        let bucket = index_bucket(BASE);
+        let same: Vec<u64> = (0..)
+            .map(|j| BASE + 64 * j)
+            .filter(|&a| index_bucket(a) == bucket)
+            .take(3)
+            .collect();
+        let (older, reused) = (6, 5);
+        let put = |i: usize, addr: u64| {
+            slot.addrs[i].store(addr, Ordering::Relaxed);
+            slot.hint(addr, i);
+        };
+        put(older, same[0]);
+        put(reused, same[1]);
+        // Entry `reused` taken and written again for another address of the bucket (a ring
+        // going round): the bucket must still name the older waiting block.
+        put(reused, same[2]);
+        assert_eq!(
+            slot.find_own(same[0]),
+            Some(older),
+            "the older block's hint kept"
+        );
+        assert_eq!(slot.find_own(same[2]), Some(reused));
+        assert_eq!(
+            slot.find_own(same[1]),
+            None,
+            "the entry's old address is not its own"
+        );
+        for (i, addr) in [(older, same[0]), (reused, same[2])] {
+            slot.unhint(addr, i);
+            slot.addrs[i].store(0, Ordering::Relaxed);
         }
     }
 
