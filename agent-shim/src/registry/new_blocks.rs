@@ -586,21 +586,27 @@ mod tests {
     use super::*;
     use crate::sys;
 
+    /// This thread's tid and its nursery slot's index, the slot emptied; and `n` addresses
+    /// from `base` up that fall in one bucket of the slot's index.
+    fn emptied_slot_and_one_bucket(base: u64, n: usize) -> (u32, usize, Vec<u64>) {
+        let tid = sys::current_tid();
+        let k = own_index(sys::thread_state(), tid).expect("a batch slot");
+        apply_new(k);
+        let bucket = index_bucket(base);
+        let same = (0..)
+            .map(|j| base + 64 * j)
+            .filter(|&a| index_bucket(a) == bucket)
+            .take(n)
+            .collect();
+        (tid, k, same)
+    }
+
     #[test]
     fn a_free_finds_its_waiting_block_behind_a_newer_one_of_its_index_bucket() {
         // Addresses of this test only.
         const BASE: u64 = 0x6100_0000_0000;
-        let tid = sys::current_tid();
-        let k = own_index(sys::thread_state(), tid).expect("a batch slot");
+        let (tid, k, same) = emptied_slot_and_one_bucket(BASE, 5);
         let slot = &NEW[k];
-        apply_new(k);
-        // Blocks of one bucket of the slot's index.
-        let bucket = index_bucket(BASE);
-        let same: Vec<u64> = (0..)
-            .map(|j| BASE + 64 * j)
-            .filter(|&a| index_bucket(a) == bucket)
-            .take(5)
-            .collect();
         let alloc = |addr: u64| assert!(insert_new(addr, 24, tid, 0, Op::Malloc, k));
         let frees = slot.cancelled_frees.load(Ordering::Relaxed);
         // The older of two, while the newer holds the bucket's first hint.
@@ -633,16 +639,8 @@ mod tests {
     fn an_entry_reused_in_its_own_bucket_keeps_the_buckets_other_hint() {
         // Addresses of this test only.
         const BASE: u64 = 0x6200_0000_0000;
-        let tid = sys::current_tid();
-        let k = own_index(sys::thread_state(), tid).expect("a batch slot");
+        let (_, k, same) = emptied_slot_and_one_bucket(BASE, 3);
         let slot = &NEW[k];
-        apply_new(k);
-        let bucket = index_bucket(BASE);
-        let same: Vec<u64> = (0..)
-            .map(|j| BASE + 64 * j)
-            .filter(|&a| index_bucket(a) == bucket)
-            .take(3)
-            .collect();
         let (older, reused) = (6, 5);
         let put = |i: usize, addr: u64| {
             slot.addrs[i].store(addr, Ordering::Relaxed);
