@@ -211,13 +211,7 @@ static SHARD: [Shard; SHARDS] = [const {
     Shard {
         lock: RawLock::new(),
         missed: AtomicU64::new(0),
-        table: UnsafeCell::new(Table {
-            slots: std::ptr::null_mut(),
-            cap: 0,
-            len: 0,
-            mapped: 0,
-            limit: 0,
-        }),
+        table: UnsafeCell::new(Table::EMPTY),
         hint_slots: AtomicPtr::new(std::ptr::null_mut()),
         hint_cap: AtomicUsize::new(0),
         stats: ShardStats::new(),
@@ -282,6 +276,15 @@ fn home(h: u64, cap: usize) -> usize {
 }
 
 impl Table {
+    /// A table with no slots and no mapping: it maps its first slots on the first insert.
+    const EMPTY: Table = Table {
+        slots: std::ptr::null_mut(),
+        cap: 0,
+        len: 0,
+        mapped: 0,
+        limit: 0,
+    };
+
     /// Slot `i`; an empty entry (and the table declared [`broken`]) past the end.
     fn slot(&self, i: usize) -> Entry {
         if i >= self.cap {
@@ -1818,6 +1821,22 @@ mod tests {
         (tid, k.expect("a batch slot"))
     }
 
+    /// Inserts a block at `a` (its size `a / 2`) that `t` does not hold, with room reserved.
+    fn insert_new_entry(t: &mut Table, a: u64) {
+        let (i, w0) = t.probe(a, hash(a)).unwrap();
+        assert_eq!(w0, 0, "{a:#x} already in the table");
+        let rec = BlockRecord {
+            addr: a,
+            size: a / 2,
+            seq: 1,
+            tid: 1,
+            stack: 0,
+            moving: false,
+        };
+        t.set(i, Entry::pack(&rec));
+        t.len += 1;
+    }
+
     #[test]
     fn entries_pack_every_field() {
         let r = BlockRecord {
@@ -2386,13 +2405,7 @@ mod tests {
     fn a_broken_table_stops_tracking_instead_of_panicking_or_looping() {
         // A table with no empty slot (its load factor forbids it: only memory corruption
         // gets there): a probe for an absent address ends, and tracking stops.
-        let mut t = Table {
-            slots: std::ptr::null_mut(),
-            cap: 0,
-            len: 0,
-            mapped: 0,
-            limit: 0,
-        };
+        let mut t = Table::EMPTY;
         assert!(t.reserve_one());
         for i in 0..t.cap {
             let rec = BlockRecord {
@@ -2421,28 +2434,11 @@ mod tests {
 
     #[test]
     fn table_inserts_finds_and_deletes_through_growth() {
-        let mut t = Table {
-            slots: std::ptr::null_mut(),
-            cap: 0,
-            len: 0,
-            mapped: 0,
-            limit: 0,
-        };
+        let mut t = Table::EMPTY;
         let addrs: Vec<u64> = (1..20_000u64).map(|i| i * 48 + 0x10_0000).collect();
         for &a in &addrs {
             assert!(t.reserve_one());
-            let (i, _) = t.probe(a, hash(a)).unwrap();
-            assert_eq!(t.slot(i).w[0], 0);
-            let rec = BlockRecord {
-                addr: a,
-                size: a / 2,
-                seq: 1,
-                tid: 1,
-                stack: 0,
-                moving: false,
-            };
-            t.set(i, Entry::pack(&rec));
-            t.len += 1;
+            insert_new_entry(&mut t, a);
         }
         assert!(t.len * MAX_LOAD.1 <= t.cap * MAX_LOAD.0);
         // Delete every other one, then every survivor is still found.
@@ -2466,13 +2462,7 @@ mod tests {
 
     #[test]
     fn a_table_grown_in_place_keeps_every_entry_on_an_unbroken_path_from_its_home() {
-        let mut t = Table {
-            slots: std::ptr::null_mut(),
-            cap: 0,
-            len: 0,
-            mapped: 0,
-            limit: 0,
-        };
+        let mut t = Table::EMPTY;
         // Every entry's probe path, from its home to its slot, holds no empty slot.
         let check = |t: &Table, live: &[u64]| {
             let mut n = 0;
@@ -2514,18 +2504,7 @@ mod tests {
             if t.cap != cap {
                 check(&t, &live);
             }
-            let (i, w0) = t.probe(a, hash(a)).unwrap();
-            assert_eq!(w0, 0);
-            let rec = BlockRecord {
-                addr: a,
-                size: a / 2,
-                seq: 1,
-                tid: 1,
-                stack: 0,
-                moving: false,
-            };
-            t.set(i, Entry::pack(&rec));
-            t.len += 1;
+            insert_new_entry(&mut t, a);
             live.push(a);
             // Some deleted on the way, so that runs have holes filled back.
             if n % 5 == 4 {
