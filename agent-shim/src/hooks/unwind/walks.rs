@@ -16,15 +16,15 @@
 //! One set-associative table shared by all threads (their stacks lie at different addresses,
 //! so their keys differ), each entry a seqlock: a writer makes the version odd, writes,
 //! makes it even again; a reader that saw an odd or changed version treats the entry as a
-//! miss. A reader only dereferences words of its own stack: it copies the entry's offsets
-//! (four to a word) and checks the version again before it reads the stack at them, so the
-//! offsets it uses are those of one finished walk from its own stack pointer and stack top,
-//! each inside `[sp, hi - 8]` by construction; a torn entry costs one miss, never a wild
-//! read. A thread interrupted while writing (its own signal handler allocating) finds the
-//! entry odd and walks; a fork child makes the entries other threads were writing at the fork
-//! even and unmatchable again ([`reset_in_child`]), or they would stay odd for good. Walks that
-//! read more than [`MAX_READS`] words, left 512 KiB of stack, or ended at a return address in
-//! no module (its rule is not cached either) are not kept.
+//! miss. A reader only dereferences words of its own stack: it loads the entry's offsets
+//! (four to a word) into registers and checks the version again before it reads the stack
+//! at them, so the offsets it uses are those of one finished walk from its own stack pointer
+//! and stack top, each inside `[sp, hi - 8]` by construction; a torn entry costs one miss,
+//! never a wild read. A thread interrupted while writing (its own signal handler allocating)
+//! finds the entry odd and walks; a fork child makes the entries other threads were writing
+//! at the fork even and unmatchable again ([`reset_in_child`]), or they would stay odd for
+//! good. Walks that read more than [`MAX_READS`] words, left 512 KiB of stack, or ended at a
+//! return address in no module (its rule is not cached either) are not kept.
 //!
 //! Each set has a word of one-byte tags, one per way, from the key's hash: a lookup checks
 //! only the ways whose tag matches (one compare of the eight at once), instead of reading
@@ -33,7 +33,7 @@
 //!
 //! Never allocates, locks or prints: it is read and written inside the malloc hooks.
 
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering, fence};
+use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicU32, AtomicU64, Ordering, fence};
 
 use crate::sys;
 
@@ -136,6 +136,9 @@ pub struct Start {
     pub generation: u32,
 }
 
+/// One remembered walk, laid out for [`check`] (whose assembly names the fields by their
+/// offsets): the key and the offsets on the first two cache lines, the offsets 16-byte
+/// aligned (four SSE loads), the values on the next four.
 #[repr(C, align(64))]
 struct Entry {
     /// Odd while written (see the module docs).
@@ -146,20 +149,25 @@ struct Entry {
     hi: AtomicU64,
     /// generation (bits 0..32) and depth (32..40): [`want`] of the walk.
     key: AtomicU64,
-    /// The entry frame pointer, compared only when `shape` says the walk used it.
+    /// The entry frame pointer, compared only when `used_fp` is 1.
     fp: AtomicU64,
-    stack: AtomicU32,
-    /// The chunks of [`CHUNK`] reads kept (bits 0..8) and [`USED_FP`].
-    shape: AtomicU32,
     /// The offsets of the words read, in words above `sp`, [`CHUNK`] to a word (read `k` in
     /// bits `16 * (k % 4)..` of word `k / 4`, so that the words' little-endian bytes are the
     /// `u16` offsets in order).
     offsets: [AtomicU64; MAX_READS / CHUNK],
+    stack: AtomicU32,
+    /// The chunks of [`CHUNK`] reads kept: 1 to `MAX_READS / CHUNK` in a finished entry.
+    chunks: AtomicU8,
+    /// 1 for a walk that used the frame pointer it started with.
+    used_fp: AtomicU8,
     values: [AtomicU64; MAX_READS],
 }
 
-/// [`Entry::shape`]'s bit for a walk that used the frame pointer it started with.
-const USED_FP: u32 = 1 << 8;
+// What `check`'s assembly relies on: the offsets in four aligned 16-byte loads, the values
+// in 32-byte chunks, the words in the order of little-endian u16s (x86-64 only).
+const _: () = assert!(std::mem::offset_of!(Entry, offsets) % 16 == 0);
+const _: () = assert!(MAX_READS == 32 && CHUNK == 4);
+const _: () = assert!(cfg!(target_arch = "x86_64") && cfg!(target_endian = "little"));
 
 /// The entries (null until [`init`], or when the mapping was refused: then nothing is kept).
 static ENTRIES_PTR: AtomicPtr<Entry> = AtomicPtr::new(std::ptr::null_mut());
@@ -265,8 +273,35 @@ pub fn lookup(start: &Start, depth: usize) -> Option<u32> {
     let mut ways = candidates(place.tags.load(Ordering::Relaxed), place.tag);
     while ways != 0 {
         let way = ways.trailing_zeros() as usize / 8;
-        let set = &place.set[way];
-        if let Some(stack) = check(set, start.sp, start.ret, start.hi, start.fp, want) {
+        let stack: u32;
+        // A direct call, with the registers `check` really changes: the hooks keep `sp` and
+        // `fp` in theirs across the ways (an `extern "C"` call went through the GOT, an
+        // indirect call, and lost every argument register).
+        // SAFETY: `check`'s contract: `place.set[way]` is an entry of the table, and `start`
+        // a walk's start on this thread's stack `[sp, hi)` (`unwind::start`); `check` reads
+        // memory only, uses no stack but its return address, and changes only the registers
+        // named here (and the flags).
+        unsafe {
+            std::arch::asm!(
+                "call {check}",
+                check = sym check,
+                in("rdi") &place.set[way],
+                in("rsi") start.sp,
+                inout("rdx") start.ret => _,
+                inout("rcx") start.hi => _,
+                in("r8") start.fp,
+                inout("r9") want => _,
+                lateout("eax") stack,
+                lateout("r10") _,
+                lateout("r11") _,
+                lateout("xmm0") _,
+                lateout("xmm1") _,
+                lateout("xmm2") _,
+                lateout("xmm3") _,
+                options(readonly),
+            );
+        }
+        if stack != 0 {
             return Some(stack);
         }
         ways &= ways - 1;
@@ -275,85 +310,164 @@ pub fn lookup(start: &Start, depth: usize) -> Option<u32> {
 }
 
 /// The stack id of entry `e` if it holds the walk from the [`Start`] whose fields are `sp`,
-/// `ret`, `hi` and `fp` (of the generation and depth `want` gives, as [`want`]); the fields
-/// one by one, so they reach it in registers (a `&Start` made the hooks store the start
-/// first, five stores a lookup). `#[inline]`, not `#[inline(always)]` like [`lookup`]: LLVM
-/// keeps it out of line, one direct call from each of the hooks' lookups (`objdump -d` of the
-/// release build), and inlining it too cost more than its call (the registers it needs: 25M
-/// instructions on sqlite3's 50k rows, BENCHMARKS.md "Real programs"). Not
-/// `#[inline(never)]`: the hooks then reach it through the GOT, an indirect call, which is
-/// not the build measured.
-#[inline]
-fn check(e: &Entry, sp: usize, ret: usize, hi: usize, fp: usize, want: u64) -> Option<u32> {
-    let version = e.version.load(Ordering::Acquire);
-    // One test of the key's differences (an odd version counts as one).
-    let differs = (version & 1)
-        | (e.sp.load(Ordering::Relaxed) ^ sp as u64)
-        | (e.ret.load(Ordering::Relaxed) ^ ret as u64)
-        | (e.hi.load(Ordering::Relaxed) ^ hi as u64)
-        | (e.key.load(Ordering::Relaxed) ^ want);
-    if differs != 0 {
-        return None;
+/// `ret`, `hi` and `fp` (of the generation and depth `want` gives, as [`want`]), else 0 (no
+/// stack id is 0). The seqlock read of the module docs, in this order: the version, the key
+/// (sp, ret, hi, generation and depth, and fp if the walk used it), the offsets, the version
+/// again; only then the stack at those offsets, [`CHUNK`] words at a time, each chunk's
+/// differences or-ed and tested once; then the stack id and the version a third time. On
+/// x86-64 loads are not reordered with older loads, so the order of the instructions is the
+/// order of the reads (what `fence(Acquire)` gave the Rust version).
+///
+/// Called from [`lookup`] only, by an `asm!` call that names the registers it changes: `rax`,
+/// `rdx`, `rcx`, `r9`, `r10`, `r11`, `xmm0`–`xmm3` (`rdi`, `rsi` and `r8` are kept).
+///
+/// Why assembly: this is most of a stack's cost in a hook (1.28 checks a lookup on sqlite3),
+/// and LLVM's code for it was 139 instructions for a hit on a 16-word stack: the offsets
+/// copied to the stack (8 loads, 8 stores, a `black_box` to keep them there), four registers
+/// saved, each word compared and branched on apart, an `Option` built and tested. Here the
+/// offsets stay in four SSE registers (`pextrw` takes each out, as `movzx` did from the
+/// copy), nothing is saved, a word costs four instructions and a chunk's test one branch:
+/// 98 for the same hit (sqlite3 50k rows: 132 → 87 a call on average; BENCHMARKS.md "Real
+/// programs", 2026-11-28 17:42 UTC).
+///
+/// A torn entry: a version that is odd or moved between the reads is a miss, so the offsets
+/// used are those of one finished walk from this `sp` under this `hi`, each inside
+/// `[sp, hi - 8]`, and the stack is read only there. `store` pads the last chunk with offset 0
+/// (the return address, matched by `ret` already) and keeps at least one chunk.
+///
+/// # Safety
+/// `e` points at an entry of the table; `sp` is the entry stack pointer of a hooked call on
+/// this thread, 8-aligned, in the thread's stack whose top is `hi`, and the hook still runs
+/// on that stack.
+#[unsafe(naked)]
+unsafe extern "C" fn check(
+    e: *const Entry,
+    sp: usize,
+    ret: usize,
+    hi: usize,
+    fp: usize,
+    want: u64,
+) -> u32 {
+    // rdi = e, rsi = sp, rdx = ret, rcx = hi, r8 = fp, r9 = want; rax = the version, r11 the
+    // chunks left; in a chunk, edx an offset, r9 the or-ed differences, r10 a word.
+    macro_rules! chunk {
+        ($xmm:literal, $half:literal, $c:literal) => {
+            concat!(
+                "pextrw edx, xmm",
+                $xmm,
+                ", 4*",
+                $half,
+                "+0\n",
+                "mov r9, [rsi + rdx*8]\n",
+                "xor r9, [rdi + {values} + 32*",
+                $c,
+                "+0]\n",
+                "pextrw edx, xmm",
+                $xmm,
+                ", 4*",
+                $half,
+                "+1\n",
+                "mov r10, [rsi + rdx*8]\n",
+                "xor r10, [rdi + {values} + 32*",
+                $c,
+                "+8]\n",
+                "or r9, r10\n",
+                "pextrw edx, xmm",
+                $xmm,
+                ", 4*",
+                $half,
+                "+2\n",
+                "mov r10, [rsi + rdx*8]\n",
+                "xor r10, [rdi + {values} + 32*",
+                $c,
+                "+16]\n",
+                "or r9, r10\n",
+                "pextrw edx, xmm",
+                $xmm,
+                ", 4*",
+                $half,
+                "+3\n",
+                "mov r10, [rsi + rdx*8]\n",
+                "xor r10, [rdi + {values} + 32*",
+                $c,
+                "+24]\n",
+                "or r9, r10\n",
+                "jnz 9f\n",
+            )
+        };
     }
-    let shape = e.shape.load(Ordering::Relaxed);
-    if shape & USED_FP != 0 && e.fp.load(Ordering::Relaxed) != fp as u64 {
-        return None;
-    }
-    let chunks = ((shape & 0xff) as usize).min(MAX_READS / CHUNK);
-    // The offsets first, then the version again: if it did not move, they (and the key and
-    // shape read above) are one finished store's, that of a walk from this stack pointer
-    // under this stack top, which read only words in [sp, hi - 8]. Only then is the stack
-    // read at them. (A bound check of each offset instead cost two instructions a word;
-    // copying the whole entry out first made the check 2–3 times as costly: BENCHMARKS.md
-    // "Real programs".)
-    let mut packed: [u64; MAX_READS / CHUNK] =
-        std::array::from_fn(|c| e.offsets[c].load(Ordering::Relaxed));
-    // Stored before the version's test, not held in eight registers across it (which made
-    // the check save six), and read back from memory below as `u16`s. `black_box` does not
-    // promise this: it is a codegen lever that forces the copy to memory here in the release
-    // build of ce643b5 (callgrind, sqlite3 50k rows: `walks::check` 223.9M → 215.6M
-    // instructions; BENCHMARKS.md "Real programs", 16:11 UTC 2026-11-28). Without it the
-    // check is still correct, only costlier.
-    std::hint::black_box(&mut packed);
-    fence(Ordering::Acquire);
-    if e.version.load(Ordering::Relaxed) != version {
-        return None;
-    }
-    // Read as `u16`s from the copy (one load each, where shifting them out of the words
-    // cost two more instructions a word and a chain of shifts).
-    // SAFETY: `packed` is 64 initialised bytes, aligned for `u16`, and any bits are a valid
-    // `[u16; 32]`; on this little-endian target, offset `k` is element `k` (see
-    // `Entry::offsets`).
-    let offsets = unsafe { &*(&raw const packed).cast::<[u16; MAX_READS]>() };
-    // Element `k` of that view is offset `k` only on a little-endian target (the only kind
-    // the agent is built for: x86-64); a big-endian build must not compile silently wrong.
-    const _: () = assert!(cfg!(target_endian = "little"));
-    // Four words at a time, their differences or-ed and tested once: `store` pads the reads
-    // to a multiple of four with the return address at offset 0, which `ret` already
-    // matched. A value torn by a writer since is caught by the version below.
-    let sp = sp as *const u64;
-    let groups = offsets
-        .chunks_exact(CHUNK)
-        .zip(e.values.chunks_exact(CHUNK));
-    for (offsets, values) in groups.take(chunks) {
-        let mut diff = 0;
-        for (&offset, value) in offsets.iter().zip(values) {
-            // SAFETY: sp + 8 * offset lies in [sp, hi - 8] (above), this thread's stack as its
-            // cached bounds say, at or above the hooked call's entry stack pointer (so
-            // mapped); sp is 8-aligned (`unwind::start`).
-            let word = unsafe { *sp.add(usize::from(offset)) };
-            diff |= word ^ value.load(Ordering::Relaxed);
-        }
-        if diff != 0 {
-            return None;
-        }
-    }
-    let stack = e.stack.load(Ordering::Relaxed);
-    fence(Ordering::Acquire);
-    if e.version.load(Ordering::Relaxed) != version || stack == 0 {
-        return None;
-    }
-    Some(stack)
+    core::arch::naked_asm!(
+        // The key: one or-ed difference, one branch; an odd version is a miss.
+        "mov rax, [rdi + {version}]",
+        "xor rdx, [rdi + {ret}]",
+        "xor rcx, [rdi + {hi}]",
+        "xor r9, [rdi + {key}]",
+        "or rdx, rcx",
+        "or rdx, r9",
+        "mov r10, [rdi + {sp}]",
+        "xor r10, rsi",
+        "or rdx, r10",
+        "jnz 9f",
+        "test al, 1",
+        "jnz 9f",
+        "test byte ptr [rdi + {used_fp}], 1",
+        "jnz 8f",
+        "2:",
+        "movzx r11d, byte ptr [rdi + {chunks}]",
+        "movdqa xmm0, [rdi + {offsets}]",
+        "movdqa xmm1, [rdi + {offsets} + 16]",
+        "movdqa xmm2, [rdi + {offsets} + 32]",
+        "movdqa xmm3, [rdi + {offsets} + 48]",
+        "cmp rax, [rdi + {version}]",
+        "jne 9f",
+        chunk!("0", "0", "0"),
+        "dec r11d",
+        "jz 7f",
+        chunk!("0", "1", "1"),
+        "dec r11d",
+        "jz 7f",
+        chunk!("1", "0", "2"),
+        "dec r11d",
+        "jz 7f",
+        chunk!("1", "1", "3"),
+        "dec r11d",
+        "jz 7f",
+        chunk!("2", "0", "4"),
+        "dec r11d",
+        "jz 7f",
+        chunk!("2", "1", "5"),
+        "dec r11d",
+        "jz 7f",
+        chunk!("3", "0", "6"),
+        "dec r11d",
+        "jz 7f",
+        chunk!("3", "1", "7"),
+        // Every word matched: the stack id, if the version still has not moved.
+        "7:",
+        "mov edx, [rdi + {stack}]",
+        "cmp rax, [rdi + {version}]",
+        "jne 9f",
+        "mov eax, edx",
+        "ret",
+        // A walk that used the entry frame pointer needs the same one.
+        "8:",
+        "cmp r8, [rdi + {fp}]",
+        "je 2b",
+        "9:",
+        "xor eax, eax",
+        "ret",
+        version = const std::mem::offset_of!(Entry, version),
+        sp = const std::mem::offset_of!(Entry, sp),
+        ret = const std::mem::offset_of!(Entry, ret),
+        hi = const std::mem::offset_of!(Entry, hi),
+        key = const std::mem::offset_of!(Entry, key),
+        fp = const std::mem::offset_of!(Entry, fp),
+        offsets = const std::mem::offset_of!(Entry, offsets),
+        stack = const std::mem::offset_of!(Entry, stack),
+        chunks = const std::mem::offset_of!(Entry, chunks),
+        used_fp = const std::mem::offset_of!(Entry, used_fp),
+        values = const std::mem::offset_of!(Entry, values),
+    )
 }
 
 /// Remembers the walk from `start` to `depth` frames that read `reads` and was interned as
@@ -382,11 +496,12 @@ pub fn store(start: &Start, depth: usize, reads: &Reads, stack: u32) {
     e.fp.store(start.fp as u64, Ordering::Relaxed);
     e.hi.store(start.hi as u64, Ordering::Relaxed);
     let kept = reads.needed.count_ones() as usize;
+    // At least one chunk, so that `check` need not test for none.
+    let chunks = kept.div_ceil(CHUNK).max(1);
     e.key
         .store(want(start.generation, depth), Ordering::Relaxed);
-    let used_fp = if reads.used_fp { USED_FP } else { 0 };
-    e.shape
-        .store(kept.div_ceil(CHUNK) as u32 | used_fp, Ordering::Relaxed);
+    e.used_fp.store(u8::from(reads.used_fp), Ordering::Relaxed);
+    e.chunks.store(chunks as u8, Ordering::Relaxed);
     e.stack.store(stack, Ordering::Relaxed);
     // The rest of the last chunk of four: offset 0, the return address at the entry stack
     // pointer, which every lookup that reads these has matched already (`check`).
@@ -396,10 +511,10 @@ pub fn store(start: &Start, depth: usize, reads: &Reads, stack: u32) {
         offsets[k / CHUNK] |= u64::from(reads.offsets[i]) << (16 * (k % CHUNK));
         e.values[k].store(reads.values[i], Ordering::Relaxed);
     }
-    for k in kept..kept.next_multiple_of(CHUNK).min(MAX_READS) {
+    for k in kept..chunks * CHUNK {
         e.values[k].store(start.ret as u64, Ordering::Relaxed);
     }
-    for (packed, &value) in e.offsets.iter().zip(&offsets).take(kept.div_ceil(CHUNK)) {
+    for (packed, &value) in e.offsets.iter().zip(&offsets).take(chunks) {
         packed.store(value, Ordering::Relaxed);
     }
     e.version.store(version + 2, Ordering::Release);
@@ -513,6 +628,72 @@ mod tests {
                 tags |= byte << (8 * way);
             }
             check_candidates(tags, tag);
+        }
+    }
+
+    /// Every count of words a walk may keep (none to [`MAX_READS`]: one to eight chunks, the
+    /// last one padded), with and without the frame pointer: a change in any word the walk
+    /// depended on is a miss, whichever chunk and place in its chunk it has; a change in a
+    /// word it read without depending on it, or never read, is not.
+    #[test]
+    fn a_change_in_any_word_the_walk_depended_on_is_a_miss() {
+        assert!(init());
+        const WORDS: usize = 2 * MAX_READS + 8;
+        let mut words: [usize; WORDS] = std::array::from_fn(|w| 0x7000_0000 + 8 * w);
+        for kept in 0..=MAX_READS {
+            for used_fp in [false, true] {
+                // A fresh generation: no entry of an earlier round (same key, fewer words)
+                // can answer for this one.
+                clear();
+                std::hint::black_box(&mut words);
+                let sp = words.as_ptr() as usize;
+                let start = Start {
+                    sp,
+                    ret: words[0],
+                    fp: 0x5000,
+                    hi: sp + 8 * WORDS,
+                    generation: generation(),
+                };
+                // Needed reads at the odd words, a read not needed after each while that
+                // leaves room for the needed ones (a walk reads at most MAX_READS words).
+                let mut reads = Reads::default();
+                let mut needed = [false; WORDS];
+                for k in 0..kept {
+                    let w = 2 * k + 1;
+                    let i = reads.push(8 * w, words[w]);
+                    reads.need(i);
+                    needed[w] = true;
+                    if MAX_READS - reads.len > kept - k - 1 {
+                        reads.push(8 * (w + 1), words[w + 1]);
+                    }
+                }
+                if used_fp {
+                    reads.use_fp();
+                }
+                let id = 1000 + 2 * kept as u32 + u32::from(used_fp);
+                store(&start, 16, &reads, id);
+                assert_eq!(lookup(&start, 16), Some(id), "{kept} kept, fp {used_fp}");
+                // Word 0 is the return address of the key, `start.ret`.
+                for w in 1..WORDS {
+                    words[w] ^= 0x1_0000_0000;
+                    std::hint::black_box(&mut words);
+                    let want = (!needed[w]).then_some(id);
+                    assert_eq!(
+                        lookup(&start, 16),
+                        want,
+                        "{kept} kept, fp {used_fp}: word {w} changed"
+                    );
+                    words[w] ^= 0x1_0000_0000;
+                    std::hint::black_box(&mut words);
+                }
+                assert_eq!(lookup(&start, 16), Some(id), "{kept} kept, fp {used_fp}");
+                let other_fp = Start {
+                    fp: 0x6000,
+                    ..start
+                };
+                let want = (!used_fp).then_some(id);
+                assert_eq!(lookup(&other_fp, 16), want, "{kept} kept, fp {used_fp}");
+            }
         }
     }
 
