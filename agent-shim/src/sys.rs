@@ -93,12 +93,16 @@ pub fn thread_state() -> &'static ThreadState {
     // library (built with `-ftls-model=initial-exec`, loaded with the program, so its TLS is
     // in the static block); it reads the GOT and the thread control block, writes only its
     // output register (and flags), and gives the same address every time on one thread.
+    // `nomem`, not `readonly`: neither word it reads ever changes under a running function
+    // (the GOT entry is fixed at load, `%fs:0` is this thread's), so LLVM may reuse the
+    // address within a hook; with `readonly` it computed it again after each store (the
+    // walk's start after the busy flag's, 2 instructions a lookup).
     unsafe {
         std::arch::asm!(
             "mov {state}, qword ptr [rip + heaptui_thread_state@GOTTPOFF]",
             "add {state}, qword ptr fs:0",
             state = out(reg) state,
-            options(pure, readonly, nostack),
+            options(pure, nomem, nostack),
         );
     }
     // SAFETY: the address of this thread's own TLS slot (zero-initialised: valid atomics),

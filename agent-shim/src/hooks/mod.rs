@@ -143,18 +143,41 @@ fn capture<const N: usize>(entry_sp: usize, fp: usize, depth: usize) -> u32 {
     if let Some(id) = unwind::walks::lookup(&start, depth) {
         return id;
     }
-    walk_and_intern::<N>(&start, depth)
+    let unwind::walks::Start {
+        sp,
+        ret,
+        fp,
+        hi,
+        generation,
+    } = start;
+    walk_and_intern::<N>(sp, ret, fp, hi, generation, depth)
 }
 
-/// The walk cache's miss: the full walk, interned and remembered.
+/// The walk cache's miss: the full walk from the `unwind::walks::Start` of these fields,
+/// interned and remembered. The fields one by one, in registers: a `&Start` made every
+/// lookup store the start to memory for this rare call (5 stores).
 #[inline(never)]
-fn walk_and_intern<const N: usize>(start: &unwind::walks::Start, depth: usize) -> u32 {
+fn walk_and_intern<const N: usize>(
+    sp: usize,
+    ret: usize,
+    fp: usize,
+    hi: usize,
+    generation: u32,
+    depth: usize,
+) -> u32 {
+    let start = unwind::walks::Start {
+        sp,
+        ret,
+        fp,
+        hi,
+        generation,
+    };
     let mut buf = [0u64; N];
     let mut reads = unwind::walks::Reads::default();
     // SAFETY: `start` came from `unwind::start` in this hook, on this stack.
-    let n = unsafe { unwind::walk(start, &mut buf[..depth.min(N)], &mut reads) };
+    let n = unsafe { unwind::walk(&start, &mut buf[..depth.min(N)], &mut reads) };
     let id = stacks::intern(&buf[..n]);
-    unwind::walks::store(start, depth, &reads, id);
+    unwind::walks::store(&start, depth, &reads, id);
     id
 }
 

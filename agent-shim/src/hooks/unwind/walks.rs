@@ -6,7 +6,7 @@
 //! call's entry, the return address stored there, the frame pointer when a rule used it before
 //! the stack restored it), of the upper bound of the stack it may read (a walk cut short there
 //! would go on under a higher one, so an entry holds only for the same bound), of the rules of
-//! its return addresses (fixed until a `dlclose` or a module load, which bump `GENERATION`),
+//! its return addresses (fixed until a `dlclose` or a module load, which bump the generation),
 //! and of the stack words it read. When all of these are as they were, the walk would take the
 //! same steps and find the same frames, so it need not be taken.
 //! A program allocating in a loop calls malloc from the same site at the same stack depth over
@@ -57,10 +57,6 @@ const SET_BITS: u32 = 10;
 const SETS: usize = 1 << SET_BITS;
 const WAYS: usize = 8;
 const ENTRIES: usize = SETS * WAYS;
-
-/// Bumped when rules may have changed (a `dlclose`, a module load: `loads`): older entries no
-/// longer match.
-static GENERATION: AtomicU32 = AtomicU32::new(1);
 
 /// The stack words a walk read, in order, as offsets in words from its entry stack pointer,
 /// and which of them its result depends on: every return address, and a saved rbp only when
@@ -169,37 +165,51 @@ const _: () = assert!(std::mem::offset_of!(Entry, offsets) % 16 == 0);
 const _: () = assert!(MAX_READS == 32 && CHUNK == 4);
 const _: () = assert!(cfg!(target_arch = "x86_64") && cfg!(target_endian = "little"));
 
-/// The entries (null until [`init`], or when the mapping was refused: then nothing is kept).
-static ENTRIES_PTR: AtomicPtr<Entry> = AtomicPtr::new(std::ptr::null_mut());
+/// What a lookup reads besides the entries, in one static: each static of its own cost the
+/// hooks a load of its address from the GOT (rust-lld does not relax them).
+#[repr(C, align(64))]
+struct Table {
+    /// Bumped when rules may have changed (a `dlclose`, a module load: `loads`): older
+    /// entries no longer match.
+    generation: AtomicU32,
+    /// The entries (null until [`init`], or when the mapping was refused: then nothing is
+    /// kept, and every set's tags stay 0).
+    entries: AtomicPtr<Entry>,
+    /// Each set's tags, byte `w` for way `w` (0: none yet; see the module docs).
+    tags: [AtomicU64; SETS],
+}
 
-/// Each set's tags, byte `w` for way `w` (0: none yet; see the module docs).
-static TAGS: [AtomicU64; SETS] = [const { AtomicU64::new(0) }; SETS];
+static TABLE: Table = Table {
+    generation: AtomicU32::new(1),
+    entries: AtomicPtr::new(std::ptr::null_mut()),
+    tags: [const { AtomicU64::new(0) }; SETS],
+};
 
 /// Each byte of a word of tags.
 const BYTES: u64 = 0x0101_0101_0101_0101;
 
 /// Reserves the table (pages cost memory when first written). From the constructor.
 pub fn init() -> bool {
-    if !ENTRIES_PTR.load(Ordering::Acquire).is_null() {
+    if !TABLE.entries.load(Ordering::Acquire).is_null() {
         return true;
     }
     let Some(p) = sys::map_anon(ENTRIES * std::mem::size_of::<Entry>(), true) else {
         return false;
     };
-    ENTRIES_PTR.store(p.cast(), Ordering::Release);
+    TABLE.entries.store(p.cast(), Ordering::Release);
     true
 }
 
 /// Forgets every walk (after a `dlclose` or a load: the rules they went by may be gone).
 pub fn clear() {
-    GENERATION.fetch_add(1, Ordering::Relaxed);
+    TABLE.generation.fetch_add(1, Ordering::Relaxed);
 }
 
 /// In a fork child: an entry another thread of the parent was writing at the fork is odd,
 /// and its writer does not exist here to finish it: it is emptied and made even, so it can
 /// be used again.
 pub fn reset_in_child() {
-    let base = ENTRIES_PTR.load(Ordering::Acquire);
+    let base = TABLE.entries.load(Ordering::Acquire);
     if base.is_null() {
         return;
     }
@@ -219,34 +229,45 @@ pub fn reset_in_child() {
 
 /// The generation walks starting now go by (see [`Start::generation`]).
 pub fn generation() -> u32 {
-    GENERATION.load(Ordering::Relaxed)
+    TABLE.generation.load(Ordering::Relaxed)
 }
 
 /// Where walks from one key are kept: its set of [`WAYS`] entries, that set's tags and the
 /// key's tag (a byte with its top bit set, so never the 0 of a way without one).
 struct Place {
-    set: &'static [Entry; WAYS],
+    /// The set's first entry: dangling when the table has no entries, whose tags are then
+    /// all 0, so that no lookup is led to a way (and `store` keeps nothing).
+    set: *const Entry,
     tags: &'static AtomicU64,
     tag: u64,
 }
 
-/// The place of walks from `start`.
-#[inline]
-fn place(start: &Start) -> Option<Place> {
-    let base = ENTRIES_PTR.load(Ordering::Relaxed);
-    if base.is_null() {
-        return None;
+impl Place {
+    /// Way `way` of the set.
+    ///
+    /// # Safety
+    /// The table has entries: `TABLE.entries` is not null (it never goes back to null), as
+    /// it is when a way's tag is not 0.
+    unsafe fn way(&self, way: usize) -> &'static Entry {
+        // SAFETY: way < WAYS and the set lies in the mapping of SETS * WAYS entries (`place`);
+        // it is never unmapped, and zeroed memory is a valid entry of atomics.
+        unsafe { &*self.set.add(way % WAYS) }
     }
+}
+
+/// The place of walks from `start`. No test of the table's address: a lookup without
+/// entries finds no way whose tag matches ([`Place::set`]).
+#[inline]
+fn place(start: &Start) -> Place {
+    let base = TABLE.entries.load(Ordering::Relaxed);
     let h =
         (start.sp as u64 ^ (start.ret as u64).rotate_left(29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     let i = (h >> (64 - SET_BITS)) as usize;
-    Some(Place {
-        // SAFETY: i < SETS, so the set's entries lie in the mapping of SETS * WAYS entries;
-        // it is never unmapped, and zeroed memory is a valid entry of atomics.
-        set: unsafe { &*base.add(i * WAYS).cast::<[Entry; WAYS]>() },
-        tags: &TAGS[i],
+    Place {
+        set: base.wrapping_add(i * WAYS),
+        tags: &TABLE.tags[i],
         tag: (h >> 32) & 0x7f | 0x80,
-    })
+    }
 }
 
 /// The ways of a set whose tag in `tags` may be `tag`: the top bit of each such way's byte
@@ -268,8 +289,10 @@ fn want(generation: u32, depth: usize) -> u64 {
 /// it saved were a tenth of its cost.
 #[inline(always)]
 pub fn lookup(start: &Start, depth: usize) -> Option<u32> {
-    let place = place(start)?;
-    let want = want(generation(), depth);
+    let place = place(start);
+    // The start's generation, not read again: a walk cleared since the start was taken is
+    // one cleared just after this lookup.
+    let want = want(start.generation, depth);
     let mut ways = candidates(place.tags.load(Ordering::Relaxed), place.tag);
     while ways != 0 {
         let way = ways.trailing_zeros() as usize / 8;
@@ -277,15 +300,16 @@ pub fn lookup(start: &Start, depth: usize) -> Option<u32> {
         // A direct call, with the registers `check` really changes: the hooks keep `sp` and
         // `fp` in theirs across the ways (an `extern "C"` call went through the GOT, an
         // indirect call, and lost every argument register).
-        // SAFETY: `check`'s contract: `place.set[way]` is an entry of the table, and `start`
-        // a walk's start on this thread's stack `[sp, hi)` (`unwind::start`); `check` reads
-        // memory only, uses no stack but its return address, and changes only the registers
-        // named here (and the flags).
+        // SAFETY: `check`'s contract: way `way` of the set is an entry of the table (its tag
+        // is not 0, so the table has entries: `Place::set`), and `start` a walk's start on
+        // this thread's stack `[sp, hi)` (`unwind::start`); `check` reads memory only, uses
+        // no stack but its return address, and changes only the registers named here (and
+        // the flags).
         unsafe {
             std::arch::asm!(
                 "call {check}",
                 check = sym check,
-                in("rdi") &place.set[way],
+                in("rdi") place.set.wrapping_add(way),
                 in("rsi") start.sp,
                 inout("rdx") start.ret => _,
                 inout("rcx") start.hi => _,
@@ -476,12 +500,14 @@ pub fn store(start: &Start, depth: usize, reads: &Reads, stack: u32) {
     if reads.unkeepable || stack == 0 || start.generation != generation() {
         return;
     }
-    let Some(place) = place(start) else {
+    if TABLE.entries.load(Ordering::Relaxed).is_null() {
         return;
-    };
+    }
+    let place = place(start);
     // The stack id picks the way: the paths that share a set usually differ in it.
     let way = stack as usize % WAYS;
-    let e = &place.set[way];
+    // SAFETY: the table has entries (above).
+    let e = unsafe { place.way(way) };
     let version = e.version.load(Ordering::Relaxed);
     if version & 1 != 0
         || e.version
@@ -762,8 +788,12 @@ mod tests {
         words[5] = 0x3000;
         std::hint::black_box(&mut words);
         assert_eq!(lookup(&start, 16), Some(77));
-        // A dlclose since.
+        // A dlclose since (a start taken after it has its generation).
         clear();
+        let start = Start {
+            generation: generation(),
+            ..start
+        };
         assert_eq!(lookup(&start, 16), None);
         // A walk that began before a dlclose and ends after it is not kept: it went by rules
         // the dlclose may have dropped.
@@ -781,7 +811,8 @@ mod tests {
         // misses, and a fork child makes it usable again.
         let start = remember(&words, false);
         assert_eq!(lookup(&start, 16), Some(77));
-        let e = &place(&start).unwrap().set[77 % WAYS];
+        // SAFETY: the table has entries (`init` in `remember`).
+        let e = unsafe { place(&start).way(77 % WAYS) };
         e.version.fetch_add(1, Ordering::Relaxed);
         assert_eq!(lookup(&start, 16), None);
         let start = remember(&words, false);
