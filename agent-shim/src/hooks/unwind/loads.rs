@@ -56,6 +56,16 @@ static WATCHED: Watched = Watched {
     seen: [const { AtomicU64::new(0) }; CANDIDATES],
 };
 
+/// What a word found wrong by [`verify`] is watched as from then on: a word that never moves
+/// (so it costs a compare, never a clear). Not null: [`check`] stops at the first null, and
+/// the words after it must still be read.
+static DROPPED: AtomicU64 = AtomicU64::new(0);
+
+/// Whether `counter` (a word of `WATCHED.counters`) is a word of the loader's data.
+fn watching(counter: *mut u64) -> bool {
+    !counter.is_null() && counter != DROPPED.as_ptr()
+}
+
 /// `dl_iterate_phdr`'s count of loads (`dlpi_adds`). Takes the loader lock: never from a hook.
 fn loads_so_far() -> u64 {
     unsafe extern "C" fn first(
@@ -148,13 +158,16 @@ pub fn init() -> bool {
 }
 
 /// Clears the rule and walk caches if a module was loaded since they were last cleared for
-/// it. Inside the hooks: a load and a compare per watched word when nothing was loaded.
+/// it. Inside the hooks: a load and a compare per watched word when nothing was loaded, up
+/// to the first empty slot (`init` fills them from the first; most processes watch two
+/// words, the counter and the main namespace's count of modules: the test of the fourth
+/// slot cost sqlite3 3 instructions a lookup).
 #[inline(always)]
 pub fn check() {
     for i in 0..CANDIDATES {
         let counter = WATCHED.counters[i].load(Ordering::Relaxed);
         if counter.is_null() {
-            continue;
+            break;
         }
         // SAFETY: `counter` points at a word of the loader's data (found by `init`),
         // aligned, mapped for good; the loader writes it under its own lock, so it is read
@@ -215,7 +228,7 @@ pub fn verify() {
     let word = |i: usize| {
         let counter = WATCHED.counters[i].load(Ordering::Acquire);
         // SAFETY: as in `check`.
-        (!counter.is_null()).then(|| unsafe { AtomicU64::from_ptr(counter) })
+        watching(counter).then(|| unsafe { AtomicU64::from_ptr(counter) })
     };
     let before: [Option<u64>; CANDIDATES] =
         std::array::from_fn(|i| word(i).map(|w| w.load(Ordering::Relaxed)));
@@ -225,7 +238,10 @@ pub fn verify() {
             continue;
         };
         if !agrees(before, adds, w.load(Ordering::Relaxed)) {
-            WATCHED.counters[i].store(std::ptr::null_mut(), Ordering::Release);
+            // Not null, which would hide the words after it from `check`. A hook between the
+            // two stores sees a move and clears the caches once more than needed.
+            WATCHED.counters[i].store(DROPPED.as_ptr(), Ordering::Release);
+            WATCHED.seen[i].store(0, Ordering::Relaxed);
         }
     }
     if !found() {
@@ -246,7 +262,7 @@ pub fn found() -> bool {
     WATCHED
         .counters
         .iter()
-        .any(|c| !c.load(Ordering::Relaxed).is_null())
+        .any(|c| watching(c.load(Ordering::Relaxed)))
 }
 
 #[cfg(test)]
@@ -297,7 +313,7 @@ mod tests {
             WATCHED
                 .counters
                 .iter()
-                .filter(|c| !c.load(Ordering::Relaxed).is_null())
+                .filter(|c| watching(c.load(Ordering::Relaxed)))
                 .count()
         };
         // The counter and, by its value, the main namespace's count of loaded modules.
@@ -326,6 +342,32 @@ mod tests {
             "{at_init} words watched, {} after a load and an unload",
             watched()
         );
+    }
+
+    /// `check` stops at the first empty slot: a word `verify` dropped must not hide the
+    /// words watched after it.
+    #[test]
+    fn a_word_found_wrong_does_not_hide_the_words_after_it() {
+        static COUNTER: AtomicU64 = AtomicU64::new(7);
+        WATCHED.counters[0].store(DROPPED.as_ptr(), Ordering::Relaxed);
+        WATCHED.seen[0].store(0, Ordering::Relaxed);
+        WATCHED.counters[1].store(COUNTER.as_ptr(), Ordering::Relaxed);
+        WATCHED.seen[1].store(7, Ordering::Relaxed);
+        for c in &WATCHED.counters[2..] {
+            c.store(std::ptr::null_mut(), Ordering::Relaxed);
+        }
+        assert!(found());
+        let before = walks::generation();
+        check();
+        assert_eq!(walks::generation(), before, "nothing moved");
+        COUNTER.store(8, Ordering::Relaxed);
+        check();
+        assert!(
+            walks::generation() > before,
+            "the second word's move is seen"
+        );
+        WATCHED.counters[1].store(std::ptr::null_mut(), Ordering::Relaxed);
+        assert!(!found(), "a dropped word is not a counter");
     }
 
     #[test]
