@@ -1123,7 +1123,7 @@ fn apply_entry(
         return placed;
     }
     count_placed(&placed, stats, op, e.size());
-    slot.addrs[i].store(0, Ordering::Release);
+    slot.take(i);
     placed
 }
 
@@ -1157,7 +1157,7 @@ struct Waiting {
 impl Waiting {
     /// Takes it out of its slot; the caller accounts for it in its locked shard.
     fn take(&self) {
-        self.slot.addrs[self.i].store(0, Ordering::Release);
+        self.slot.take(self.i);
     }
 
     /// Takes it as a stale entry (an older block at an address that was allocated again,

@@ -23,8 +23,9 @@
 //! in the slot:
 //! - A free of a block waiting in the freeing thread's own slot ([`NewSlot::cancel`], found
 //!   through the slot's owner-private index, two hints a bucket checked against the entry)
-//!   empties the entry with one compare-and-swap, counts the block as allocated and freed in
-//!   the slot's own counters, and hands it to libc at once: no table, no lock, no held free.
+//!   empties the entry with a plain store (no locked instruction), counts the block as
+//!   allocated and freed in the slot's own counters, and hands it to libc at once: no table,
+//!   no lock, no held free.
 //! - A realloc of such a block marks its entry moving in place, under the shard lock every
 //!   other reader of that address takes, and the new block (under [`DIRECT_FROM`] bytes) takes
 //!   the same entry when libc returns, in one step under that lock
@@ -33,9 +34,12 @@
 //!
 //! The one rule that makes it correct: **an entry leaves a slot only with its block's shard
 //! lock held, and goes straight into that shard's table (or is accounted as freed there)
-//! under the same lock** — or it leaves it by its owner's compare-and-swap when the program
-//! frees it (a cancel), which only the program's own race can make another reader of the
-//! address see (one of the two empties the entry). So whoever holds a shard's lock sees each
+//! under the same lock** — or it leaves it by its owner's store when the program frees it
+//! (a cancel). A taker marks the entry [`TAKEN`] before emptying it, and the owner reads the
+//! mark after its store: a capture that takes entries while the owner is stopped between its
+//! look and its store is noticed, and the free goes the usual way (`NewSlot::cancel`); only
+//! the program's own race (another thread freeing or looking up the same block at the same
+//! moment) can make both count it. So whoever holds a shard's lock sees each
 //! of that shard's blocks either in the table or in some thread's slot, never in neither, and
 //! an entry it sees in a slot cannot change under it: its owner rewrites a slot entry only
 //! after it was emptied, or (a realloc) under that lock. Every reader of the table uses it:
@@ -82,7 +86,9 @@
 //! Written by its owner thread inside a hook (and by lock holders taking entries), read by
 //! lock holders and the counters; never allocates, locks or prints.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{
+    AtomicBool, AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering, compiler_fence,
+};
 
 use super::counters::{Counters, OPS, Op};
 use super::held_frees::{SLOTS, used_slots};
@@ -111,6 +117,10 @@ const CANCEL_MISSES: u32 = 64;
 const CANCEL_RETRY: u32 = 16;
 /// Buckets of a slot's owner-private index (see [`NewSlot::index`]).
 const INDEX: usize = 256;
+/// Set in an entry's `ops` byte by whoever takes the entry out of the slot
+/// ([`NewSlot::take`]): how the owner's lock-free cancel learns that its entry was taken
+/// between its look and its store ([`NewSlot::cancel`]).
+const TAKEN: u8 = 0x80;
 
 /// One thread's new blocks (indexed like its `held_frees` slot): a ring of [`NURSERY`]
 /// entries, position `n` at index `n % NURSERY`. Whenever every entry was applied, the next
@@ -149,7 +159,8 @@ pub(super) struct NewSlot {
     pub(super) addrs: [AtomicU64; NURSERY],
     /// The rest of entry i: the block table's packed words (`blocks::Entry`).
     pub(super) words: [[AtomicU64; 3]; NURSERY],
-    /// The hooked call (`Op`) of entry i.
+    /// The hooked call (`Op`) of entry i, with [`TAKEN`] once anyone but the owner's cancel
+    /// emptied it ([`NewSlot::take`]); the owner's next write of the entry clears it.
     pub(super) ops: [AtomicU8; NURSERY],
     /// Owner-private: for each bucket of addresses (`index_bucket`), 1 + the index of the
     /// newest entry written there (low byte) and of the one before it (high byte), 0 for
@@ -363,12 +374,26 @@ impl NewSlot {
             self.missed();
             return false;
         };
-        // Against a capture or another thread taking the entry (under its shard lock) at the
-        // same moment: one of them empties it.
-        if self.addrs[i]
-            .compare_exchange(addr, 0, Ordering::Relaxed, Ordering::Relaxed)
-            .is_err()
-        {
+        self.cancel_found(i, addr)
+    }
+
+    /// The rest of a cancel, once the owner's look found `addr` in entry i.
+    #[inline(always)]
+    fn cancel_found(&self, i: usize, addr: u64) -> bool {
+        // A plain store, no compare-and-swap: a locked instruction cost each free about 4 ns
+        // (BENCHMARKS.md "Real programs"). Who else empties entries: a capture without a
+        // scanning child (the others take the child's copy), and only while this thread is
+        // stopped, so at an instruction boundary of this sequence; or another thread freeing
+        // or looking up this same block, a race of the program's own (a double free or a use
+        // after free). A taker marks the entry TAKEN before emptying it: taken before our
+        // look, the look fails; between the look and the store, the mark is seen below and the
+        // free goes the usual way, which finds the block where the taker put it; after the
+        // store, the taker found the entry empty and left it alone.
+        self.addrs[i].store(0, Ordering::Relaxed);
+        // Only the order of this thread's own instructions matters (see above): the mark is
+        // read after the store.
+        compiler_fence(Ordering::SeqCst);
+        if self.ops[i].load(Ordering::Relaxed) & TAKEN != 0 {
             return false;
         }
         self.misses.store(0, Ordering::Relaxed);
@@ -465,8 +490,18 @@ impl NewSlot {
 
     /// Empties the owner's entry i (at `addr`), under `addr`'s shard lock.
     pub(super) fn empty(&self, i: usize, addr: u64) {
-        self.addrs[i].store(0, Ordering::Release);
+        self.take(i);
         self.unhint(addr, i);
+    }
+
+    /// Takes entry i out of the slot (its owner applying it, a capture, or another thread
+    /// that found its block here, each holding the lock of the block's shard): marked
+    /// [`TAKEN`] first, then emptied, so that an owner's cancel of it that began meanwhile
+    /// notices ([`NewSlot::cancel`]).
+    pub(super) fn take(&self, i: usize) {
+        let op = self.ops[i].load(Ordering::Relaxed);
+        self.ops[i].store(op | TAKEN, Ordering::Relaxed);
+        self.addrs[i].store(0, Ordering::Release);
     }
 
     /// Marks every entry applied (its owner, once each was taken; or a fork child for a
@@ -540,7 +575,9 @@ fn op_of(code: u8) -> Op {
         Op::Valloc,
         Op::Pvalloc,
     ];
-    ALL.get(code as usize).copied().unwrap_or(Op::Malloc)
+    ALL.get(usize::from(code & !TAKEN))
+        .copied()
+        .unwrap_or(Op::Malloc)
 }
 
 /// Counts the blocks waiting in slots as allocated and live (see the module docs); returns
@@ -581,7 +618,7 @@ pub fn waiting() -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::super::blocks::{apply_new, insert_new, remove};
+    use super::super::blocks::{apply_new, freeze, insert_new, remove};
     use super::super::held_frees::own_index;
     use super::*;
     use crate::sys;
@@ -633,6 +670,38 @@ mod tests {
                 "nothing of it left anywhere"
             );
         }
+    }
+
+    #[test]
+    fn a_cancel_whose_entry_a_capture_took_after_its_look_leaves_the_free_to_the_table() {
+        // Addresses of this test only.
+        const BASE: u64 = 0x6300_0000_0000;
+        let (tid, k, same) = emptied_slot_and_one_bucket(BASE, 1);
+        let slot = &NEW[k];
+        let frees = slot.cancelled_frees.load(Ordering::Relaxed);
+        assert!(insert_new(same[0], 24, tid, 0, Op::Malloc, k));
+        // The owner looks, and is stopped before its store: a capture without a scanning
+        // child takes every waiting block into the table meanwhile.
+        let i = slot.find_own(same[0]).expect("the block waits");
+        {
+            let frozen = freeze();
+            let _listed = frozen.listed();
+        }
+        assert_eq!(slot.addrs[i].load(Ordering::Relaxed), 0, "taken");
+        assert!(!slot.cancel_found(i, same[0]), "the owner notices the take");
+        assert_eq!(slot.cancelled_frees.load(Ordering::Relaxed), frees);
+        assert_eq!(
+            remove(same[0], Some(Op::Free)).map(|r| r.size),
+            Some(24),
+            "the free finds the block where the capture put it"
+        );
+        // The entry written again for a new block: the mark went with the old one.
+        apply_new(k);
+        assert!(insert_new(same[0], 40, tid, 0, Op::Malloc, k));
+        let j = slot.find_own(same[0]).expect("the new block waits");
+        assert!(slot.cancel_found(j, same[0]), "a cancel of the new block");
+        assert_eq!(slot.cancelled_frees.load(Ordering::Relaxed), frees + 1);
+        assert_eq!(remove(same[0], Some(Op::Free)), None, "nothing of it left");
     }
 
     #[test]
