@@ -75,7 +75,7 @@ pub fn start() {
         );
         return;
     }
-    let first = blocks::current_seq();
+    let first = blocks::number_waiting();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let spawned = std::thread::Builder::new()
         .name("heaptui-agent".into())

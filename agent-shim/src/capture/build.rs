@@ -98,6 +98,11 @@ pub trait Heap {
     /// libc (held back): not live, but their memory is heap memory, never a mapped root.
     /// Called while stopped, after [`Heap::blocks`].
     fn held(&self, _frozen: &Self::Frozen, _out: &mut Vec<u64>) {}
+    /// Gives every block a sequence number that has none yet (the agent's table numbers the
+    /// blocks waiting in its threads' slots lazily: `registry::blocks::UNNUMBERED`). Called
+    /// once the world is stopped and before the scanning child is made, so the numbers are
+    /// the process's own, not the child's.
+    fn number_blocks(&self, _frozen: &Self::Frozen) {}
 }
 
 /// A finished capture and how long it took.
@@ -356,6 +361,7 @@ fn run<H: Heap>(
         std::thread::sleep(Duration::from_millis(1));
         world = stop::stop(&tids, timeouts);
     }
+    heap.number_blocks(&frozen);
     let stop_time = paused.elapsed();
     let pid = process.pid;
     let mut scan = |world: &stop::World, ask_names: Option<&mut dyn FnMut(&Unnamed)>| {

@@ -36,6 +36,10 @@ impl Heap for Registry {
         blocks::freeze()
     }
 
+    fn number_blocks(&self, _frozen: &blocks::Frozen) {
+        blocks::number_waiting();
+    }
+
     fn blocks(&self, frozen: &blocks::Frozen, out: &mut Vec<BlockInfo>) {
         // Listed in address order as they are listed (`by_address`), the two halves of the
         // table on two threads in the scanning child; the agent's own blocks left out and the

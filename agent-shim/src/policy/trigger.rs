@@ -70,7 +70,7 @@ pub fn follow_up(id: u64, tids: Vec<u32>, predicted: u64, before: Option<u64>) {
 
 /// Starts the policy thread.
 pub fn start(policy: &'static Policy) {
-    let first = crate::registry::blocks::current_seq();
+    let first = crate::registry::blocks::number_waiting();
     let spawned = std::thread::Builder::new()
         .name("heaptui-policy".into())
         .spawn(move || run(policy));

@@ -379,7 +379,7 @@ pub fn start(path: &Path) -> Result<(), String> {
     *state() = Some(rec);
     // The libc blocks of the thread's creation are allocated here, on the program's main
     // thread, in the constructor: their sequence numbers are kept so captures leave them out.
-    let first = crate::registry::blocks::current_seq();
+    let first = crate::registry::blocks::number_waiting();
     let launched = std::thread::Builder::new()
         .name("heaptui-record".into())
         .spawn(run);

@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize
 
 use super::counters::{self, Op, Rare, ShardStats};
 use super::held_frees::{HeldSet, used_slots};
-use super::new_blocks::{BATCH, NEW, NURSERY, NewSlot};
+use super::new_blocks::{BATCH, NEW, NURSERY, NewSlot, Rewrite};
 use crate::sync::{self, CacheLine, RawLock};
 use crate::sys;
 
@@ -84,14 +84,56 @@ impl BlockRecord {
     #[inline]
     fn new_block(addr: u64, size: u64, tid: u32, stack: u32) -> BlockRecord {
         BlockRecord {
+            seq: next_seq(),
+            ..Self::waiting_block(addr, size, tid, stack)
+        }
+    }
+
+    /// A block the program just got, to wait in its thread's slot: numbered
+    /// ([`UNNUMBERED`]) when it leaves the slot, or in its place by [`number_waiting`],
+    /// unless [`number_at_once`].
+    #[inline]
+    fn waiting_block(addr: u64, size: u64, tid: u32, stack: u32) -> BlockRecord {
+        BlockRecord {
             addr,
             size,
-            seq: SEQ.fetch_add(1, Ordering::Relaxed) + 1,
+            seq: UNNUMBERED,
             tid,
             stack,
             moving: false,
         }
     }
+}
+
+/// The next allocation sequence number.
+#[inline]
+fn next_seq() -> u64 {
+    SEQ.fetch_add(1, Ordering::Relaxed) + 1
+}
+
+/// The sequence number of a block waiting in a slot that was not numbered yet. Most blocks
+/// of a program like sqlite3 are freed while they wait: they never take a number, and so
+/// cost no locked instruction (the `lock xadd` on [`SEQ`] cost each allocation about 4 ns,
+/// BENCHMARKS.md "Real programs"). A block is numbered when it leaves its slot (its thread's
+/// batch, a capture, a reader on another thread: [`Entry::numbered`]), when its realloc
+/// begins, or in its place: a capture numbers every waiting block once the world is
+/// stopped, before the scanning child is made (the child's numbers would be lost with it),
+/// and the allocation clock numbers them at every tick ([`number_waiting`]), so a number
+/// still dates its block to within a tick and orders it after every snapshot it missed and
+/// before every one it is in. Numbers keep the allocation order within a thread (a slot's
+/// blocks are numbered oldest first); across threads, blocks of one tick may be numbered
+/// out of their allocation order. (A number wraps at 2^47; one that comes out 0 is just
+/// numbered again.)
+pub const UNNUMBERED: u64 = 0;
+
+/// Whether a new block waiting in a slot is numbered at once: from the first missed free
+/// on (then an address can have two entries, and the newer must be the one with the higher
+/// number: a block allocated after that free was numbered, the stale one is older, and an
+/// unnumbered entry counts as older than any numbered one in [`newer`]); and while the
+/// program's events are recorded (a recording names each block by its number).
+#[inline]
+fn number_at_once() -> bool {
+    MISSED_ANY.load(Ordering::Relaxed) || crate::record::enabled()
 }
 
 /// 24 bytes: `w0 = addr | tid[0..16] << 48`, `w1 = size | tid[16..24] << 48 | stack[0..8] << 56`,
@@ -131,6 +173,16 @@ impl Entry {
 
     fn seq(&self) -> u64 {
         self.w[2] & LOW47
+    }
+
+    /// This entry with a sequence number: its own, or the next one when it has none yet
+    /// (a block leaving its slot, see [`UNNUMBERED`]).
+    #[inline]
+    fn numbered(mut self) -> Self {
+        if self.seq() == UNNUMBERED {
+            self.w[2] |= next_seq() & LOW47;
+        }
+        self
     }
 
     fn unpack(&self) -> BlockRecord {
@@ -871,7 +923,12 @@ pub fn push_new(addr: u64, size: u64, tid: u32, stack: u32, op: Op, k: usize) ->
     if !trackable(addr, size, op) {
         return false;
     }
-    let e = Entry::pack(&BlockRecord::new_block(addr, size, tid, stack));
+    let block = if number_at_once() {
+        BlockRecord::new_block(addr, size, tid, stack)
+    } else {
+        BlockRecord::waiting_block(addr, size, tid, stack)
+    };
+    let e = Entry::pack(&block);
     match slot.push(addr, e.w, op) {
         Some(false) => true,
         // Full now: its oldest blocks go to the table, as `insert_new` would.
@@ -902,28 +959,28 @@ pub fn cancel_new(addr: u64, k: usize) -> bool {
 }
 
 /// A realloc of the block at `addr`, which waits in the calling thread's slot `k`, starts:
-/// the entry stays where it is, marked moving, under the shard lock every other reader of the
-/// address takes (so none sees it half-marked). Its record and index, or None when the block
-/// is not there (or a free of an address like it was missed): then [`begin_move`]. The new
-/// block must be one that waits too (under [`super::new_blocks::DIRECT_FROM`] bytes).
+/// the entry stays where it is, marked moving, without a lock (`NewSlot::mark_moving`: the
+/// program's realloc of its own block, which only a capture with the thread stopped takes
+/// meanwhile; two locks and their unlocks cost a realloc ~10 ns, BENCHMARKS.md "Real
+/// programs"). Its record and index, or None when the block is not there (or a free of an
+/// address like it was missed, or a capture took it): then [`begin_move`]. The new block
+/// must be one that waits too (under [`super::new_blocks::DIRECT_FROM`] bytes).
 pub fn begin_move_waiting(addr: u64, k: usize) -> Option<(BlockRecord, usize)> {
     let slot = NEW.get(k)?;
     if MISSED_ANY.load(Ordering::Relaxed) && duplicates_possible(addr) {
         return None;
     }
     let i = slot.find_own(addr)?;
-    let _locked = Locked::new(shard_of(addr));
-    // Taken between the look and the lock (a capture, another thread): the table has it.
-    if slot.addrs[i].load(Ordering::Relaxed) != addr {
-        return None;
-    }
     let (words, _) = slot.entry(i);
     if words[2] & MOVING != 0 {
         return None;
     }
-    slot.words[i][2].store(words[2] | MOVING, Ordering::Relaxed);
-    let mut e = Entry { w: words };
+    // Numbered now: the finish in the table knows its entry by the number (`is_own_move`).
+    let mut e = Entry { w: words }.numbered();
     e.w[2] |= MOVING;
+    if !slot.mark_moving(i, e.w[2]) {
+        return None;
+    }
     Some((e.unpack(), i))
 }
 
@@ -939,12 +996,12 @@ fn own_move_in_slot(slot: &NewSlot, i: usize, old: &BlockRecord) -> Option<Op> {
 }
 
 /// The realloc of a block that waited in slot `k` (entry `i`, see [`begin_move_waiting`])
-/// returned `addr` with `size` bytes: the new block takes the old one's entry, in one step
-/// under the old block's shard lock (a capture, which holds every lock, sees one of the two).
-/// The old block is counted as allocated and released in the slot's own counters
-/// (`NewSlot::count_moved`; in that shard when the new block cannot be tracked and the entry
-/// goes). Some(whether the new
-/// block is tracked), or None when the entry was taken meanwhile (then [`finish_move`]).
+/// returned `addr` with `size` bytes: the new block takes the old one's entry, without a
+/// lock (`NewSlot::rewrite`: a capture sees one of the two). The old block is counted as
+/// allocated and released in the slot's own counters (`NewSlot::count_moved`; in its shard
+/// when the new block cannot be tracked and the entry goes, or when a capture took the old
+/// block into the table meanwhile). Some(whether the new block is tracked), or None when
+/// the entry was taken meanwhile (then [`finish_move`]).
 #[allow(clippy::too_many_arguments)]
 pub fn finish_move_waiting(
     old: &BlockRecord,
@@ -957,19 +1014,29 @@ pub fn finish_move_waiting(
     op: Op,
 ) -> Option<bool> {
     let slot = NEW.get(k)?;
-    let shard = shard_of(old.addr);
-    let _locked = Locked::new(shard);
-    let made = own_move_in_slot(slot, i, old)?;
     if !trackable(addr, size, op) {
+        let shard = shard_of(old.addr);
+        let _locked = Locked::new(shard);
+        let made = own_move_in_slot(slot, i, old)?;
         slot.empty(i, old.addr);
         shard.stats.tracked(made, old.size);
         shard.stats.released(None, old.size);
         shard.stats.settle();
         return Some(false);
     }
-    let e = Entry::pack(&BlockRecord::new_block(addr, size, tid, stack));
-    slot.replace(i, old.addr, addr, e.w, op);
-    slot.count_moved(made, old.size);
+    let (old_words, made) = slot.entry(i);
+    let block = if number_at_once() {
+        BlockRecord::new_block(addr, size, tid, stack)
+    } else {
+        BlockRecord::waiting_block(addr, size, tid, stack)
+    };
+    let e = Entry::pack(&block);
+    match slot.rewrite(i, (old.addr, old_words), made, addr, e.w, op) {
+        Rewrite::Done => slot.count_moved(made, old.size),
+        Rewrite::TakenBefore => return None,
+        // The capture counted it in the table, where it waits moving: it goes as released.
+        Rewrite::OldTaken => end_move(old),
+    }
     Some(true)
 }
 
@@ -1117,7 +1184,7 @@ fn apply_entry(
     take_moving: bool,
 ) -> Placed {
     let (words, op) = slot.entry(i);
-    let e = Entry { w: words };
+    let e = Entry { w: words }.numbered();
     let placed = place(table, stats, e, hash(e.addr()), take_moving);
     if let Placed::Busy = placed {
         return placed;
@@ -1174,7 +1241,7 @@ impl Waiting {
     fn take_live(self, addr: u64, stats: &ShardStats) -> Live {
         self.take();
         drop_waiting(addr, stats);
-        Live::Taken(self.e, self.op)
+        Live::Taken(self.e.numbered(), self.op)
     }
 }
 
@@ -1623,6 +1690,37 @@ pub fn current_seq() -> u64 {
     SEQ.load(Ordering::Relaxed)
 }
 
+/// Numbers every block waiting unnumbered in a slot ([`UNNUMBERED`]), in its place, each
+/// slot's oldest first, then returns the last number handed out: every block allocated
+/// before this call has a number at most that. Called by the allocation clock at every tick,
+/// around the start of an agent thread (its libc blocks are known by their numbers), and by
+/// a capture once the world is stopped.
+///
+/// Lock-free beside the slots' owners, which write their entries without a lock: an entry's
+/// number goes in with a compare-and-swap of the word that holds it, against the value just
+/// read. If the owner emptied the entry and wrote a new block there meanwhile, the swap fails
+/// (or, when the new word is the same, numbers the new block, as rightly); an entry being
+/// taken meanwhile leaves its slot with its own number instead (`Entry::numbered`).
+pub fn number_waiting() -> u64 {
+    for slot in &NEW[..used_slots()] {
+        for i in slot.oldest_first() {
+            // Half rewritten (its old block, in the shadow, was numbered as its realloc
+            // began; the new one is numbered later).
+            if slot.rewriting(i) {
+                continue;
+            }
+            let word = &slot.words[i][2];
+            let w2 = word.load(Ordering::Relaxed);
+            if w2 & LOW47 != UNNUMBERED || slot.addrs[i].load(Ordering::Acquire) == 0 {
+                continue;
+            }
+            let numbered = w2 | (next_seq() & LOW47);
+            let _ = word.compare_exchange(w2, numbered, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+    current_seq()
+}
+
 /// Bytes of memory held by the block table (every shard's mapping).
 pub fn table_bytes() -> u64 {
     TABLE_BYTES.load(Ordering::Relaxed)
@@ -1695,7 +1793,7 @@ impl Frozen {
     fn take_all_new(&self) {
         for slot in &NEW[..used_slots()] {
             for i in 0..NURSERY {
-                let a = slot.addrs[i].load(Ordering::Acquire);
+                let (a, words, op, shadow) = slot.seen(i);
                 if a == 0 {
                     continue;
                 }
@@ -1703,7 +1801,16 @@ impl Frozen {
                 // SAFETY: this thread holds every shard lock (`self`), and this is the only
                 // reference to the table made while it runs.
                 let table = unsafe { &mut *shard.table.get() };
-                apply_entry(slot, i, table, &shard.stats, true);
+                if shadow {
+                    // Its owner is stopped rewriting the entry for a finished realloc: the
+                    // old block, moving, is what the program holds.
+                    let e = Entry { w: words }.numbered();
+                    let placed = place(table, &shard.stats, e, hash(a), true);
+                    count_placed(&placed, &shard.stats, op, e.size());
+                    slot.take_shadow();
+                } else {
+                    apply_entry(slot, i, table, &shard.stats, true);
+                }
                 shard.stats.settle();
             }
         }
@@ -2116,6 +2223,108 @@ mod tests {
     }
 
     #[test]
+    fn a_waiting_block_is_numbered_when_it_leaves_its_slot_or_in_its_place_and_never_if_freed_there()
+     {
+        const BASE: u64 = 0x5d00_0000_0000;
+        let (tid, k) = own_slot();
+        super::apply_new(k);
+        let start = current_seq();
+        let seq_of = |addr: u64| lookup(addr).expect("tracked").seq;
+        // Three blocks wait unnumbered; one is freed while it waits and never takes a number.
+        for i in 0..3 {
+            assert!(push_new(BASE + 64 * i, 8, tid, 0, Op::Malloc, k));
+        }
+        assert!(cancel_new(BASE + 64, k));
+        assert_eq!(current_seq(), start, "no number taken");
+        assert_eq!(seq_of(BASE), UNNUMBERED);
+        // Numbered in their places (a capture, the allocation clock), oldest first.
+        assert_eq!(number_waiting(), start + 2);
+        assert_eq!((seq_of(BASE), seq_of(BASE + 128)), (start + 1, start + 2));
+        // The batch applies them with their numbers; a block still unnumbered takes the next.
+        assert!(push_new(BASE + 192, 8, tid, 0, Op::Malloc, k));
+        super::apply_new(k);
+        assert_eq!(NEW[k].waiting(), 0);
+        assert_eq!(
+            [BASE, BASE + 128, BASE + 192].map(seq_of),
+            [start + 1, start + 2, start + 3]
+        );
+        // After a free the agent did not see, a new block is numbered at once: its entry must
+        // be the newer of two at one address.
+        missed_free(BASE + 4096);
+        assert!(push_new(BASE + 256, 8, tid, 0, Op::Malloc, k));
+        assert_eq!(seq_of(BASE + 256), start + 4);
+        super::apply_new(k);
+        for a in [BASE, BASE + 128, BASE + 192, BASE + 256] {
+            assert_eq!(remove(a, Some(Op::Free)).map(|r| r.size), Some(8));
+        }
+    }
+
+    /// The blocks a capture lists at `addrs`: address, size, moving.
+    fn captured(addrs: &[u64]) -> Vec<(u64, u64, bool)> {
+        let frozen = freeze();
+        let mut seen = Vec::new();
+        frozen.for_each(|r| {
+            if addrs.contains(&r.addr) {
+                seen.push((r.addr, r.size, r.moving));
+            }
+        });
+        seen
+    }
+
+    #[test]
+    fn a_capture_that_stops_a_realloc_in_a_slot_halfway_sees_the_old_block_moving() {
+        // Old and new blocks in different shards (64 MiB regions).
+        const OLD: u64 = 0x5e00_0000_0000;
+        const MOVED_TO: u64 = 0x5e00_1000_0000;
+        let (tid, k) = own_slot();
+        let slot = &NEW[k];
+        super::apply_new(k);
+        let before = counters::counters();
+        // Stopped between its look and its mark: the capture takes the block as it is, and
+        // the mark then fails, so the realloc goes through the table.
+        assert!(insert_new(OLD, 24, tid, 0, Op::Malloc, k));
+        let i = slot.find_own(OLD).expect("waiting");
+        assert_eq!(captured(&[OLD]), [(OLD, 24, false)]);
+        let (words, _) = slot.entry(i);
+        assert!(
+            !slot.mark_moving(i, words[2] | MOVING),
+            "the take is noticed"
+        );
+        let old = begin_move(OLD).expect("in the table");
+        assert!(finish_move(&old, MOVED_TO, 40, tid, 0, Op::Realloc));
+        assert_eq!(remove(MOVED_TO, Some(Op::Free)).map(|r| r.size), Some(40));
+        // Stopped halfway through its rewrite: the capture takes the old block, moving, from
+        // the shadow, and leaves the entry to its owner, which then ends the old block's move
+        // in the table.
+        assert!(insert_new(OLD, 24, tid, 0, Op::Malloc, k));
+        let (old, i) = begin_move_waiting(OLD, k).expect("waiting in its slot");
+        let (old_words, made) = slot.entry(i);
+        assert!(slot.start_rewrite(i, (OLD, old_words), made));
+        assert_eq!(
+            captured(&[OLD, MOVED_TO]),
+            [(OLD, 24, true)],
+            "one of the two: the old block, moving"
+        );
+        let e = Entry::pack(&BlockRecord::waiting_block(MOVED_TO, 40, tid, 0));
+        assert_eq!(
+            slot.end_rewrite(i, OLD, MOVED_TO, e.w, Op::Realloc),
+            Rewrite::OldTaken
+        );
+        end_move(&old);
+        assert_eq!(lookup(OLD), None, "the old block's entry is gone");
+        assert_eq!(
+            lookup(MOVED_TO).map(|r| (r.size, r.moving)),
+            Some((40, false))
+        );
+        assert_eq!(captured(&[OLD, MOVED_TO]), [(MOVED_TO, 40, false)]);
+        assert_eq!(remove(MOVED_TO, Some(Op::Free)).map(|r| r.size), Some(40));
+        let after = counters::counters();
+        assert_eq!(after.live_blocks, before.live_blocks);
+        assert_eq!(after.allocated_bytes - before.allocated_bytes, 128);
+        assert_eq!(after.freed_bytes - before.freed_bytes, 128);
+    }
+
+    #[test]
     fn a_realloc_of_a_waiting_block_stays_in_its_slot_and_a_capture_sees_one_of_the_two() {
         // Old and new blocks in different shards (64 MiB regions).
         const OLD: u64 = 0x5c00_0000_0000;
@@ -2145,7 +2354,9 @@ mod tests {
         assert!(!in_table(OLD) && !in_table(MOVED_TO));
         let moved = lookup(MOVED_TO).expect("the new block waits");
         assert_eq!((moved.size, moved.moving), (40, false));
-        assert!(moved.seq > old.seq);
+        assert_eq!(moved.seq, UNNUMBERED, "the new block waits unnumbered");
+        number_waiting();
+        assert!(lookup(MOVED_TO).unwrap().seq > old.seq);
         let after = counters::counters();
         assert_eq!(after.calls(Op::Malloc) - before.calls(Op::Malloc), 1);
         assert_eq!(after.calls(Op::Realloc) - before.calls(Op::Realloc), 1);

@@ -26,11 +26,14 @@
 //!   empties the entry with a plain store (no locked instruction), counts the block as
 //!   allocated and freed in the slot's own counters, and hands it to libc at once: no table,
 //!   no lock, no held free.
-//! - A realloc of such a block marks its entry moving in place, under the shard lock every
-//!   other reader of that address takes, and the new block (under [`DIRECT_FROM`] bytes) takes
-//!   the same entry when libc returns, in one step under that lock
-//!   (`blocks::begin_move_waiting`, `blocks::finish_move_waiting`): a capture, which holds
-//!   every lock, sees the old block moving or the new one, as it does in the table.
+//! - A realloc of such a block marks its entry moving in place, and the new block (under
+//!   [`DIRECT_FROM`] bytes) takes the same entry when libc returns (`blocks::
+//!   begin_move_waiting`, `blocks::finish_move_waiting`), without a lock: the only other
+//!   reader of an address inside its realloc is a capture, with the thread stopped. The old
+//!   entry is copied aside first and the entry named as being rewritten
+//!   ([`NewSlot::rewrite`]), so a capture stopping the owner halfway takes the old block,
+//!   moving, from the copy: it sees the old block moving or the new one, as it does in the
+//!   table.
 //!
 //! The one rule that makes it correct: **an entry leaves a slot only with its block's shard
 //! lock held, and goes straight into that shard's table (or is accounted as freed there)
@@ -178,6 +181,30 @@ pub(super) struct NewSlot {
     cancelled_calls: [AtomicU64; OPS],
     cancelled_frees: AtomicU64,
     cancelled_bytes: AtomicU64,
+    /// 1 + the index of the entry its owner is rewriting for a finished realloc, 0 for none
+    /// ([`NewSlot::rewrite`]): while set, that entry's words may be half old, half new, and
+    /// its block is the one in `shadow`.
+    replacing: AtomicU32,
+    /// The block of the entry being rewritten, as it was (address, then its three packed
+    /// words, marked moving) and its call.
+    shadow: [AtomicU64; 4],
+    shadow_op: AtomicU8,
+    /// Set by a capture that took the shadow's block into the table while its owner was
+    /// stopped in the middle of a rewrite (its owner clears it before the next one).
+    shadow_taken: AtomicBool,
+}
+
+/// How an owner's rewrite of an entry for a finished realloc ([`NewSlot::rewrite`]) went.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Rewrite {
+    /// The new block took the entry.
+    Done,
+    /// The entry was taken before (a capture moved the old block into the table): nothing
+    /// written; the realloc finishes in the table.
+    TakenBefore,
+    /// The new block took the entry, but a capture took the old block, moving, into the table
+    /// meanwhile (from the shadow): its entry there must go.
+    OldTaken,
 }
 
 pub(super) static NEW: [NewSlot; SLOTS] = [const {
@@ -196,6 +223,10 @@ pub(super) static NEW: [NewSlot; SLOTS] = [const {
         cancelled_calls: [const { AtomicU64::new(0) }; OPS],
         cancelled_frees: AtomicU64::new(0),
         cancelled_bytes: AtomicU64::new(0),
+        replacing: AtomicU32::new(0),
+        shadow: [const { AtomicU64::new(0) }; 4],
+        shadow_op: AtomicU8::new(0),
+        shadow_taken: AtomicBool::new(false),
     }
 }; SLOTS];
 
@@ -464,11 +495,75 @@ impl NewSlot {
         }
     }
 
-    /// Replaces the owner's entry i (at `old`) by a new block at `addr` (a realloc finished
-    /// with both in this slot): the words first, then the address that makes them an entry.
-    /// The caller holds the lock of `old`'s shard, the only one a reader of the old entry
-    /// takes; nobody can look for `addr` yet (realloc has not returned it).
-    pub(super) fn replace(&self, i: usize, old: u64, addr: u64, words: [u64; 3], op: Op) {
+    /// The owner marks its entry i moving (a realloc of its block begins): `w2` is the
+    /// entry's third word with the mark. False when a capture took the entry between the
+    /// owner's look and this store (see [`NewSlot::cancel`] for why a plain store and the
+    /// [`TAKEN`] mark read after it are enough): the realloc then goes through the table.
+    /// A capture taking the entry after the store takes it moving, and the rewrite notices.
+    #[inline]
+    pub(super) fn mark_moving(&self, i: usize, w2: u64) -> bool {
+        self.words[i][2].store(w2, Ordering::Relaxed);
+        compiler_fence(Ordering::SeqCst);
+        self.ops[i].load(Ordering::Relaxed) & TAKEN == 0
+    }
+
+    /// The owner replaces its entry i, the moving block `old` (its address and packed words)
+    /// made by `old_op`, by a new block at `addr` (a realloc finished with both in this
+    /// slot), without a lock: nobody but a capture (only while the owner is stopped) takes
+    /// an entry whose block is inside its realloc, and nobody can look for `addr` yet. So
+    /// each step below is seen whole, and a capture between two of them sees the old block
+    /// moving or the new one, never a torn entry: the old entry is copied to `shadow` and
+    /// `replacing` names the entry before any of its words changes, and a capture that
+    /// finds `replacing` set takes the shadow instead of the entry (`shadow_taken`).
+    pub(super) fn rewrite(
+        &self,
+        i: usize,
+        old: (u64, [u64; 3]),
+        old_op: Op,
+        addr: u64,
+        words: [u64; 3],
+        op: Op,
+    ) -> Rewrite {
+        if !self.start_rewrite(i, old, old_op) {
+            return Rewrite::TakenBefore;
+        }
+        self.end_rewrite(i, old.0, addr, words, op)
+    }
+
+    /// The first half of [`NewSlot::rewrite`]: the shadow written and `replacing` set; false
+    /// (nothing to undo) when the entry was taken before.
+    #[inline(always)]
+    pub(super) fn start_rewrite(&self, i: usize, old: (u64, [u64; 3]), old_op: Op) -> bool {
+        self.shadow_taken.store(false, Ordering::Relaxed);
+        self.shadow[0].store(old.0, Ordering::Relaxed);
+        for (w, v) in self.shadow[1..].iter().zip(old.1) {
+            w.store(v, Ordering::Relaxed);
+        }
+        self.shadow_op.store(old_op as u8, Ordering::Relaxed);
+        compiler_fence(Ordering::SeqCst);
+        self.replacing.store(i as u32 + 1, Ordering::Relaxed);
+        compiler_fence(Ordering::SeqCst);
+        // Taken before `replacing` was set: the entry is the capture's now.
+        if self.addrs[i].load(Ordering::Relaxed) != old.0
+            || self.ops[i].load(Ordering::Relaxed) & TAKEN != 0
+        {
+            self.replacing.store(0, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
+    /// The second half of [`NewSlot::rewrite`]: the new block written over entry i, then
+    /// `replacing` cleared.
+    #[inline(always)]
+    pub(super) fn end_rewrite(
+        &self,
+        i: usize,
+        old: u64,
+        addr: u64,
+        words: [u64; 3],
+        op: Op,
+    ) -> Rewrite {
         for (w, v) in self.words[i].iter().zip(words) {
             w.store(v, Ordering::Relaxed);
         }
@@ -476,6 +571,37 @@ impl NewSlot {
         self.addrs[i].store(addr, Ordering::Release);
         self.unhint(old, i);
         self.hint(addr, i);
+        compiler_fence(Ordering::SeqCst);
+        self.replacing.store(0, Ordering::Relaxed);
+        compiler_fence(Ordering::SeqCst);
+        if self.shadow_taken.load(Ordering::Relaxed) {
+            Rewrite::OldTaken
+        } else {
+            Rewrite::Done
+        }
+    }
+
+    /// Entry i as a capture must see it: the shadow while its owner rewrites it (see
+    /// [`NewSlot::rewrite`]; `true` with it), else the entry (its address 0 when empty).
+    pub(super) fn seen(&self, i: usize) -> (u64, [u64; 3], Op, bool) {
+        if self.replacing.load(Ordering::Acquire) == i as u32 + 1 {
+            let w = |j: usize| self.shadow[j].load(Ordering::Relaxed);
+            let op = op_of(self.shadow_op.load(Ordering::Relaxed));
+            return (w(0), [w(1), w(2), w(3)], op, true);
+        }
+        let addr = self.addrs[i].load(Ordering::Acquire);
+        let (words, op) = self.entry(i);
+        (addr, words, op, false)
+    }
+
+    /// A capture took the shadow's block (see [`NewSlot::seen`]).
+    pub(super) fn take_shadow(&self) {
+        self.shadow_taken.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the owner is rewriting entry i ([`NewSlot::rewrite`]).
+    pub(super) fn rewriting(&self, i: usize) -> bool {
+        self.replacing.load(Ordering::Relaxed) == i as u32 + 1
     }
 
     /// The owner's waiting block of `size` bytes, allocated by `op`, was reallocated and its
@@ -520,6 +646,14 @@ impl NewSlot {
             self.counted.store(false, Ordering::Relaxed);
             FILLED.fetch_sub(1, Ordering::Release);
         }
+    }
+
+    /// Every entry's index, the ring's oldest position first: the waiting blocks oldest
+    /// first. All of them, not only those up to `tail`: an owner stopped inside `push` has
+    /// written its entry but not yet moved `tail` (a capture takes that entry too).
+    pub(super) fn oldest_first(&self) -> impl Iterator<Item = usize> {
+        let head = self.head.load(Ordering::Relaxed) as usize;
+        (0..NURSERY).map(move |j| (head + j) % NURSERY)
     }
 
     /// The bytes of the blocks waiting here (the owner, before a big block: `blocks::insert_new`).

@@ -196,11 +196,11 @@ static SPAWN_RANGES: [(AtomicU64, AtomicU64); 8] =
 static SPAWN_COUNT: AtomicUsize = AtomicUsize::new(0);
 
 /// Records that the blocks numbered `(first, now]` were allocated while an agent thread was
-/// started. Call with `first = blocks::current_seq()` taken before the spawn, once the new
+/// started. Call with `first = blocks::number_waiting()` taken before the spawn, once the new
 /// thread is up; only meaningful while no program thread allocates meanwhile (the
 /// constructor), otherwise the program's blocks of that window would be left out too.
 pub fn note_agent_spawn(first: u64) {
-    let last = super::blocks::current_seq();
+    let last = super::blocks::number_waiting();
     let slot = SPAWN_COUNT.fetch_add(1, Ordering::AcqRel);
     match SPAWN_RANGES.get(slot) {
         Some((start, end)) => {

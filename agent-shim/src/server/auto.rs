@@ -150,7 +150,7 @@ pub fn allocation_clock() -> Vec<(u64, u64)> {
 }
 
 fn read_clock() {
-    let seq = crate::registry::blocks::current_seq();
+    let seq = crate::registry::blocks::number_waiting();
     let mut clock = CLOCK.lock().unwrap_or_else(|e| e.into_inner());
     if clock.last().is_some_and(|&(last, _)| last == seq) {
         return;
@@ -187,7 +187,7 @@ pub fn start(rule_in_force: SnapshotRule) {
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .reserve_exact(CLOCK_CAP);
-    let first = crate::registry::blocks::current_seq();
+    let first = crate::registry::blocks::number_waiting();
     let launched = std::thread::Builder::new()
         .name("heaptui-watch".into())
         .spawn(move || watch(rule_in_force));

@@ -49,7 +49,7 @@ pub fn start(addr: SocketAddr) {
     let bound = listener.local_addr().unwrap_or(addr);
     // A fork child closes it: it must not hold the port.
     super::own_fd(std::os::fd::AsRawFd::as_raw_fd(&listener));
-    let first = crate::registry::blocks::current_seq();
+    let first = crate::registry::blocks::number_waiting();
     let launched = std::thread::Builder::new()
         .name("heaptui-metrics".into())
         .spawn(move || serve(listener));

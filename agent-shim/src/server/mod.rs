@@ -208,7 +208,7 @@ fn serve(origin: Origin) -> Result<(), String> {
     // The libc blocks of the server thread's creation (its DTV) are allocated here, while no
     // program thread runs (the constructor; a fork child's handler): their sequence numbers
     // are kept so the capture leaves them out.
-    let first = crate::registry::blocks::current_seq();
+    let first = crate::registry::blocks::number_waiting();
     let launched = std::thread::Builder::new()
         .name("heaptui-server".into())
         .spawn(move || accept_loop(listener, token));
