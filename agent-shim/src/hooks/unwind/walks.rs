@@ -134,7 +134,7 @@ pub struct Start {
 
 /// One remembered walk, laid out for [`check`] (whose assembly names the fields by their
 /// offsets): the key and the offsets on the first two cache lines, the offsets 16-byte
-/// aligned (four SSE loads), the values on the next four.
+/// aligned (SSE loads), the values on the next four.
 #[repr(C, align(64))]
 struct Entry {
     /// Odd while written (see the module docs).
@@ -184,9 +184,6 @@ static TABLE: Table = Table {
     entries: AtomicPtr::new(std::ptr::null_mut()),
     tags: [const { AtomicU64::new(0) }; SETS],
 };
-
-/// Each byte of a word of tags.
-const BYTES: u64 = 0x0101_0101_0101_0101;
 
 /// Reserves the table (pages cost memory when first written). From the constructor.
 pub fn init() -> bool {
@@ -239,7 +236,7 @@ struct Place {
     /// all 0, so that no lookup is led to a way (and `store` keeps nothing).
     set: *const Entry,
     tags: &'static AtomicU64,
-    tag: u64,
+    tag: u8,
 }
 
 impl Place {
@@ -266,16 +263,26 @@ fn place(start: &Start) -> Place {
     Place {
         set: base.wrapping_add(i * WAYS),
         tags: &TABLE.tags[i],
-        tag: (h >> 32) & 0x7f | 0x80,
+        tag: (h >> 32) as u8 | 0x80,
     }
 }
 
-/// The ways of a set whose tag in `tags` may be `tag`: the top bit of each such way's byte
-/// (every way whose tag is `tag` is there; a few others may be, which their check rejects).
+/// The ways of a set whose tag in `tags` is `tag`: bit `w` for way `w`. With SSE2 (part of
+/// x86-64): the eight bytes compared at once and their results gathered in one instruction,
+/// which gives the way's number directly. The borrow trick on a word it replaces took three
+/// 64-bit constants and a shift per way: 4 more instructions a lookup on sqlite3
+/// (BENCHMARKS.md "Real programs", 2026-11-28 18:03 UTC).
 #[inline]
-fn candidates(tags: u64, tag: u64) -> u64 {
-    let x = tags ^ (tag * BYTES);
-    x.wrapping_sub(BYTES) & !x & (BYTES << 7)
+fn candidates(tags: u64, tag: u8) -> u32 {
+    use std::arch::x86_64::{_mm_cmpeq_epi8, _mm_cvtsi64_si128, _mm_movemask_epi8, _mm_set1_epi8};
+    // SAFETY: SSE2 is part of the x86-64 baseline every build of the agent targets (the
+    // intrinsics only ask for the feature).
+    let mask = unsafe {
+        let equal = _mm_cmpeq_epi8(_mm_cvtsi64_si128(tags as i64), _mm_set1_epi8(tag as i8));
+        _mm_movemask_epi8(equal)
+    };
+    // The upper eight bytes are 0 on both sides: only the low eight bits are ways.
+    mask as u32 & 0xff
 }
 
 /// The [`Entry::key`] of walks of `depth` frames in `generation`.
@@ -295,7 +302,7 @@ pub fn lookup(start: &Start, depth: usize) -> Option<u32> {
     let want = want(start.generation, depth);
     let mut ways = candidates(place.tags.load(Ordering::Relaxed), place.tag);
     while ways != 0 {
-        let way = ways.trailing_zeros() as usize / 8;
+        let way = ways.trailing_zeros() as usize;
         let stack: u32;
         // A direct call, with the registers `check` really changes: the hooks keep `sp` and
         // `fp` in theirs across the ways (an `extern "C"` call went through the GOT, an
@@ -352,7 +359,8 @@ pub fn lookup(start: &Start, depth: usize) -> Option<u32> {
 /// offsets stay in four SSE registers (`pextrw` takes each out, as `movzx` did from the
 /// copy), nothing is saved, a word costs four instructions and a chunk's test one branch:
 /// 98 for the same hit (sqlite3 50k rows: 132 → 87 a call on average; BENCHMARKS.md "Real
-/// programs", 2026-11-28 17:42 UTC).
+/// programs", 2026-11-28 17:42 UTC). The offsets of chunks 4 to 7 are loaded (and the version
+/// tested again) only for a walk that has them: 96 (18:03 UTC).
 ///
 /// A torn entry: a version that is odd or moved between the reads is a miss, so the offsets
 /// used are those of one finished walk from this `sp` under this `hi`, each inside
@@ -438,10 +446,10 @@ unsafe extern "C" fn check(
         "jnz 8f",
         "2:",
         "movzx r11d, byte ptr [rdi + {chunks}]",
+        // The offsets of the first four chunks (a 16-frame stack has 13 to 16 reads); those
+        // of the others only when there are more, with the version tested again.
         "movdqa xmm0, [rdi + {offsets}]",
         "movdqa xmm1, [rdi + {offsets} + 16]",
-        "movdqa xmm2, [rdi + {offsets} + 32]",
-        "movdqa xmm3, [rdi + {offsets} + 48]",
         "cmp rax, [rdi + {version}]",
         "jne 9f",
         chunk!("0", "0", "0"),
@@ -456,6 +464,10 @@ unsafe extern "C" fn check(
         chunk!("1", "1", "3"),
         "dec r11d",
         "jz 7f",
+        "movdqa xmm2, [rdi + {offsets} + 32]",
+        "movdqa xmm3, [rdi + {offsets} + 48]",
+        "cmp rax, [rdi + {version}]",
+        "jne 9f",
         chunk!("2", "0", "4"),
         "dec r11d",
         "jz 7f",
@@ -550,7 +562,7 @@ pub fn store(start: &Start, depth: usize, reads: &Reads, stack: u32) {
     let _ = place
         .tags
         .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |tags| {
-            Some((tags & !(0xff << shift)) | (place.tag << shift))
+            Some((tags & !(0xff << shift)) | (u64::from(place.tag) << shift))
         });
 }
 
@@ -584,42 +596,15 @@ mod tests {
     }
 
     /// The ways a plain loop over the bytes of `tags` finds holding `tag`, as [`candidates`]
-    /// flags them (the top bit of each such way's byte).
-    fn ways_holding(tags: u64, tag: u64) -> u64 {
+    /// gives them (bit `w` for way `w`).
+    fn ways_holding(tags: u64, tag: u8) -> u32 {
         (0..WAYS)
-            .filter(|way| (tags >> (8 * way)) & 0xff == tag)
-            .fold(0, |ways, way| ways | 0x80 << (8 * way))
-    }
-
-    /// Checks `candidates(tags, tag)` against the plain loop: every way holding the tag is
-    /// flagged (a miss there would walk again, or store a second copy of the walk), nothing
-    /// but the top bits of bytes is, and a way flagged without holding the tag has one below
-    /// it that holds it (the borrow of the subtraction), so a set without the tag is never
-    /// probed.
-    fn check_candidates(tags: u64, tag: u64) {
-        let flagged = candidates(tags, tag);
-        let holding = ways_holding(tags, tag);
-        assert_eq!(
-            flagged & holding,
-            holding,
-            "tags {tags:#018x} tag {tag:#04x}"
-        );
-        assert_eq!(
-            flagged & !(BYTES << 7),
-            0,
-            "tags {tags:#018x} tag {tag:#04x}"
-        );
-        let extra = flagged & !holding;
-        if extra != 0 {
-            assert!(
-                holding != 0 && holding.trailing_zeros() < extra.trailing_zeros(),
-                "tags {tags:#018x} tag {tag:#04x}: flagged {flagged:#018x}"
-            );
-        }
+            .filter(|way| (tags >> (8 * way)) as u8 == tag)
+            .fold(0, |ways, way| ways | 1 << way)
     }
 
     #[test]
-    fn every_way_whose_tag_matches_the_key_is_a_candidate() {
+    fn the_candidates_are_the_ways_whose_tag_matches_the_key() {
         let mut x = 0x9E37_79B9_7F4A_7C15u64;
         let mut next = move || {
             x ^= x << 13;
@@ -628,32 +613,40 @@ mod tests {
             x
         };
         // Each byte of one way against every key, the other ways random.
-        for tag in 0..=0xffu64 {
+        for tag in 0..=0xffu8 {
             for way in 0..WAYS {
                 for byte in 0..=0xffu64 {
-                    let others = next() & !(0xff << (8 * way));
-                    check_candidates(others | byte << (8 * way), tag);
+                    let tags = next() & !(0xff << (8 * way)) | byte << (8 * way);
+                    assert_eq!(
+                        candidates(tags, tag),
+                        ways_holding(tags, tag),
+                        "tags {tags:#018x} tag {tag:#04x}"
+                    );
                 }
             }
         }
         // Whole words of tags as a set holds them (0 for a way without one, else the top bit
-        // set) mixed with the key and its neighbours, whose borrows the trick must survive.
+        // set) mixed with the key and its neighbours.
         for _ in 0..200_000 {
             let r = next();
-            let tag = (r >> 56) & 0x7f | 0x80;
+            let tag = (r >> 56) as u8 | 0x80;
             let mut tags = 0;
             for way in 0..WAYS {
                 let byte = match (r >> (3 * way)) & 7 {
                     0 => 0,
                     1 | 2 => tag,
-                    3 => tag.wrapping_sub(1) & 0xff,
-                    4 => (tag + 1) & 0xff,
+                    3 => tag.wrapping_sub(1),
+                    4 => tag.wrapping_add(1),
                     5 => tag ^ 0x80,
-                    _ => next() & 0x7f | 0x80,
+                    _ => next() as u8 | 0x80,
                 };
-                tags |= byte << (8 * way);
+                tags |= u64::from(byte) << (8 * way);
             }
-            check_candidates(tags, tag);
+            assert_eq!(
+                candidates(tags, tag),
+                ways_holding(tags, tag),
+                "tags {tags:#018x} tag {tag:#04x}"
+            );
         }
     }
 
