@@ -19,6 +19,7 @@
 //! `pid:PID`) run this one sweep, so they agree on what is alive. It is the only file I/O of
 //! this crate; it never connects to an agent (a probe would cost every agent a connection).
 
+use std::cell::OnceCell;
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -141,56 +142,99 @@ pub fn start_of(stat: &str) -> Option<u64> {
     fields.nth(18)?.parse().ok()
 }
 
-/// The listening sockets of this network namespace.
-#[derive(Clone, Debug, Default)]
+/// The listening sockets of this network namespace: each kind read the first time an endpoint
+/// of its kind is asked about. Why lazily: reading `/proc/net/tcp` walks every TCP socket of
+/// the machine (2.5 ms a `read` here, three reads for the two files: about 7 ms of every
+/// agent's start-up sweep once any record was in the directory, BENCHMARKS.md "Real
+/// programs"), and a sweep asks about TCP only for a record of a live process that says it
+/// listens on a port, or a token file that may name one.
+#[derive(Default)]
 pub struct Listening {
-    unix: HashSet<PathBuf>,
-    tcp: HashSet<u16>,
+    unix: OnceCell<HashSet<PathBuf>>,
+    tcp: OnceCell<HashSet<u16>>,
+    /// A path's text (empty when it cannot be read); none: nothing listens.
+    read: Option<ReadProc>,
+}
+
+type ReadProc = Box<dyn Fn(&str) -> String>;
+
+impl std::fmt::Debug for Listening {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Listening")
+            .field("unix", &self.unix.get())
+            .field("tcp", &self.tcp.get())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Listening {
     /// From the text of `/proc/net/unix` and of `/proc/net/tcp` and `/proc/net/tcp6`.
     pub fn parse(unix: &str, tcp: &[&str]) -> Listening {
-        // "Num RefCount Protocol Flags Type St Inode Path": flag __SO_ACCEPTCON (0x10000)
-        // marks a listening socket; the path is the rest of the line (it may hold spaces).
-        let unix = unix
-            .lines()
-            .skip(1)
-            .filter_map(|line| {
-                let mut rest = line.trim_start();
-                let mut fields = Vec::with_capacity(7);
-                for _ in 0..7 {
-                    let (field, after) = rest.split_once(char::is_whitespace)?;
-                    fields.push(field);
-                    rest = after.trim_start();
-                }
-                let flags = u32::from_str_radix(fields[3], 16).ok()?;
-                (flags & 0x10000 != 0 && rest.starts_with('/')).then(|| PathBuf::from(rest))
-            })
-            .collect();
-        // "sl local_address rem_address st …": state 0A is LISTEN; the port is hex after ':'.
-        let tcp = tcp
-            .iter()
-            .flat_map(|text| text.lines().skip(1))
-            .filter_map(|line| {
-                let mut fields = line.split_whitespace();
-                let local = fields.nth(1)?;
-                let state = fields.nth(1)?;
-                let (_, port) = local.rsplit_once(':')?;
-                (state == "0A")
-                    .then(|| u16::from_str_radix(port, 16).ok())
-                    .flatten()
-            })
-            .collect();
-        Listening { unix, tcp }
+        Listening {
+            unix: OnceCell::from(parse_unix(unix)),
+            tcp: OnceCell::from(parse_tcp(tcp)),
+            read: None,
+        }
+    }
+
+    /// Read through `read` (a path's text, empty when it cannot be read) as it is asked.
+    pub fn lazy(read: impl Fn(&str) -> String + 'static) -> Listening {
+        Listening {
+            read: Some(Box::new(read)),
+            ..Listening::default()
+        }
     }
 
     pub fn has(&self, endpoint: &Endpoint) -> bool {
+        let read = |path: &str| self.read.as_ref().map(|r| r(path)).unwrap_or_default();
         match endpoint {
-            Endpoint::Tcp(port) => self.tcp.contains(port),
-            Endpoint::Unix(path) => self.unix.contains(path),
+            Endpoint::Tcp(port) => self
+                .tcp
+                .get_or_init(|| parse_tcp(&[&read("/proc/net/tcp"), &read("/proc/net/tcp6")]))
+                .contains(port),
+            Endpoint::Unix(path) => self
+                .unix
+                .get_or_init(|| parse_unix(&read("/proc/net/unix")))
+                .contains(path),
         }
     }
+}
+
+/// The listening Unix sockets of the text of `/proc/net/unix`.
+fn parse_unix(unix: &str) -> HashSet<PathBuf> {
+    // "Num RefCount Protocol Flags Type St Inode Path": flag __SO_ACCEPTCON (0x10000)
+    // marks a listening socket; the path is the rest of the line (it may hold spaces).
+    unix.lines()
+        .skip(1)
+        .filter_map(|line| {
+            let mut rest = line.trim_start();
+            let mut fields = Vec::with_capacity(7);
+            for _ in 0..7 {
+                let (field, after) = rest.split_once(char::is_whitespace)?;
+                fields.push(field);
+                rest = after.trim_start();
+            }
+            let flags = u32::from_str_radix(fields[3], 16).ok()?;
+            (flags & 0x10000 != 0 && rest.starts_with('/')).then(|| PathBuf::from(rest))
+        })
+        .collect()
+}
+
+/// The listening TCP ports of the texts of `/proc/net/tcp` and `/proc/net/tcp6`.
+fn parse_tcp(tcp: &[&str]) -> HashSet<u16> {
+    // "sl local_address rem_address st …": state 0A is LISTEN; the port is hex after ':'.
+    tcp.iter()
+        .flat_map(|text| text.lines().skip(1))
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let local = fields.nth(1)?;
+            let state = fields.nth(1)?;
+            let (_, port) = local.rsplit_once(':')?;
+            (state == "0A")
+                .then(|| u16::from_str_radix(port, 16).ok())
+                .flatten()
+        })
+        .collect()
 }
 
 /// What a file of a token directory is, by its name.
@@ -358,29 +402,6 @@ impl Probe for Disk<'_> {
     }
 }
 
-/// The listening sockets that the files `names` of a token directory may ask about, read
-/// with `read` (a path's text, empty when it cannot be read): `/proc/net/tcp` and `tcp6` only
-/// when a record or token file may name a TCP port, `/proc/net/unix` only when a record,
-/// token or socket file may name a socket. Why: reading `/proc/net/tcp` walks every TCP
-/// connection of the machine (milliseconds of CPU, paid by every agent's start-up sweep),
-/// and a directory holding none of these files needs neither.
-fn listening_for(names: &[String], read: impl Fn(&str) -> String) -> Listening {
-    let kinds = || names.iter().map(|n| kind(n));
-    let tcp_named = kinds().any(|k| matches!(k, Kind::Record(_) | Kind::Token));
-    let unix_named = tcp_named || kinds().any(|k| matches!(k, Kind::Socket));
-    let unix = if unix_named {
-        read("/proc/net/unix")
-    } else {
-        String::new()
-    };
-    let tcp = if tcp_named {
-        [read("/proc/net/tcp"), read("/proc/net/tcp6")]
-    } else {
-        Default::default()
-    };
-    Listening::parse(&unix, &[&tcp[0], &tcp[1]])
-}
-
 /// The names of the files of `dir` (none when it cannot be read).
 fn names(dir: &Path) -> Vec<String> {
     std::fs::read_dir(dir)
@@ -395,9 +416,7 @@ fn names(dir: &Path) -> Vec<String> {
 /// The live agents of `dir`, and the files [`sweep`] would remove; reads only.
 pub fn survey(dir: &Path) -> Plan {
     let names = names(dir);
-    let listening = listening_for(&names, |path| {
-        std::fs::read_to_string(path).unwrap_or_default()
-    });
+    let listening = Listening::lazy(|path| std::fs::read_to_string(path).unwrap_or_default());
     plan(dir, &names, &listening, &mut Disk { dir })
 }
 
@@ -524,45 +543,77 @@ mod tests {
     }
 
     #[test]
-    fn proc_net_is_read_only_when_a_file_may_name_a_socket() {
-        let names = |list: &[&str]| list.iter().map(|n| n.to_string()).collect::<Vec<_>>();
-        let reads = |list: &[String]| {
-            let read = std::cell::RefCell::new(Vec::new());
-            let l = listening_for(list, |path| {
-                read.borrow_mut().push(path.to_string());
+    fn proc_net_is_read_only_for_what_a_sweep_asks_about() {
+        let dir = Path::new(DIR);
+        // The paths read for a directory of `files` where the processes `procs` run.
+        let reads = |files: &[(&str, String)], procs: &[(u32, u64)]| {
+            let read = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+            let log = read.clone();
+            let listening = Listening::lazy(move |path| {
+                log.borrow_mut().push(path.to_string());
                 match path {
-                    "/proc/net/unix" => "Num RefCount Protocol Flags Type St Inode Path\n\
-                        0000000000000000: 00000002 00000000 00010000 0001 01 1001 /t/pid-5.sock\n"
-                        .to_string(),
+                    "/proc/net/unix" => format!(
+                        "Num RefCount Protocol Flags Type St Inode Path\n\
+                         0000000000000000: 00000002 00000000 00010000 0001 01 1001 {DIR}/pid-5.sock\n"
+                    ),
                     "/proc/net/tcp" => "  sl  local_address rem_address   st\n\
                         0: 0100007F:1F40 00000000:0000 0A\n"
                         .to_string(),
                     _ => String::new(),
                 }
             });
-            (read.into_inner(), l)
+            let mut probe = Fake {
+                files: files
+                    .iter()
+                    .map(|(n, t)| (n.to_string(), t.clone()))
+                    .collect(),
+                procs: procs.iter().map(|&(p, t)| (p, stat(p, "S", t))).collect(),
+            };
+            let names: Vec<String> = files.iter().map(|(n, _)| n.to_string()).collect();
+            let plan = plan(dir, &names, &listening, &mut probe);
+            (read.take(), plan)
+        };
+        fn file(name: &str) -> (&str, String) {
+            (name, String::new())
+        }
+        let rec = |pid: u32, address: &str| {
+            (
+                format!("pid-{pid}.agent"),
+                record(pid, 100, address).to_text(),
+            )
         };
         // Logs, policy files, temporary files: nothing to ask /proc/net about.
-        let (read, _) = reads(&names(&[
-            "demo-1.log",
-            "demo-policy.toml",
-            ".pid-3.agent.3.tmp",
-        ]));
+        let (read, _) = reads(
+            &[
+                file("demo-1.log"),
+                file("demo-policy.toml"),
+                file(".pid-3.agent.3.tmp"),
+            ],
+            &[],
+        );
         assert!(read.is_empty(), "{read:?}");
         // A socket file: only Unix sockets are asked about.
-        let (read, l) = reads(&names(&["pid-5.sock", "demo-1.log"]));
+        let (read, plan) = reads(&[file("pid-5.sock"), file("demo-1.log")], &[]);
         assert_eq!(read, ["/proc/net/unix"]);
-        assert!(l.has(&Endpoint::Unix("/t/pid-5.sock".into())));
-        // A record or a token file may name a TCP port: all three.
-        for name in ["pid-5.agent", "tcp-8000.token", "unix-%2Ft%2Fx.token"] {
-            let (read, l) = reads(&names(&[name]));
-            assert_eq!(
-                read,
-                ["/proc/net/unix", "/proc/net/tcp", "/proc/net/tcp6"],
-                "{name}"
-            );
-            assert!(l.has(&Endpoint::Tcp(8000)));
-        }
+        assert!(plan.remove.is_empty(), "pid-5.sock listens");
+        // The record of a process that is gone: nothing is asked, it goes.
+        let (name, text) = rec(7, "127.0.0.1:8000");
+        let (read, plan) = reads(&[(name.as_str(), text)], &[]);
+        assert!(read.is_empty(), "{read:?}");
+        assert_eq!(plan.remove, std::slice::from_ref(&name));
+        // A live agent on a Unix socket: only Unix sockets.
+        let (name, text) = rec(5, &format!("unix:{DIR}/pid-5.sock"));
+        let (read, plan) = reads(&[(name.as_str(), text)], &[(5, 100)]);
+        assert_eq!(read, ["/proc/net/unix"]);
+        assert_eq!(plan.live.len(), 1);
+        // A live agent on a TCP port, and a token file naming one: TCP only.
+        let (name, text) = rec(6, "127.0.0.1:8000");
+        let (read, plan) = reads(&[(name.as_str(), text)], &[(6, 100)]);
+        assert_eq!(read, ["/proc/net/tcp", "/proc/net/tcp6"]);
+        assert_eq!(plan.live.len(), 1);
+        let (read, plan) = reads(&[file("tcp-8001.token")], &[]);
+        assert_eq!(read, ["/proc/net/tcp", "/proc/net/tcp6"]);
+        assert_eq!(plan.remove, ["tcp-8001.token"]);
     }
 
     #[test]
