@@ -200,13 +200,25 @@ fn flush_held() {
 
 /// Records a block libc just returned (or counts the NULL).
 #[inline]
+#[unsafe(link_section = ".text.hot.heaptui")]
 fn allocated(p: *mut c_void, size: usize, op: Op, entry_sp: usize, fp: usize) {
+    if !p.is_null() && allocated_fast(p as u64, size as u64, op, entry_sp, fp) {
+        return;
+    }
+    allocated_general(p, size, op, entry_sp, fp);
+}
+
+/// Every allocation [`allocated_fast`] does not take: out of line, so that the common path
+/// stays a few cache lines of code. The hooks run between the program's own code, which
+/// keeps evicting them from the instruction cache: each line a call touches is a likely miss
+/// (callgrind's cache simulation of sqlite3: 74 distinct lines for a malloc, a free and a
+/// realloc at a2959ae, BENCHMARKS.md "Real programs").
+#[cold]
+#[inline(never)]
+fn allocated_general(p: *mut c_void, size: usize, op: Op, entry_sp: usize, fp: usize) {
     if p.is_null() {
         agent_share(op, None, None);
         return failed(op);
-    }
-    if allocated_fast(p as u64, size as u64, op, entry_sp, fp) {
-        return;
     }
     let Some(busy) = Busy::enter() else {
         agent_share(op, None, None);
@@ -237,6 +249,7 @@ fn allocated(p: *mut c_void, size: usize, op: Op, entry_sp: usize, fp: usize) {
 /// and nothing records the call. False, with nothing done, when [`allocated`]'s general path
 /// must take it. The same steps as that path's, minus the ones these conditions make moot.
 #[inline]
+#[unsafe(link_section = ".text.hot.heaptui")]
 fn allocated_fast(p: u64, size: u64, op: Op, entry_sp: usize, fp: usize) -> bool {
     let st = sys::thread_state();
     if st.busy() || st.agent() || record::enabled() {
@@ -264,6 +277,7 @@ fn allocated_fast(p: u64, size: u64, op: Op, entry_sp: usize, fp: usize) -> bool
 /// As `malloc(3)`; `entry_sp` and `fp` are the stack pointer at the hooked function's entry
 /// (pointing at the call's return address) and the caller's frame pointer (passed by the
 /// export stub).
+#[unsafe(link_section = ".text.hot.heaptui")]
 pub(crate) unsafe extern "C" fn malloc(size: usize, entry_sp: usize, fp: usize) -> *mut c_void {
     before_request(size);
     // SAFETY: forwarding the caller's arguments unchanged.
@@ -291,7 +305,97 @@ pub(crate) unsafe extern "C" fn calloc(
 ///
 /// # Safety
 /// As `realloc(3)`.
+#[unsafe(link_section = ".text.hot.heaptui")]
 unsafe fn resize(p: *mut c_void, size: usize, op: Op, entry_sp: usize, fp: usize) -> *mut c_void {
+    // SAFETY: as the caller's realloc.
+    if let Some(q) = unsafe { resize_in_slot(p, size, op, entry_sp, fp) } {
+        return q;
+    }
+    // SAFETY: as the caller's realloc.
+    unsafe { resize_general(p, size, op, entry_sp, fp) }
+}
+
+/// The common realloc of a program thread: its block still waits in its slot, and the new
+/// one (under [`new_blocks::DIRECT_FROM`] bytes) takes its entry there
+/// (`blocks::begin_move_waiting`, `blocks::finish_move_waiting`). The same steps as
+/// [`resize_general`]'s for such a block, minus the ones its conditions make moot (no
+/// recording, no agent thread, no frees to apply first); None, with nothing done and libc
+/// not called, when that path must take the call. Its own small code: the general path's
+/// cost a realloc 41 lines of code, each a likely instruction-cache miss (see
+/// [`allocated_general`]).
+///
+/// # Safety
+/// As `realloc(3)`.
+#[inline(always)]
+unsafe fn resize_in_slot(
+    p: *mut c_void,
+    size: usize,
+    op: Op,
+    entry_sp: usize,
+    fp: usize,
+) -> Option<*mut c_void> {
+    if p.is_null() || size == 0 || size >= new_blocks::DIRECT_FROM as usize {
+        return None;
+    }
+    let st = sys::thread_state();
+    if st.busy() || st.agent() || record::enabled() {
+        return None;
+    }
+    let k = held_frees::claimed_index(st.held())?;
+    let tid = sys::current_tid();
+    if !blocks::usable_by(tid) {
+        return None;
+    }
+    st.set_busy(true);
+    let Some((old, i)) = blocks::begin_move_waiting(p as u64, k) else {
+        st.set_busy(false);
+        return None;
+    };
+    let stack = stack_id(entry_sp, fp);
+    // SAFETY: forwarding the caller's block.
+    let q = unsafe { __libc_realloc(p, size) };
+    if q.is_null() {
+        kept_in_slot(&old, k, i, op);
+    } else if blocks::finish_move_waiting(&old, k, i, q as u64, size as u64, tid, stack, op)
+        .is_none()
+    {
+        moved_from_slot(&old, q as u64, size as u64, tid, stack, op);
+    }
+    st.set_busy(false);
+    Some(q)
+}
+
+/// [`resize_in_slot`]'s realloc failed (`size` was not 0): libc kept the block, its mark
+/// goes.
+#[cold]
+#[inline(never)]
+fn kept_in_slot(old: &blocks::BlockRecord, k: usize, i: usize, op: Op) {
+    if !blocks::cancel_move_waiting(old, k, i) {
+        blocks::cancel_move(old.addr);
+    }
+    failed(op);
+}
+
+/// [`resize_in_slot`]'s block was taken into the table meanwhile (a capture): the move
+/// finishes there.
+#[cold]
+#[inline(never)]
+fn moved_from_slot(old: &blocks::BlockRecord, addr: u64, size: u64, tid: u32, stack: u32, op: Op) {
+    blocks::finish_move(old, addr, size, tid, stack, op);
+}
+
+/// Every realloc [`resize_in_slot`] does not take.
+///
+/// # Safety
+/// As `realloc(3)`.
+#[inline(never)]
+unsafe fn resize_general(
+    p: *mut c_void,
+    size: usize,
+    op: Op,
+    entry_sp: usize,
+    fp: usize,
+) -> *mut c_void {
     before_request(size);
     if p.is_null() {
         // SAFETY: realloc(NULL, n) is malloc(n).
@@ -369,6 +473,7 @@ unsafe fn resize(p: *mut c_void, size: usize, op: Op, entry_sp: usize, fp: usize
 
 /// # Safety
 /// As `realloc(3)`; `entry_sp`/`fp` as for [`malloc`].
+#[unsafe(link_section = ".text.hot.heaptui")]
 pub(crate) unsafe extern "C" fn realloc(
     p: *mut c_void,
     size: usize,
@@ -400,6 +505,7 @@ pub(crate) unsafe extern "C" fn reallocarray(
 
 /// # Safety
 /// As `free(3)`; `entry_sp`/`fp` as for [`malloc`] (the freeing stack, for a recording).
+#[unsafe(link_section = ".text.hot.heaptui")]
 pub(crate) unsafe extern "C" fn free(p: *mut c_void, entry_sp: usize, fp: usize) {
     if !p.is_null() && !record::enabled() {
         let st = sys::thread_state();

@@ -424,15 +424,20 @@ impl NewSlot {
         // Only the order of this thread's own instructions matters (see above): the mark is
         // read after the store.
         compiler_fence(Ordering::SeqCst);
-        if self.ops[i].load(Ordering::Relaxed) & TAKEN != 0 {
+        let code = self.ops[i].load(Ordering::Relaxed);
+        if code & TAKEN != 0 {
             return false;
         }
         self.misses.store(0, Ordering::Relaxed);
         self.unhint(addr, i);
-        let (words, op) = self.entry(i);
-        bump(&self.cancelled_calls[op as usize], 1);
+        // Only what is counted is read (an atomic load is never left out, even unused), and
+        // the call's code is its counter's index (a code out of range, which `push` never
+        // writes, counts as a malloc, as `op_of` reads it).
+        let size = self.words[i][1].load(Ordering::Relaxed) & ((1 << 48) - 1);
+        let calls = &self.cancelled_calls;
+        bump(calls.get(usize::from(code)).unwrap_or(&calls[0]), 1);
         bump(&self.cancelled_frees, 1);
-        bump(&self.cancelled_bytes, words[1] & ((1 << 48) - 1));
+        bump(&self.cancelled_bytes, size);
         true
     }
 
