@@ -51,8 +51,8 @@ const CHUNK: usize = 4;
 /// address) pairs, whose walks evicted each other: 400,770 of its 5.8M lookups missed with
 /// four ways, 736 (about one per distinct stack) with eight, and its CPU time under the agent
 /// fell by 7% (BENCHMARKS.md "Real programs"). More sets would not have helped (8,192 sets of
-/// four missed as often: the walks share a key, so a set). 3.6 MiB of address space, touched
-/// only where walks are kept.
+/// four missed as often: the walks share a key, so a set). 3 MiB of address space (8,192
+/// entries of 384 bytes), touched only where walks are kept.
 const SET_BITS: u32 = 10;
 const SETS: usize = 1 << SET_BITS;
 const WAYS: usize = 8;
@@ -162,6 +162,7 @@ struct Entry {
 // What `check`'s assembly relies on: the offsets in four aligned 16-byte loads, the values
 // in 32-byte chunks, the words in the order of little-endian u16s (x86-64 only).
 const _: () = assert!(std::mem::offset_of!(Entry, offsets) % 16 == 0);
+const _: () = assert!(std::mem::size_of::<Entry>() == 384);
 const _: () = assert!(MAX_READS == 32 && CHUNK == 4);
 const _: () = assert!(cfg!(target_arch = "x86_64") && cfg!(target_endian = "little"));
 
@@ -305,8 +306,8 @@ pub fn lookup(start: &Start, depth: usize) -> Option<u32> {
         let way = ways.trailing_zeros() as usize;
         let stack: u32;
         // A direct call, with the registers `check` really changes: the hooks keep `sp` and
-        // `fp` in theirs across the ways (an `extern "C"` call went through the GOT, an
-        // indirect call, and lost every argument register).
+        // what they hold in r10 and r11 across it (an `extern "C"` call went through the
+        // GOT, an indirect call, and lost every argument register).
         // SAFETY: `check`'s contract: way `way` of the set is an entry of the table (its tag
         // is not 0, so the table has entries: `Place::set`), and `start` a walk's start on
         // this thread's stack `[sp, hi)` (`unwind::start`); `check` reads memory only, uses
@@ -320,11 +321,9 @@ pub fn lookup(start: &Start, depth: usize) -> Option<u32> {
                 in("rsi") start.sp,
                 inout("rdx") start.ret => _,
                 inout("rcx") start.hi => _,
-                in("r8") start.fp,
+                inout("r8") start.fp => _,
                 inout("r9") want => _,
                 lateout("eax") stack,
-                lateout("r10") _,
-                lateout("r11") _,
                 lateout("xmm0") _,
                 lateout("xmm1") _,
                 lateout("xmm2") _,
@@ -350,7 +349,8 @@ pub fn lookup(start: &Start, depth: usize) -> Option<u32> {
 /// order of the reads (what `fence(Acquire)` gave the Rust version).
 ///
 /// Called from [`lookup`] only, by an `asm!` call that names the registers it changes: `rax`,
-/// `rdx`, `rcx`, `r9`, `r10`, `r11`, `xmm0`–`xmm3` (`rdi`, `rsi` and `r8` are kept).
+/// `rcx`, `rdx`, `r8`, `r9` (its arguments but `e` and `sp`) and `xmm0`–`xmm3`. It leaves
+/// `r10` and `r11` alone, so the hook need not save what it holds there around the call.
 ///
 /// Why assembly: this is most of a stack's cost in a hook (1.28 checks a lookup on sqlite3),
 /// and LLVM's code for it was 139 instructions for a hit on a 16-word stack: the offsets
@@ -381,8 +381,8 @@ unsafe extern "C" fn check(
     fp: usize,
     want: u64,
 ) -> u32 {
-    // rdi = e, rsi = sp, rdx = ret, rcx = hi, r8 = fp, r9 = want; rax = the version, r11 the
-    // chunks left; in a chunk, edx an offset, r9 the or-ed differences, r10 a word.
+    // rdi = e, rsi = sp, rdx = ret, rcx = hi, r8 = fp, r9 = want; rax = the version, ecx the
+    // chunks left; in a chunk, edx an offset, r9 the or-ed differences, r8 a word.
     macro_rules! chunk {
         ($xmm:literal, $half:literal, $c:literal) => {
             concat!(
@@ -400,31 +400,31 @@ unsafe extern "C" fn check(
                 ", 4*",
                 $half,
                 "+1\n",
-                "mov r10, [rsi + rdx*8]\n",
-                "xor r10, [rdi + {values} + 32*",
+                "mov r8, [rsi + rdx*8]\n",
+                "xor r8, [rdi + {values} + 32*",
                 $c,
                 "+8]\n",
-                "or r9, r10\n",
+                "or r9, r8\n",
                 "pextrw edx, xmm",
                 $xmm,
                 ", 4*",
                 $half,
                 "+2\n",
-                "mov r10, [rsi + rdx*8]\n",
-                "xor r10, [rdi + {values} + 32*",
+                "mov r8, [rsi + rdx*8]\n",
+                "xor r8, [rdi + {values} + 32*",
                 $c,
                 "+16]\n",
-                "or r9, r10\n",
+                "or r9, r8\n",
                 "pextrw edx, xmm",
                 $xmm,
                 ", 4*",
                 $half,
                 "+3\n",
-                "mov r10, [rsi + rdx*8]\n",
-                "xor r10, [rdi + {values} + 32*",
+                "mov r8, [rsi + rdx*8]\n",
+                "xor r8, [rdi + {values} + 32*",
                 $c,
                 "+24]\n",
-                "or r9, r10\n",
+                "or r9, r8\n",
                 "jnz 9f\n",
             )
         };
@@ -437,16 +437,15 @@ unsafe extern "C" fn check(
         "xor r9, [rdi + {key}]",
         "or rdx, rcx",
         "or rdx, r9",
-        "mov r10, [rdi + {sp}]",
-        "xor r10, rsi",
-        "or rdx, r10",
         "jnz 9f",
+        "cmp rsi, [rdi + {sp}]",
+        "jne 9f",
         "test al, 1",
         "jnz 9f",
         "test byte ptr [rdi + {used_fp}], 1",
         "jnz 8f",
         "2:",
-        "movzx r11d, byte ptr [rdi + {chunks}]",
+        "movzx ecx, byte ptr [rdi + {chunks}]",
         // The offsets of the first four chunks (a 16-frame stack has 13 to 16 reads); those
         // of the others only when there are more, with the version tested again.
         "movdqa xmm0, [rdi + {offsets}]",
@@ -454,29 +453,29 @@ unsafe extern "C" fn check(
         "cmp rax, [rdi + {version}]",
         "jne 9f",
         chunk!("0", "0", "0"),
-        "dec r11d",
+        "dec ecx",
         "jz 7f",
         chunk!("0", "1", "1"),
-        "dec r11d",
+        "dec ecx",
         "jz 7f",
         chunk!("1", "0", "2"),
-        "dec r11d",
+        "dec ecx",
         "jz 7f",
         chunk!("1", "1", "3"),
-        "dec r11d",
+        "dec ecx",
         "jz 7f",
         "movdqa xmm2, [rdi + {offsets} + 32]",
         "movdqa xmm3, [rdi + {offsets} + 48]",
         "cmp rax, [rdi + {version}]",
         "jne 9f",
         chunk!("2", "0", "4"),
-        "dec r11d",
+        "dec ecx",
         "jz 7f",
         chunk!("2", "1", "5"),
-        "dec r11d",
+        "dec ecx",
         "jz 7f",
         chunk!("3", "0", "6"),
-        "dec r11d",
+        "dec ecx",
         "jz 7f",
         chunk!("3", "1", "7"),
         // Every word matched: the stack id, if the version still has not moved.
