@@ -118,23 +118,18 @@ fn stack_id(entry_sp: usize, fp: usize) -> u32 {
     if depth == 0 {
         return 0;
     }
-    // The default depth gets a buffer of its size: zeroing 64 frames costs more than
-    // unwinding a cached stack of 16.
-    let id = if depth <= DEFAULT_STACK_DEPTH {
-        capture::<DEFAULT_STACK_DEPTH>(entry_sp, fp, depth)
-    } else {
-        capture::<MAX_STACK_DEPTH>(entry_sp, fp, depth)
-    };
+    let id = capture(entry_sp, fp, depth);
     if id == 0 {
         counters::count_rare(Rare::StackDropped);
     }
     id
 }
 
-/// Unwinds up to `depth` (≤ N) frames into an N-frame buffer and interns them; a walk the
-/// walk cache remembers (`unwind::walks`) is only checked, not taken again.
+/// Unwinds up to `depth` frames and interns them; a walk the walk cache remembers
+/// (`unwind::walks`) is only checked, not taken again (the buffer's size is chosen after
+/// that check, so a hit tests nothing more).
 #[inline(always)]
-fn capture<const N: usize>(entry_sp: usize, fp: usize, depth: usize) -> u32 {
+fn capture(entry_sp: usize, fp: usize, depth: usize) -> u32 {
     // SAFETY: `entry_sp` and `fp` are the stack and frame pointers at the hooked function's
     // entry (the export stubs pass them), and this hook still runs on that stack.
     let Some(start) = (unsafe { unwind::start(entry_sp, fp) }) else {
@@ -150,7 +145,13 @@ fn capture<const N: usize>(entry_sp: usize, fp: usize, depth: usize) -> u32 {
         hi,
         generation,
     } = start;
-    walk_and_intern::<N>(sp, ret, fp, hi, generation, depth)
+    // The default depth gets a buffer of its size: zeroing 64 frames costs more than
+    // unwinding a cached stack of 16.
+    if depth <= DEFAULT_STACK_DEPTH {
+        walk_and_intern::<DEFAULT_STACK_DEPTH>(sp, ret, fp, hi, generation, depth)
+    } else {
+        walk_and_intern::<MAX_STACK_DEPTH>(sp, ret, fp, hi, generation, depth)
+    }
 }
 
 /// The walk cache's miss: the full walk from the `unwind::walks::Start` of these fields,
