@@ -383,49 +383,56 @@ unsafe extern "C" fn check(
 ) -> u32 {
     // rdi = e, rsi = sp, rdx = ret, rcx = hi, r8 = fp, r9 = want; rax = the version, ecx the
     // chunks left; in a chunk, edx an offset, r9 the or-ed differences, r8 a word.
-    macro_rules! chunk {
-        ($xmm:literal, $half:literal, $c:literal) => {
+    // Word `$j` of chunk `$c` (its offset word `4 * $half + $j` of `xmm$xmm`), its difference
+    // from the stored value left in `$reg`.
+    macro_rules! word {
+        ($reg:literal, $xmm:literal, $half:literal, $c:literal, $j:literal) => {
             concat!(
                 "pextrw edx, xmm",
                 $xmm,
                 ", 4*",
                 $half,
-                "+0\n",
-                "mov r9, [rsi + rdx*8]\n",
-                "xor r9, [rdi + {values} + 32*",
+                "+",
+                $j,
+                "\n",
+                "mov ",
+                $reg,
+                ", [rsi + rdx*8]\n",
+                "xor ",
+                $reg,
+                ", [rdi + {values} + 32*",
                 $c,
-                "+0]\n",
-                "pextrw edx, xmm",
-                $xmm,
-                ", 4*",
-                $half,
-                "+1\n",
-                "mov r8, [rsi + rdx*8]\n",
-                "xor r8, [rdi + {values} + 32*",
-                $c,
-                "+8]\n",
+                "+8*",
+                $j,
+                "]\n",
+            )
+        };
+    }
+    // Chunk `$c`, whose offsets are the half `$half` of `xmm$xmm`: its four differences or-ed
+    // into r9 and tested once.
+    macro_rules! chunk {
+        ($xmm:literal, $half:literal, $c:literal) => {
+            concat!(
+                word!("r9", $xmm, $half, $c, "0"),
+                word!("r8", $xmm, $half, $c, "1"),
                 "or r9, r8\n",
-                "pextrw edx, xmm",
-                $xmm,
-                ", 4*",
-                $half,
-                "+2\n",
-                "mov r8, [rsi + rdx*8]\n",
-                "xor r8, [rdi + {values} + 32*",
-                $c,
-                "+16]\n",
+                word!("r8", $xmm, $half, $c, "2"),
                 "or r9, r8\n",
-                "pextrw edx, xmm",
-                $xmm,
-                ", 4*",
-                $half,
-                "+3\n",
-                "mov r8, [rsi + rdx*8]\n",
-                "xor r8, [rdi + {values} + 32*",
-                $c,
-                "+24]\n",
+                word!("r8", $xmm, $half, $c, "3"),
                 "or r9, r8\n",
                 "jnz 9f\n",
+            )
+        };
+    }
+    // The two chunks whose offsets are in `xmm$xmm`, chunks `$first` and `$second`, with the
+    // test of the chunks left between them.
+    macro_rules! chunks {
+        ($xmm:literal, $first:literal, $second:literal) => {
+            concat!(
+                chunk!($xmm, "0", $first),
+                "dec ecx\n",
+                "jz 7f\n",
+                chunk!($xmm, "1", $second),
             )
         };
     }
@@ -452,32 +459,20 @@ unsafe extern "C" fn check(
         "movdqa xmm1, [rdi + {offsets} + 16]",
         "cmp rax, [rdi + {version}]",
         "jne 9f",
-        chunk!("0", "0", "0"),
+        chunks!("0", "0", "1"),
         "dec ecx",
         "jz 7f",
-        chunk!("0", "1", "1"),
-        "dec ecx",
-        "jz 7f",
-        chunk!("1", "0", "2"),
-        "dec ecx",
-        "jz 7f",
-        chunk!("1", "1", "3"),
+        chunks!("1", "2", "3"),
         "dec ecx",
         "jz 7f",
         "movdqa xmm2, [rdi + {offsets} + 32]",
         "movdqa xmm3, [rdi + {offsets} + 48]",
         "cmp rax, [rdi + {version}]",
         "jne 9f",
-        chunk!("2", "0", "4"),
+        chunks!("2", "4", "5"),
         "dec ecx",
         "jz 7f",
-        chunk!("2", "1", "5"),
-        "dec ecx",
-        "jz 7f",
-        chunk!("3", "0", "6"),
-        "dec ecx",
-        "jz 7f",
-        chunk!("3", "1", "7"),
+        chunks!("3", "6", "7"),
         // Every word matched: the stack id, if the version still has not moved.
         "7:",
         "mov edx, [rdi + {stack}]",
