@@ -9,6 +9,10 @@
 //! `log`, `lifecycle` (constructor, fork, exec, exit), `sync` (the futex lock), `sys`
 //! (allocation-free system calls), `capture` (stop-the-world, unwind, scan).
 
+// The agent is a preloaded library with no Rust users: its documentation is for its
+// maintainers (`cargo doc --document-private-items`), who follow links between its modules'
+// private items.
+#![allow(rustdoc::private_intra_doc_links)]
 #![deny(
     unsafe_op_in_unsafe_fn,
     clippy::undocumented_unsafe_blocks,

@@ -10,8 +10,8 @@
 //!
 //! Quiet by default: a healthy run prints at most the `listening on` line. So there are three
 //! kinds of line:
-//! - [`agent_log!`]: a problem, or the one `listening on` line — to the log;
-//! - [`agent_info!`]: what a healthy run does (a client connected, a recording started, the
+//! - [`agent_log!`](crate::agent_log): a problem, or the one `listening on` line — to the log;
+//! - [`agent_info!`](crate::agent_info): what a healthy run does (a client connected, a recording started, the
 //!   exit summary of a healthy run) — to the `HEAPTUI_LOG` file only;
 //! - [`to_stderr`]: a problem with the environment (a malformed variable, a server that
 //!   cannot listen) — to the saved standard error, `HEAPTUI_LOG` or not (docs/reference.md §2: one

@@ -86,7 +86,7 @@ impl Serialize for GroupId {
     /// As its `Display` text, written into a stack buffer rather than through
     /// `collect_str`'s formatting machinery: a live report writes a million ids (a seventh of
     /// its CPU went to formatting them). Two digits at a time, left to right from the start
-    /// of an aligned buffer (see [`IdText`]).
+    /// of an aligned buffer.
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut text = IdText([0; 16]);
         let digits = self.number.checked_ilog10().map_or(1, |l| l as usize + 1);

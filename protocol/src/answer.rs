@@ -1034,8 +1034,8 @@ const STREAMED_WINDOW: usize = 4096;
 const KEY_CHUNK: usize = 4096;
 
 /// A page's window of a stream of `total` items, selected as they go by. A window within
-/// [`STREAMED_WINDOW`] of either end (the first pages, the last: where a drill lands, and
-/// `End`) keeps only the candidates that can still be in it ([`Extreme`]): most items cost
+/// `STREAMED_WINDOW` items of either end (the first pages, the last: where a drill lands,
+/// and `End`) keeps only the candidates that can still be in it: most items cost
 /// one comparison with a bound, and no list of every item is made (at 5M items, the 80 MB
 /// list and its two `select_nth` passes cost several times the stream). Any other window
 /// collects every item and selects with [`select_page`].

@@ -1,5 +1,5 @@
 //! Frame-by-frame unwinding of a stopped thread: the unwinder both captures share
-//! (`heaptui_capture::unwind`, over this process's [`AddressSpace`]), and the registers of the
+//! (`heaptui_capture::unwind`, over this process's [`AddressSpace`](crate::capture::modules::AddressSpace)), and the registers of the
 //! calling thread for a capture of itself.
 
 pub use heaptui_capture::registers::{

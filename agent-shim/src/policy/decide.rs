@@ -3,7 +3,7 @@
 //! ([`choose`]). Acting on the answer is `policy::mod`'s job; nothing here has effects.
 //!
 //! Never trusts a number from outside: the release is always the engine's
-//! [`Analysis::release`] over the snapshot the agent just took.
+//! [`Analysis::release`](heaptui_analysis::Analysis::release) over the snapshot the agent just took.
 
 use heaptui_analysis::{FrameKind, Kept, Sharer, Thread, ThreadState};
 

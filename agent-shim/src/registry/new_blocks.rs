@@ -610,7 +610,7 @@ impl NewSlot {
     }
 
     /// The owner's waiting block of `size` bytes, allocated by `op`, was reallocated and its
-    /// new block took its entry ([`NewSlot::replace`]): counted as allocated and released, no
+    /// new block took its entry ([`NewSlot::rewrite`]): counted as allocated and released, no
     /// free, as a shard counts a realloc's old block (its counters, not a shard's: their
     /// sum is the same, and a shard's would cost the realloc five read-modify-writes and a
     /// settle instead of two).

@@ -187,7 +187,7 @@ unsafe fn pass_timespec_at(
     unsafe { pass(n, args) }
 }
 
-/// One of the calls [`resumed`] names, resumed after the agent's signal (module docs).
+/// One of the calls [`RESUMED_BITS`] names, resumed after the agent's signal (module docs).
 ///
 /// # Safety
 /// As the system call `n` with arguments `args`.

@@ -421,7 +421,7 @@ impl IdIndex {
 }
 
 /// Writes `graph` as a JSON snapshot, objects and sites by their ids, one object, site or
-/// thread a line (see [`LineFormatter`]).
+/// thread a line.
 ///
 /// Fails when two objects or two sites share an id: JSON refers to them by id, so such a
 /// graph (possible in memory, where objects are addressed by index) has no JSON form.
