@@ -10,5 +10,4 @@ fn main() {
         .opt_level(2)
         .compile("heaptui_tls");
     println!("cargo:rustc-cdylib-link-arg=-Wl,-z,now");
-    println!("cargo:rustc-cdylib-link-arg=-Wl,-z,keep-text-section-prefix");
 }

@@ -23,7 +23,6 @@ macro_rules! entry_stub {
         #[doc = concat!("# Safety\nAs `", stringify!($name), "(3)`.")]
         #[unsafe(naked)]
         #[unsafe(no_mangle)]
-        #[unsafe(link_section = ".text.hot.heaptui")]
         pub unsafe extern "C" fn $name($($arg: $ty),*) $(-> $ret)? {
             core::arch::naked_asm!(
                 ".cfi_startproc",

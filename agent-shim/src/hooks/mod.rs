@@ -201,7 +201,6 @@ fn flush_held() {
 
 /// Records a block libc just returned (or counts the NULL).
 #[inline]
-#[unsafe(link_section = ".text.hot.heaptui")]
 fn allocated(p: *mut c_void, size: usize, op: Op, entry_sp: usize, fp: usize) {
     if !p.is_null() && allocated_fast(p as u64, size as u64, op, entry_sp, fp) {
         return;
@@ -250,7 +249,6 @@ fn allocated_general(p: *mut c_void, size: usize, op: Op, entry_sp: usize, fp: u
 /// and nothing records the call. False, with nothing done, when [`allocated`]'s general path
 /// must take it. The same steps as that path's, minus the ones these conditions make moot.
 #[inline]
-#[unsafe(link_section = ".text.hot.heaptui")]
 fn allocated_fast(p: u64, size: u64, op: Op, entry_sp: usize, fp: usize) -> bool {
     let st = sys::thread_state();
     if st.busy() || st.agent() || record::enabled() {
@@ -278,7 +276,6 @@ fn allocated_fast(p: u64, size: u64, op: Op, entry_sp: usize, fp: usize) -> bool
 /// As `malloc(3)`; `entry_sp` and `fp` are the stack pointer at the hooked function's entry
 /// (pointing at the call's return address) and the caller's frame pointer (passed by the
 /// export stub).
-#[unsafe(link_section = ".text.hot.heaptui")]
 pub(crate) unsafe extern "C" fn malloc(size: usize, entry_sp: usize, fp: usize) -> *mut c_void {
     before_request(size);
     // SAFETY: forwarding the caller's arguments unchanged.
@@ -306,7 +303,6 @@ pub(crate) unsafe extern "C" fn calloc(
 ///
 /// # Safety
 /// As `realloc(3)`.
-#[unsafe(link_section = ".text.hot.heaptui")]
 unsafe fn resize(p: *mut c_void, size: usize, op: Op, entry_sp: usize, fp: usize) -> *mut c_void {
     // SAFETY: as the caller's realloc.
     if let Some(q) = unsafe { resize_in_slot(p, size, op, entry_sp, fp) } {
@@ -474,7 +470,6 @@ unsafe fn resize_general(
 
 /// # Safety
 /// As `realloc(3)`; `entry_sp`/`fp` as for [`malloc`].
-#[unsafe(link_section = ".text.hot.heaptui")]
 pub(crate) unsafe extern "C" fn realloc(
     p: *mut c_void,
     size: usize,
@@ -506,7 +501,6 @@ pub(crate) unsafe extern "C" fn reallocarray(
 
 /// # Safety
 /// As `free(3)`; `entry_sp`/`fp` as for [`malloc`] (the freeing stack, for a recording).
-#[unsafe(link_section = ".text.hot.heaptui")]
 pub(crate) unsafe extern "C" fn free(p: *mut c_void, entry_sp: usize, fp: usize) {
     if !p.is_null() && !record::enabled() {
         let st = sys::thread_state();

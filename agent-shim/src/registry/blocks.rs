@@ -965,7 +965,6 @@ pub fn cancel_new(addr: u64, k: usize) -> bool {
 /// programs"). Its record and index, or None when the block is not there (or a free of an
 /// address like it was missed, or a capture took it): then [`begin_move`]. The new block
 /// must be one that waits too (under [`super::new_blocks::DIRECT_FROM`] bytes).
-#[unsafe(link_section = ".text.hot.heaptui")]
 pub fn begin_move_waiting(addr: u64, k: usize) -> Option<(BlockRecord, usize)> {
     let slot = NEW.get(k)?;
     if MISSED_ANY.load(Ordering::Relaxed) && duplicates_possible(addr) {
@@ -1004,7 +1003,6 @@ fn own_move_in_slot(slot: &NewSlot, i: usize, old: &BlockRecord) -> Option<Op> {
 /// block into the table meanwhile). Some(whether the new block is tracked), or None when
 /// the entry was taken meanwhile (then [`finish_move`]).
 #[allow(clippy::too_many_arguments)]
-#[unsafe(link_section = ".text.hot.heaptui")]
 pub fn finish_move_waiting(
     old: &BlockRecord,
     k: usize,
@@ -1099,7 +1097,6 @@ pub fn apply_new(k: usize) {
 
 /// Applies the oldest [`BATCH`] new blocks of the calling thread's slot `k`, which holds its
 /// limit, and lets the slot adapt that limit to how many of them were still waiting.
-#[unsafe(link_section = ".text.hot.heaptui")]
 fn apply_oldest(k: usize) {
     if let Some(slot) = NEW.get(k) {
         let waited = apply_run(slot, slot.oldest());
@@ -1111,7 +1108,6 @@ fn apply_oldest(k: usize) {
 /// are prefetched together, then each shard is locked once for all of its blocks (see
 /// `new_blocks` for why an entry leaves the slot only under its shard's lock). Returns how
 /// many were waiting (the rest were empty: cancelled, taken or never written).
-#[unsafe(link_section = ".text.hot.heaptui")]
 fn apply_run(slot: &NewSlot, run: std::ops::Range<usize>) -> u32 {
     let Some(addrs) = slot.addrs.get(run.clone()) else {
         return 0;

@@ -372,7 +372,6 @@ pub fn lookup(start: &Start, depth: usize) -> Option<u32> {
 /// this thread, 8-aligned, in the thread's stack whose top is `hi`, and the hook still runs
 /// on that stack.
 #[unsafe(naked)]
-#[unsafe(link_section = ".text.hot.heaptui")]
 unsafe extern "C" fn check(
     e: *const Entry,
     sp: usize,
