@@ -50,15 +50,14 @@ for w in sqlite loop; do
 done
 interleave "${names[@]}"
 echo "medians of $RUNS interleaved runs; load average: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo
-echo "sqlite3, $SQLITE_ROWS inserts (stacks off)"
-table_header 34 bare
-table_row 34 bare sqlite.bare sqlite.bare
-table_row 34 "one idle thread (idle_thread.c)" sqlite.idle sqlite.bare
-table_row 34 "agent, HEAPTUI_STACK_DEPTH=0" sqlite.agent sqlite.bare
-echo
-echo "mutex_loop.c: ns an iteration (a malloc and a free, each inside a mutex) in both columns"
-table_header 34 bare
-table_row 34 bare loop.bare loop.bare
-table_row 34 "one idle thread (idle_thread.c)" loop.idle loop.bare
-table_row 34 "agent, HEAPTUI_STACK_DEPTH=0" loop.agent loop.bare
+# table WORKLOAD TITLE: the three configurations' medians against the bare run.
+table() {
+    echo
+    echo "$2"
+    table_header 34 bare
+    table_row 34 bare "$1.bare" "$1.bare"
+    table_row 34 "one idle thread (idle_thread.c)" "$1.idle" "$1.bare"
+    table_row 34 "agent, HEAPTUI_STACK_DEPTH=0" "$1.agent" "$1.bare"
+}
+table sqlite "sqlite3, $SQLITE_ROWS inserts (stacks off)"
+table loop "mutex_loop.c: ns an iteration (a malloc and a free, each inside a mutex) in both columns"

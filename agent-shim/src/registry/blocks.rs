@@ -2268,6 +2268,13 @@ mod tests {
         }
     }
 
+    /// This thread's tid, slot index and slot, the slot applied (emptied), and the counters then.
+    fn emptied_own_slot() -> (u32, usize, &'static NewSlot, counters::Counters) {
+        let (tid, k) = own_slot();
+        super::apply_new(k);
+        (tid, k, &NEW[k], counters::counters())
+    }
+
     /// The blocks a capture lists at `addrs`: address, size, moving.
     fn captured(addrs: &[u64]) -> Vec<(u64, u64, bool)> {
         let frozen = freeze();
@@ -2285,10 +2292,7 @@ mod tests {
         // Old and new blocks in different shards (64 MiB regions).
         const OLD: u64 = 0x5e00_0000_0000;
         const MOVED_TO: u64 = 0x5e00_1000_0000;
-        let (tid, k) = own_slot();
-        let slot = &NEW[k];
-        super::apply_new(k);
-        let before = counters::counters();
+        let (tid, k, slot, before) = emptied_own_slot();
         // Stopped between its look and its mark: the capture takes the block as it is, and
         // the mark then fails, so the realloc goes through the table.
         assert!(insert_new(OLD, 24, tid, 0, Op::Malloc, k));
@@ -2338,10 +2342,7 @@ mod tests {
         // Old and new blocks in different shards (64 MiB regions).
         const OLD: u64 = 0x5c00_0000_0000;
         const MOVED_TO: u64 = 0x5c00_1000_0000;
-        let (tid, k) = own_slot();
-        let slot = &NEW[k];
-        super::apply_new(k);
-        let before = counters::counters();
+        let (tid, k, slot, before) = emptied_own_slot();
         let in_table = |addr: u64| {
             let mut shard = Locked::new(shard_of(addr));
             shard.table().find(addr, hash(addr)).is_some()
