@@ -262,7 +262,9 @@ fn demo_runs_the_workload_under_the_agent_and_stops_it_on_quit() {
         env!("CARGO_BIN_EXE_heaptui")
     ));
     t.keys(&["Enter"]);
-    let s = t.wait_for("the demo's ranking", |s| {
+    // Settled: a capture of the pane can catch the frame half drawn (rows below worker-2
+    // missing, seen in CI).
+    let s = t.wait_settled("the demo's ranking", |s| {
         s.contains("· live") && s.contains("report-builder") && s.contains("worker-4")
     });
     for name in [
