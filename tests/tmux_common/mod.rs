@@ -120,14 +120,24 @@ impl Tmux {
         last
     }
 
-    /// Polls the pane until `ok` holds; fails with the last screen after `limit`.
+    /// Polls the pane until `ok` holds on two captures in a row that read the same: a single
+    /// capture can catch a frame half drawn (its first rows new, the rest not yet; seen in
+    /// CI), and the caller reads more of the screen than `ok` looked at. Fails with the last
+    /// screen after `limit`.
     pub fn wait_within(&self, what: &str, limit: Duration, ok: impl Fn(&str) -> bool) -> String {
         let start = Instant::now();
+        let mut last: Option<String> = None;
         loop {
             let s = self.screen();
             if ok(&s) {
-                return s;
+                if last.as_deref() == Some(s.as_str()) {
+                    return s;
+                }
+                last = Some(s);
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
             }
+            last = None;
             if start.elapsed() > limit {
                 panic!("waited {limit:?} for {what}; the screen was:\n{s}");
             }
