@@ -111,6 +111,19 @@ fn next_seq() -> u64 {
     SEQ.fetch_add(1, Ordering::Relaxed) + 1
 }
 
+/// The number a block that waited unnumbered takes: the next one, or, once a free was missed
+/// ([`MISSED_ANY`]), the last one handed out before it ([`MISSED_AT`]). Every block still
+/// unnumbered then was pushed before that free (pushes after it are numbered at once), so it
+/// stays older than a block allocated at its address later, numbered at once: the stale one
+/// of two entries at an address must never come out newer than the live one.
+fn number_for_waiting() -> u64 {
+    if MISSED_ANY.load(Ordering::Acquire) {
+        MISSED_AT.load(Ordering::Relaxed)
+    } else {
+        next_seq()
+    }
+}
+
 /// The sequence number of a block waiting in a slot that was not numbered yet. Most blocks
 /// of a program like sqlite3 are freed while they wait: they never take a number, and so
 /// cost no locked instruction (the `lock xadd` on [`SEQ`] cost each allocation about 4 ns,
@@ -128,8 +141,8 @@ pub const UNNUMBERED: u64 = 0;
 
 /// Whether a new block waiting in a slot is numbered at once: from the first missed free
 /// on (then an address can have two entries, and the newer must be the one with the higher
-/// number: a block allocated after that free was numbered, the stale one is older, and an
-/// unnumbered entry counts as older than any numbered one in [`newer`]); and while the
+/// number: a block allocated after that free is numbered at once, and the blocks still
+/// unnumbered then take the number of that moment, [`number_for_waiting`]); and while the
 /// program's events are recorded (a recording names each block by its number).
 #[inline]
 fn number_at_once() -> bool {
@@ -180,7 +193,7 @@ impl Entry {
     #[inline]
     fn numbered(mut self) -> Self {
         if self.seq() == UNNUMBERED {
-            self.w[2] |= next_seq() & LOW47;
+            self.w[2] |= number_for_waiting() & LOW47;
         }
         self
     }
@@ -280,6 +293,10 @@ static HOLDER: CacheLine<AtomicU32> = CacheLine(AtomicU32::new(0));
 /// Why it is seen in time: as for [`duplicates_possible`], the store happens before the block
 /// goes back to libc, so before any call that names a later block at its address.
 static MISSED_ANY: AtomicBool = AtomicBool::new(false);
+/// The last sequence number handed out when the first free was missed ([`missed_free`]),
+/// stored before [`MISSED_ANY`]: the number of every block still unnumbered once
+/// [`MISSED_ANY`] is set (see [`UNNUMBERED`]).
+static MISSED_AT: AtomicU64 = AtomicU64::new(0);
 /// Bytes mapped by all shard tables (for the agent-memory figure).
 static TABLE_BYTES: AtomicU64 = AtomicU64::new(0);
 /// Cleared when a table could not grow, or broke an invariant ([`broken`]): the agent stops
@@ -744,7 +761,17 @@ pub fn missed_free(addr: u64) {
     shard_of(addr)
         .missed
         .fetch_or(missed_bit(addr), Ordering::Relaxed);
-    MISSED_ANY.store(true, Ordering::Relaxed);
+    if !MISSED_ANY.load(Ordering::Relaxed) {
+        // At least 1: 0 is UNNUMBERED. Two first missed frees at once store close numbers,
+        // both older than any drawn after.
+        let _ = MISSED_AT.compare_exchange(
+            0,
+            current_seq().max(1),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+    MISSED_ANY.store(true, Ordering::Release);
 }
 
 /// The bit of `addr` in its shard's record of missed frees: one of 64 buckets by hash, so a
@@ -1040,8 +1067,14 @@ pub fn finish_move_waiting(
 #[inline(never)]
 fn untracked_move_waiting(slot: &NewSlot, old: &BlockRecord, i: usize) -> Option<bool> {
     let shard = shard_of(old.addr);
-    let _locked = Locked::new(shard);
-    let made = own_move_in_slot(slot, i, old)?;
+    let locked = Locked::new(shard);
+    let Some(made) = own_move_in_slot(slot, i, old) else {
+        // Taken into the table meanwhile (a capture): its move ends there. The untracked new
+        // block was counted already (`trackable`), so not through `finish_move` again.
+        drop(locked);
+        end_move(old);
+        return Some(false);
+    };
     slot.empty(i, old.addr);
     shard.stats.tracked(made, old.size);
     shard.stats.released(None, old.size);
@@ -1089,6 +1122,10 @@ pub fn apply_new(k: usize) {
     let Some(slot) = NEW.get(k) else {
         return;
     };
+    // A thread whose rewrite never finished (a fork child applying its parent's threads'
+    // slots, a `longjmp` out of a signal handler): its realloc is left in progress, the old
+    // block moving, as a fork child inherits any realloc in progress.
+    slot.undo_rewrite();
     for from in (0..super::new_blocks::NURSERY).step_by(BATCH) {
         let _ = apply_run(slot, from..from + BATCH);
     }
@@ -1711,6 +1748,11 @@ pub fn current_seq() -> u64 {
 /// (or, when the new word is the same, numbers the new block, as rightly); an entry being
 /// taken meanwhile leaves its slot with its own number instead (`Entry::numbered`).
 pub fn number_waiting() -> u64 {
+    // One numbering at a time: a number drawn by one (the allocation clock) and stored after
+    // another (a capture, a spawn window's end) returned would date its block before that
+    // boundary, and an entry's word can read the same for the next block written there.
+    static NUMBERING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = NUMBERING.lock().unwrap_or_else(|e| e.into_inner());
     for slot in &NEW[..used_slots()] {
         for i in slot.oldest_first() {
             // Half rewritten (its old block, in the shadow, was numbered as its realloc
@@ -1723,7 +1765,7 @@ pub fn number_waiting() -> u64 {
             if w2 & LOW47 != UNNUMBERED || slot.addrs[i].load(Ordering::Acquire) == 0 {
                 continue;
             }
-            let numbered = w2 | (next_seq() & LOW47);
+            let numbered = w2 | (number_for_waiting() & LOW47);
             let _ = word.compare_exchange(w2, numbered, Ordering::Relaxed, Ordering::Relaxed);
         }
     }
@@ -2285,6 +2327,67 @@ mod tests {
             }
         });
         seen
+    }
+
+    #[test]
+    fn after_a_missed_free_a_block_left_unnumbered_stays_older_than_the_live_one_at_its_address() {
+        const AT: u64 = 0x5f00_0000_0000;
+        let (tid, k, _, _) = emptied_own_slot();
+        // A block waits unnumbered; its free is missed (a signal handler's, say), and libc
+        // hands the address out again: the live block is numbered at once.
+        assert!(push_new(AT, 8, tid, 0, Op::Malloc, k));
+        missed_free(AT);
+        assert!(push_new(AT, 24, tid, 0, Op::Malloc, k));
+        // The stale entry leaves the slot first, after the live one took its number.
+        super::apply_new(k);
+        assert_eq!(lookup(AT).map(|r| r.size), Some(24), "the live block");
+        assert_eq!(remove(AT, Some(Op::Free)).map(|r| r.size), Some(24));
+        assert_eq!(
+            remove(AT, Some(Op::Free)),
+            None,
+            "the stale one is gone too"
+        );
+    }
+
+    #[test]
+    fn a_rewrite_its_owner_never_finished_leaves_the_old_block_moving() {
+        const OLD: u64 = 0x5e80_0000_0000;
+        const MOVED_TO: u64 = 0x5e80_1000_0000;
+        let (tid, k, slot, _) = emptied_own_slot();
+        assert!(insert_new(OLD, 24, tid, 0, Op::Malloc, k));
+        let (old, i) = begin_move_waiting(OLD, k).expect("waiting in its slot");
+        let (old_words, made) = slot.entry(i);
+        assert!(slot.start_rewrite(i, (OLD, old_words), made));
+        // Half written (a fork child applies its parent's threads' slots, whose owners are
+        // gone): the shadow's block is put back and applied, moving.
+        let e = Entry::pack(&BlockRecord::waiting_block(MOVED_TO, 40, tid, 0));
+        slot.words[i][0].store(e.w[0], Ordering::Relaxed);
+        super::apply_new(k);
+        assert_eq!(captured(&[OLD, MOVED_TO]), [(OLD, 24, true)]);
+        end_move(&old);
+        assert_eq!(captured(&[OLD, MOVED_TO]), []);
+    }
+
+    #[test]
+    fn an_untracked_new_block_of_a_realloc_taken_into_the_table_is_counted_once() {
+        const OLD: u64 = 0x5e90_0000_0000;
+        let (tid, k, _, before) = emptied_own_slot();
+        assert!(insert_new(OLD, 24, tid, 0, Op::Malloc, k));
+        let (old, i) = begin_move_waiting(OLD, k).expect("waiting in its slot");
+        // A capture takes the moving entry into the table; libc returns an address the table
+        // cannot hold (at or above 2^48).
+        drop(captured(&[OLD]));
+        let beyond = 1 << 48;
+        assert_eq!(
+            finish_move_waiting(&old, k, i, beyond, 40, tid, 0, Op::Realloc),
+            Some(false)
+        );
+        assert_eq!(
+            captured(&[OLD]),
+            [],
+            "the old block's move ended in the table"
+        );
+        assert_eq!(counters::counters().untracked - before.untracked, 1);
     }
 
     #[test]

@@ -28,12 +28,12 @@
 //!   no lock, no held free.
 //! - A realloc of such a block marks its entry moving in place, and the new block (under
 //!   [`DIRECT_FROM`] bytes) takes the same entry when libc returns (`blocks::
-//!   begin_move_waiting`, `blocks::finish_move_waiting`), without a lock: the only other
-//!   reader of an address inside its realloc is a capture, with the thread stopped. The old
-//!   entry is copied aside first and the entry named as being rewritten
-//!   ([`NewSlot::rewrite`]), so a capture stopping the owner halfway takes the old block,
-//!   moving, from the copy: it sees the old block moving or the new one, as it does in the
-//!   table.
+//!   begin_move_waiting`, `blocks::finish_move_waiting`), without a lock. The old entry is
+//!   copied aside first and the entry named as being rewritten, then emptied while its words
+//!   change ([`NewSlot::rewrite`]): a capture stopping the owner halfway takes the old block,
+//!   moving, from the copy, so it sees the old block moving or the new one, as it does in
+//!   the table; another thread looking for the old address (libc may have handed it out
+//!   again) never finds the new words under it; readers leave a moving entry to its owner.
 //!
 //! The one rule that makes it correct: **an entry leaves a slot only with its block's shard
 //! lock held, and goes straight into that shard's table (or is accounted as freed there)
@@ -45,7 +45,9 @@
 //! moment) can make both count it. So whoever holds a shard's lock sees each
 //! of that shard's blocks either in the table or in some thread's slot, never in neither, and
 //! an entry it sees in a slot cannot change under it: its owner rewrites a slot entry only
-//! after it was emptied, or (a realloc) under that lock. Every reader of the table uses it:
+//! after it was emptied, or (a realloc) emptied while its words change, a capture taking
+//! the copy set aside meanwhile ([`NewSlot::rewrite`]); a fork child or a thread's exit puts
+//! back a rewrite its owner never finished (`NewSlot::undo_rewrite`). Every reader of the table uses it:
 //! - A free, realloc, lookup or size query that does not find its address in the table (or
 //!   finds there only another thread's realloc in progress, which a new block at the same
 //!   address supersedes) looks through the slots (the calling thread's first) and takes the
@@ -569,6 +571,11 @@ impl NewSlot {
         words: [u64; 3],
         op: Op,
     ) -> Rewrite {
+        // Empty while its words change: another thread looking for the old address (libc may
+        // have given it away already) must not find the new words under it. A capture takes
+        // the shadow meanwhile.
+        self.addrs[i].store(0, Ordering::Relaxed);
+        compiler_fence(Ordering::SeqCst);
         for (w, v) in self.words[i].iter().zip(words) {
             w.store(v, Ordering::Relaxed);
         }
@@ -597,6 +604,26 @@ impl NewSlot {
         let addr = self.addrs[i].load(Ordering::Acquire);
         let (words, op) = self.entry(i);
         (addr, words, op, false)
+    }
+
+    /// Puts back the entry of a rewrite that never finished (its owner gone or not running:
+    /// `blocks::apply_new`): the old block, moving, as the shadow holds it (or nothing, when a
+    /// capture took it from the shadow already).
+    pub(super) fn undo_rewrite(&self) {
+        let replacing = self.replacing.load(Ordering::Relaxed);
+        let Some(i) = (replacing as usize).checked_sub(1).filter(|&i| i < NURSERY) else {
+            return;
+        };
+        if self.shadow_taken.load(Ordering::Relaxed) {
+            self.addrs[i].store(0, Ordering::Release);
+        } else {
+            for (w, s) in self.words[i].iter().zip(&self.shadow[1..]) {
+                w.store(s.load(Ordering::Relaxed), Ordering::Relaxed);
+            }
+            self.ops[i].store(self.shadow_op.load(Ordering::Relaxed), Ordering::Relaxed);
+            self.addrs[i].store(self.shadow[0].load(Ordering::Relaxed), Ordering::Release);
+        }
+        self.replacing.store(0, Ordering::Relaxed);
     }
 
     /// A capture took the shadow's block (see [`NewSlot::seen`]).
