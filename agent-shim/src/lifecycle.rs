@@ -99,12 +99,15 @@ extern "C" fn prepare() {
     threads::lock();
     stacks::lock();
     blocks::lock_all(sys::current_tid());
+    // After the shards, as a capture takes them (it numbers with every shard held).
+    blocks::lock_numbering();
     AGENT_ALLOC.lock_all();
 }
 
 extern "C" fn parent() {
     let _errno = sys::KeepErrno::new();
     AGENT_ALLOC.unlock_all();
+    blocks::unlock_numbering();
     blocks::unlock_all();
     stacks::unlock();
     threads::unlock();
@@ -118,6 +121,7 @@ extern "C" fn child() {
     crate::log::in_fork_child();
     crate::signals::chain::release_in_child();
     AGENT_ALLOC.unlock_all();
+    blocks::unlock_numbering();
     blocks::unlock_all();
     stacks::unlock();
     threads::reset_in_child();

@@ -1751,8 +1751,7 @@ pub fn number_waiting() -> u64 {
     // One numbering at a time: a number drawn by one (the allocation clock) and stored after
     // another (a capture, a spawn window's end) returned would date its block before that
     // boundary, and an entry's word can read the same for the next block written there.
-    static NUMBERING: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _one = NUMBERING.lock().unwrap_or_else(|e| e.into_inner());
+    NUMBERING.lock();
     for slot in &NEW[..used_slots()] {
         for i in slot.oldest_first() {
             // Half rewritten (its old block, in the shadow, was numbered as its realloc
@@ -1769,7 +1768,23 @@ pub fn number_waiting() -> u64 {
             let _ = word.compare_exchange(w2, numbered, Ordering::Relaxed, Ordering::Relaxed);
         }
     }
-    current_seq()
+    let last = current_seq();
+    NUMBERING.unlock();
+    last
+}
+
+/// Held by [`number_waiting`], and around a `fork` (`lifecycle`'s handlers: [`lock_numbering`],
+/// [`unlock_numbering`]), so that a fork child never inherits it held by a thread it has not.
+static NUMBERING: RawLock = RawLock::new();
+
+/// Takes [`NUMBERING`] (before a fork).
+pub(crate) fn lock_numbering() {
+    NUMBERING.lock();
+}
+
+/// Releases [`NUMBERING`] (after a fork, in the parent and the child).
+pub(crate) fn unlock_numbering() {
+    NUMBERING.unlock();
 }
 
 /// Bytes of memory held by the block table (every shard's mapping).
