@@ -10,8 +10,9 @@
 //! `pids.max` needs root and a writable cgroup hierarchy, and `RLIMIT_NPROC` does not bind
 //! root. The target checks that its own `fork()` now fails with `EAGAIN`. That a live capture
 //! had no child the agent's log shows: a snapshot line without the scanning child's per-pass
-//! line that a child sends, its `child_cpu_ms` zero. A capture at exit logs neither: there the
-//! target's figures for the children it reaped show whether the agent made one.
+//! line that a child sends, its `child_cpu_ms` zero, saying `no scanning child` and why. A
+//! capture at exit logs only that sentence: there the target's figures for the children it
+//! reaped show as well whether the agent made one.
 
 mod live_common;
 
@@ -195,6 +196,17 @@ fn a_report_without_a_scanning_child_equals_the_report_with_one() {
         "{}",
         snapshots[1]
     );
+    // Each line says where its scan ran.
+    assert!(
+        snapshots[0].contains("(in the scanning child: "),
+        "{}",
+        snapshots[0]
+    );
+    assert!(
+        snapshots[1].contains("(no scanning child (Resource temporarily unavailable"),
+        "{}",
+        snapshots[1]
+    );
 
     // The same idle process: the same report, every figure, frame, group and leak.
     assert_eq!(
@@ -296,11 +308,18 @@ fn a_snapshot_at_exit_without_a_scanning_child_equals_one_with_it() {
         let (out, log) = target.finish();
         assert_eq!(out.status.code(), Some(0), "{out:?}\n{log}");
         let file = dir.path().join(format!("{tag}.{pid}.1.hsnap"));
-        let snapshots = log
+        let snapshots: Vec<&str> = log
             .lines()
             .filter(|l| l.contains(&format!(": snapshot {}: ", file.display())))
-            .count();
-        assert_eq!(snapshots, 1, "{log}");
+            .collect();
+        assert_eq!(snapshots.len(), 1, "{log}");
+        // The line says where the scan ran.
+        let said = if refuse {
+            "; no scanning child (Resource temporarily unavailable"
+        } else {
+            "; in the scanning child: "
+        };
+        assert!(snapshots[0].contains(said), "{}", snapshots[0]);
         (
             of_any_process(report_json(&[file.to_str().unwrap()])),
             faults,

@@ -171,7 +171,7 @@ pub fn dump_once(prefix: &std::path::Path) -> Result<PathBuf, String> {
         }
     };
     crate::agent_info!(
-        "snapshot {}: {} objects, {} bytes, {} threads; pause_ms={:.3} capture_ms={:.3} write_ms={:.3} (stop_ms={:.3} dontfork_ms={:.3} dontfork_mappings={} fork_ms={:.3}; in the scanning child: index_ms={:.3} roots_ms={:.3} blocks_ms={:.3} mapped_ms={:.3} mapped_bytes={})",
+        "snapshot {}: {} objects, {} bytes, {} threads; pause_ms={:.3} capture_ms={:.3} write_ms={:.3} (stop_ms={:.3} dontfork_ms={:.3} dontfork_mappings={} fork_ms={:.3}; {}: index_ms={:.3} roots_ms={:.3} blocks_ms={:.3} mapped_ms={:.3} mapped_bytes={})",
         path.display(),
         cap.objects,
         cap.bytes,
@@ -185,6 +185,7 @@ pub fn dump_once(prefix: &std::path::Path) -> Result<PathBuf, String> {
         cap.phases.dontfork.as_secs_f64() * 1e3,
         cap.phases.dontfork_mappings,
         cap.phases.fork.as_secs_f64() * 1e3,
+        cap.phases.scanned_in(),
         cap.phases.index.as_secs_f64() * 1e3,
         cap.phases.roots.as_secs_f64() * 1e3,
         cap.phases.blocks.as_secs_f64() * 1e3,

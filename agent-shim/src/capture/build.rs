@@ -211,9 +211,24 @@ pub struct Phases {
     /// symbol tables are cached): the scanning child waits for the names before it builds
     /// the graph.
     pub naming: Duration,
+    /// The error (errno) that left the capture without a scanning child, when it had none:
+    /// the scan then ran in the paused process, the rest after the resume.
+    pub no_child: Option<i32>,
 }
 
 impl Phases {
+    /// Where the scan ran, for the agent's log line of a snapshot: `in the scanning child`,
+    /// or, without one, the process and why.
+    pub fn scanned_in(&self) -> String {
+        match self.no_child {
+            None => "in the scanning child".to_string(),
+            Some(error) => format!(
+                "no scanning child ({}), in the paused process",
+                std::io::Error::from_raw_os_error(error)
+            ),
+        }
+    }
+
     /// The scanning child's message to its parent after the block scan: the phases it timed.
     fn encode_scan(&self) -> Vec<u8> {
         let mut m = Message::default();
@@ -406,6 +421,10 @@ fn run<H: Heap>(
         failed
     };
     let to_file = matches!(sink, Sink::File(_));
+    let no_child = match forked {
+        Fork::Failed(error) => Some(error),
+        _ => None,
+    };
     let (kept, unnamed, pause, mut phases, named) = match forked {
         Fork::Child(fd) => {
             lifted.forget_in_child();
@@ -451,7 +470,7 @@ fn run<H: Heap>(
             phases.child_cpu = time(usage.ru_utime) + time(usage.ru_stime);
             (kept, unnamed, pause, phases, named)
         }
-        Fork::Failed => {
+        Fork::Failed(_) => {
             let not_put_back = put_back(lifted);
             // Nothing to name before the block scan here: what is to be named is found once
             // the threads run again, not inside the pause.
@@ -488,6 +507,7 @@ fn run<H: Heap>(
         }
     };
     phases.stop = stop_time;
+    phases.no_child = no_child;
     phases.dontfork = dontfork_time;
     phases.dontfork_mappings = dontfork_mappings;
     phases.fork = fork_time;
@@ -800,8 +820,8 @@ enum Fork {
     Child(i32),
     /// In the parent: the child's pid and its end of the socket pair.
     Parent(libc::pid_t, i32),
-    /// No child could be made.
-    Failed,
+    /// No child could be made: the error of the call that failed.
+    Failed(i32),
 }
 
 /// Whether every thread of the process is stopped in `world`, the calling thread or the
@@ -845,7 +865,7 @@ fn fork_child() -> Fork {
         )
     } != 0
     {
-        return Fork::Failed;
+        return Fork::Failed(crate::sys::errno());
     }
     // The scan in the child allocates from the agent's allocator, whose locks the agent's
     // own threads (not stopped: the recording writer, the server) may hold at the clone; a
@@ -872,12 +892,13 @@ fn fork_child() -> Fork {
             Fork::Parent(p as libc::pid_t, fds[0])
         }
         _ => {
+            let error = crate::sys::errno();
             // SAFETY: our own descriptors.
             unsafe {
                 libc::close(fds[0]);
                 libc::close(fds[1]);
             }
-            Fork::Failed
+            Fork::Failed(error)
         }
     }
 }

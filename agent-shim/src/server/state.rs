@@ -376,7 +376,7 @@ fn take_locked(cause: Cause) -> Result<SnapshotInfo, String> {
     // Freed outside the locks (a big graph takes a while to drop).
     drop((old, old_peak));
     crate::agent_info!(
-        "snapshot {}{}: {} objects, {} bytes, {} threads; pause_ms={:.3} capture_ms={:.3} analysis_ms={:.3} held_bytes={} (in the scanning child: index_ms={:.3} roots_ms={:.3} blocks_ms={:.3} scan_cpu_ms={:.3} child_cpu_ms={:.3}; naming its {} sites in the agent: name_ms={:.3}){}",
+        "snapshot {}{}: {} objects, {} bytes, {} threads; pause_ms={:.3} capture_ms={:.3} analysis_ms={:.3} held_bytes={} ({}: index_ms={:.3} roots_ms={:.3} blocks_ms={:.3} scan_cpu_ms={:.3} child_cpu_ms={:.3}; naming its {} sites in the agent: name_ms={:.3}){}",
         snapshot.0,
         match cause {
             Cause::Request => "",
@@ -389,6 +389,7 @@ fn take_locked(cause: Cause) -> Result<SnapshotInfo, String> {
         info.capture_us as f64 / 1e3,
         info.analysis_us as f64 / 1e3,
         info.held_bytes,
+        phases.scanned_in(),
         phases.index.as_secs_f64() * 1e3,
         phases.roots.as_secs_f64() * 1e3,
         phases.blocks.as_secs_f64() * 1e3,
