@@ -175,6 +175,59 @@ int main(void) {
 }
 
 #[test]
+fn a_realloc_of_a_young_block_keeps_every_usable_byte_and_errno() {
+    // A block reallocated right after its malloc (still waiting in its thread's slot): the
+    // agent moves it itself (malloc, copy, free). Every usable byte is kept, growing and
+    // shrinking, and a success leaves errno alone, as glibc's realloc does.
+    let src = r#"
+#include <errno.h>
+#include <malloc.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+static void fail(const char *s) { write(1, s, strlen(s)); _exit(1); }
+int main(void) {
+    unsigned char *p = malloc(10);
+    size_t usable = malloc_usable_size(p);
+    if (usable < 10) fail("usable");
+    for (size_t i = 0; i < usable; i++) p[i] = (unsigned char)(i * 7 + 1);
+    errno = 1234;
+    unsigned char *q = realloc(p, 300);
+    if (!q || errno != 1234) fail("grow");
+    for (size_t i = 0; i < usable; i++) if (q[i] != (unsigned char)(i * 7 + 1)) fail("grow kept");
+    for (size_t i = 0; i < 300; i++) q[i] = (unsigned char)(i * 3 + 2);
+    unsigned char *r = realloc(q, 40);
+    if (!r) fail("shrink");
+    for (size_t i = 0; i < 40; i++) if (r[i] != (unsigned char)(i * 3 + 2)) fail("shrink kept");
+    unsigned char *s = realloc(r, 4095);
+    if (!s) fail("to 4095");
+    for (size_t i = 0; i < 40; i++) if (s[i] != (unsigned char)(i * 3 + 2)) fail("4095 kept");
+    free(s);
+    write(1, "done\n", 5);
+    return 0;
+}
+"#;
+    let dir = TempDir::new("hooks-young-realloc");
+    let empty = compile_c(&dir, "empty", EMPTY_C, &[]);
+    let target = compile_c(&dir, "young", src, &["-fno-builtin"]);
+    let base = run_preloaded(&dir, &empty, &[], &[]).summary();
+    let run = run_preloaded(&dir, &target, &[], &[]);
+    assert_eq!(
+        (run.code, run.stdout.as_str()),
+        (Some(0), "done\n"),
+        "{}",
+        run.stderr
+    );
+    let d = run.summary().minus(&base);
+    assert_eq!(d["realloc"], 3);
+    assert_eq!(d["malloc"], 1);
+    assert_eq!(d["unknown_reallocs"], 0);
+    assert_eq!(d["live_blocks"], 0);
+    assert_eq!(d["allocated_bytes"], 10 + 300 + 40 + 4095);
+    assert_eq!(d["freed_bytes"], 10 + 300 + 40 + 4095);
+}
+
+#[test]
 fn malformed_environment_gives_one_line_each_and_the_target_still_runs() {
     let dir = TempDir::new("hooks-env");
     let target = compile_c(&dir, "every", EVERY_FUNCTION, &["-fno-builtin"]);
