@@ -5,6 +5,7 @@
 mod common;
 
 use common::*;
+use std::collections::BTreeMap;
 
 /// Uses only write(2) for output, so stdio adds no allocations of its own.
 const EVERY_FUNCTION: &str = r#"
@@ -132,6 +133,23 @@ fn every_hooked_function_is_counted_exactly_without_stacks() {
     check(Some("0"));
 }
 
+/// Compiles `src` (with `flags`), runs it under the agent, checks it printed `done` and
+/// exited 0, and returns its exit summary's counts minus an empty C program's.
+fn counts_of_a_run(name: &str, src: &str, flags: &[&str]) -> BTreeMap<String, i64> {
+    let dir = TempDir::new(&format!("hooks-{name}"));
+    let empty = compile_c(&dir, "empty", EMPTY_C, &[]);
+    let target = compile_c(&dir, name, src, flags);
+    let base = run_preloaded(&dir, &empty, &[], &[]).summary();
+    let run = run_preloaded(&dir, &target, &[], &[]);
+    assert_eq!(
+        (run.code, run.stdout.as_str()),
+        (Some(0), "done\n"),
+        "{}",
+        run.stderr
+    );
+    run.summary().minus(&base)
+}
+
 #[test]
 fn unknown_frees_and_reallocs_are_forwarded_and_counted() {
     // Blocks obtained from glibc's own entry point bypass the hooks: the agent never saw them.
@@ -152,18 +170,7 @@ int main(void) {
     return 0;
 }
 "#;
-    let dir = TempDir::new("hooks-unknown");
-    let empty = compile_c(&dir, "empty", EMPTY_C, &[]);
-    let target = compile_c(&dir, "unknown", src, &[]);
-    let base = run_preloaded(&dir, &empty, &[], &[]).summary();
-    let run = run_preloaded(&dir, &target, &[], &[]);
-    assert_eq!(
-        (run.code, run.stdout.as_str()),
-        (Some(0), "done\n"),
-        "{}",
-        run.stderr
-    );
-    let d = run.summary().minus(&base);
+    let d = counts_of_a_run("unknown", src, &[]);
     assert_eq!(d["unknown_frees"], 1);
     assert_eq!(d["unknown_reallocs"], 1);
     assert_eq!(d["free"], 2);
@@ -207,18 +214,7 @@ int main(void) {
     return 0;
 }
 "#;
-    let dir = TempDir::new("hooks-young-realloc");
-    let empty = compile_c(&dir, "empty", EMPTY_C, &[]);
-    let target = compile_c(&dir, "young", src, &["-fno-builtin"]);
-    let base = run_preloaded(&dir, &empty, &[], &[]).summary();
-    let run = run_preloaded(&dir, &target, &[], &[]);
-    assert_eq!(
-        (run.code, run.stdout.as_str()),
-        (Some(0), "done\n"),
-        "{}",
-        run.stderr
-    );
-    let d = run.summary().minus(&base);
+    let d = counts_of_a_run("young-realloc", src, &["-fno-builtin"]);
     assert_eq!(d["realloc"], 3);
     assert_eq!(d["malloc"], 1);
     assert_eq!(d["unknown_reallocs"], 0);
