@@ -688,10 +688,43 @@ fn heap_of(addr: u64, main_heap: &Range<u64>) -> u64 {
     }
 }
 
+/// Waits (at most 10 s) until every thread of `pid` but the agent's sits in one of the system
+/// calls `idle` (by number): a target says "ready" once its workers passed a barrier, but a
+/// worker can still be leaving `pthread_barrier_wait` for its `pause` (seen in CI), and two
+/// captures a moment apart would then find it at two places.
+fn wait_until_idle_in(pid: u32, idle: &[u32]) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let settled = || {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .all(|task| {
+                let read = |what: &str| std::fs::read_to_string(task.path().join(what));
+                read("comm").is_ok_and(|c| c.starts_with("heaptui"))
+                    || read("syscall").is_ok_and(|s| {
+                        s.split_whitespace()
+                            .next()
+                            .and_then(|n| n.parse().ok())
+                            .is_some_and(|n: u32| idle.contains(&n))
+                    })
+            })
+    };
+    while !settled() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the target's threads never all sat in {idle:?}"
+        );
+        std::thread::yield_now();
+    }
+}
+
 #[test]
 fn a_target_under_the_agent_gives_the_same_blocks_frames_and_figures_captured_both_ways() {
     let (dir, exe) = compile("arenas", &[]);
     let target = under_agent(&dir, &exe, &[]);
+    // Main in read(2) of stdin (0), the workers in pause(2) (34).
+    wait_until_idle_in(target.pid(), &[0, 34]);
     let (agents, outside, usable) = captured_both_ways(&target, false, &[]);
     let tracked: HashSet<u64> = agents.objects().addr.iter().copied().collect();
     for (addr, size) in &target.live {
