@@ -83,21 +83,28 @@ impl BlockRecord {
     /// A block the program just got, with the next sequence number (allocation order).
     #[inline]
     fn new_block(addr: u64, size: u64, tid: u32, stack: u32) -> BlockRecord {
-        BlockRecord {
-            seq: next_seq(),
-            ..Self::waiting_block(addr, size, tid, stack)
-        }
+        Self::numbered_block(addr, size, tid, stack, next_seq())
     }
 
-    /// A block the program just got, to wait in its thread's slot: numbered
-    /// ([`UNNUMBERED`]) when it leaves the slot, or in its place by [`number_waiting`],
-    /// unless [`number_at_once`].
+    /// A block the program just got, to wait in its thread's slot: numbered when it leaves
+    /// the slot, or in its place by [`number_waiting`] ([`UNNUMBERED`] until then), unless
+    /// [`number_at_once`].
     #[inline]
     fn waiting_block(addr: u64, size: u64, tid: u32, stack: u32) -> BlockRecord {
+        let seq = if number_at_once() {
+            next_seq()
+        } else {
+            UNNUMBERED
+        };
+        Self::numbered_block(addr, size, tid, stack, seq)
+    }
+
+    #[inline(always)]
+    fn numbered_block(addr: u64, size: u64, tid: u32, stack: u32, seq: u64) -> BlockRecord {
         BlockRecord {
             addr,
             size,
-            seq: UNNUMBERED,
+            seq,
             tid,
             stack,
             moving: false,
@@ -950,12 +957,7 @@ pub fn push_new(addr: u64, size: u64, tid: u32, stack: u32, op: Op, k: usize) ->
     if !trackable(addr, size, op) {
         return false;
     }
-    let block = if number_at_once() {
-        BlockRecord::new_block(addr, size, tid, stack)
-    } else {
-        BlockRecord::waiting_block(addr, size, tid, stack)
-    };
-    let e = Entry::pack(&block);
+    let e = Entry::pack(&BlockRecord::waiting_block(addr, size, tid, stack));
     match slot.push(addr, e.w, op) {
         Some(false) => true,
         // Full now: its oldest blocks go to the table, as `insert_new` would.
@@ -1045,12 +1047,7 @@ pub fn finish_move_waiting(
         return untracked_move_waiting(slot, old, i);
     }
     let (old_words, made) = slot.entry(i);
-    let block = if number_at_once() {
-        BlockRecord::new_block(addr, size, tid, stack)
-    } else {
-        BlockRecord::waiting_block(addr, size, tid, stack)
-    };
-    let e = Entry::pack(&block);
+    let e = Entry::pack(&BlockRecord::waiting_block(addr, size, tid, stack));
     match slot.rewrite(i, (old.addr, old_words), made, addr, e.w, op) {
         Rewrite::Done => slot.count_moved(made, old.size),
         Rewrite::TakenBefore => return None,
@@ -1230,13 +1227,22 @@ fn apply_entry(
     take_moving: bool,
 ) -> Placed {
     let (words, op) = slot.entry(i);
-    let e = Entry { w: words }.numbered();
-    let placed = place(table, stats, e, hash(e.addr()), take_moving);
-    if let Placed::Busy = placed {
-        return placed;
+    let placed = place_new(Entry { w: words }, op, table, stats, take_moving);
+    if !matches!(placed, Placed::Busy) {
+        slot.take(i);
     }
-    count_placed(&placed, stats, op, e.size());
-    slot.take(i);
+    placed
+}
+
+/// Places new block `e` (made by `op`; numbered here if it was not) in a locked shard's
+/// `table` and counts it there, unless a realloc in progress holds its address (`Busy`) and
+/// `take_moving` is false.
+fn place_new(e: Entry, op: Op, table: &mut Table, stats: &ShardStats, take_moving: bool) -> Placed {
+    let e = e.numbered();
+    let placed = place(table, stats, e, hash(e.addr()), take_moving);
+    if !matches!(placed, Placed::Busy) {
+        count_placed(&placed, stats, op, e.size());
+    }
     placed
 }
 
@@ -1592,8 +1598,7 @@ fn mark(addr: u64, moving: bool) -> Option<BlockRecord> {
             Live::Taken(e, op) => {
                 // Into the table, to be marked there (over another realloc's moving entry
                 // once that was waited for long enough).
-                let placed = place(table, stats, e, h, true);
-                count_placed(&placed, stats, op, e.size());
+                let placed = place_new(e, op, table, stats, true);
                 if !matches!(placed, Placed::Stored { .. }) {
                     stats.settle();
                     return None;
@@ -1867,15 +1872,14 @@ impl Frozen {
                 // SAFETY: this thread holds every shard lock (`self`), and this is the only
                 // reference to the table made while it runs.
                 let table = unsafe { &mut *shard.table.get() };
+                // Taking moving entries too, so never `Busy`.
+                place_new(Entry { w: words }, op, table, &shard.stats, true);
                 if shadow {
                     // Its owner is stopped rewriting the entry for a finished realloc: the
                     // old block, moving, is what the program holds.
-                    let e = Entry { w: words }.numbered();
-                    let placed = place(table, &shard.stats, e, hash(a), true);
-                    count_placed(&placed, &shard.stats, op, e.size());
                     slot.take_shadow();
                 } else {
-                    apply_entry(slot, i, table, &shard.stats, true);
+                    slot.take(i);
                 }
                 shard.stats.settle();
             }

@@ -596,7 +596,7 @@ impl NewSlot {
     /// Entry i as a capture must see it: the shadow while its owner rewrites it (see
     /// [`NewSlot::rewrite`]; `true` with it), else the entry (its address 0 when empty).
     pub(super) fn seen(&self, i: usize) -> (u64, [u64; 3], Op, bool) {
-        if self.replacing.load(Ordering::Acquire) == i as u32 + 1 {
+        if self.rewriting(i) {
             let w = |j: usize| self.shadow[j].load(Ordering::Relaxed);
             let op = op_of(self.shadow_op.load(Ordering::Relaxed));
             return (w(0), [w(1), w(2), w(3)], op, true);
